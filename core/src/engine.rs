@@ -1,0 +1,124 @@
+//! `Engine`: a store, a bus and a projector wired together, with the operations an
+//! agent runtime calls.
+
+use std::sync::Arc;
+
+use crate::bus::Bus;
+use crate::error::{Error, Result};
+use crate::event::SyncEvent;
+use crate::id::{now_ms, SessionId};
+use crate::local_bus::LocalBus;
+use crate::memory::MemoryStore;
+use crate::model::{Message, Part, Session};
+use crate::processor::{Processor, ProcessorOptions};
+use crate::projector::{DirectProjector, Projector, Scope};
+use crate::read::{filter_compacted, CompactedView};
+use crate::recover::{recover, RecoverReport};
+use crate::store::{Cursor, Page, Store};
+use crate::tenant::TenantId;
+
+/// Events the in-memory engine's bus retains per session for replay.
+pub const DEFAULT_REPLAY_PER_SESSION: usize = 65_536;
+
+/// A store, a bus and the projector between them.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    /// Where rows live.
+    pub store: Arc<dyn Store>,
+    /// Where live events go.
+    pub bus: Arc<dyn Bus>,
+    /// Commits then publishes.
+    pub projector: Arc<dyn Projector>,
+}
+
+impl Engine {
+    /// An engine with the in-process [`DirectProjector`].
+    pub fn new(store: Arc<dyn Store>, bus: Arc<dyn Bus>) -> Self {
+        let projector = Arc::new(DirectProjector::new(Arc::clone(&store), Arc::clone(&bus)));
+        Self {
+            store,
+            bus,
+            projector,
+        }
+    }
+
+    /// An engine on a [`MemoryStore`] and a [`LocalBus`] with a replay buffer.
+    pub fn in_memory() -> Self {
+        Self::new(
+            Arc::new(MemoryStore::new()),
+            Arc::new(LocalBus::with_replay(DEFAULT_REPLAY_PER_SESSION)),
+        )
+    }
+
+    /// The writer's handle on a session.
+    pub async fn scope(&self, tenant: &TenantId, session: &SessionId) -> Result<Scope> {
+        self.projector.scope(tenant, session).await
+    }
+
+    /// Creates (or overwrites) a session and returns its scope.
+    pub async fn put_session(&self, tenant: &TenantId, session: Session) -> Result<Scope> {
+        let scope = self.projector.scope(tenant, &session.id).await?;
+        self.projector
+            .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
+            .await?;
+        Ok(scope)
+    }
+
+    /// Writes a message and its parts in one batch.
+    pub async fn put_message(
+        &self,
+        scope: &Scope,
+        message: Message,
+        parts: Vec<Part>,
+    ) -> Result<u64> {
+        if let Some(p) = parts.iter().find(|p| p.message_id != message.id) {
+            return Err(Error::invalid(format!(
+                "part {} belongs to message {}, not {}",
+                p.id, p.message_id, message.id
+            )));
+        }
+        let mut events = Vec::with_capacity(parts.len() + 1);
+        events.push(SyncEvent::MessageUpdated { info: message });
+        events.extend(
+            parts
+                .into_iter()
+                .map(|part| SyncEvent::PartUpdated { part }),
+        );
+        self.projector.commit(scope, events).await
+    }
+
+    /// Starts a processor for an open assistant message.
+    pub async fn processor(
+        &self,
+        scope: Scope,
+        message: Message,
+        opts: ProcessorOptions,
+    ) -> Result<Processor> {
+        Processor::start(Arc::clone(&self.projector), scope, message, opts).await
+    }
+
+    /// Closes what a crash left open in `tenant` (or one session).
+    pub async fn recover(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<RecoverReport> {
+        recover(self.projector.as_ref(), tenant, session, now_ms()).await
+    }
+
+    /// The compacted view of a session.
+    pub async fn view(&self, tenant: &TenantId, session: &SessionId) -> Result<CompactedView> {
+        filter_compacted(self.store.as_ref(), tenant, session).await
+    }
+
+    /// One page of history, newest page first.
+    pub async fn history(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.store.messages(tenant, session, before, limit).await
+    }
+}

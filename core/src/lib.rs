@@ -1,0 +1,40 @@
+#![doc = include_str!("../README.md")]
+
+pub mod bus;
+pub mod close;
+pub mod codec;
+pub mod counting;
+pub mod engine;
+pub mod error;
+pub mod event;
+pub mod id;
+pub mod local_bus;
+pub mod memory;
+pub mod model;
+pub mod processor;
+pub mod projector;
+pub mod read;
+pub mod recover;
+pub mod store;
+pub mod stream;
+pub mod tenant;
+
+pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
+pub use counting::{CountingStore, WriteCounts};
+pub use engine::Engine;
+pub use error::{BoxError, Error, Result};
+pub use event::{BusEvent, Envelope, Event, PartDelta, SyncEvent};
+pub use id::{MessageId, PartId, SessionId};
+pub use local_bus::LocalBus;
+pub use memory::MemoryStore;
+pub use model::{Message, MessageWithParts, Part, Session};
+pub use processor::{Flow, Outcome, Processor, ProcessorOptions, ProcessorStats};
+pub use projector::{DirectProjector, Projector, Scope};
+pub use read::{filter_compacted, filter_compacted_reference, read_all, CompactedView};
+pub use recover::{recover, RecoverReport};
+pub use store::{
+    Capabilities, Cursor, OpenItems, Page, SessionState, Store, Tenancy, DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_LIMIT,
+};
+pub use stream::StreamEvent;
+pub use tenant::TenantId;

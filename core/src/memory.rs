@@ -1,0 +1,320 @@
+//! `MemoryStore`: the in-memory reference backend.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use parking_lot::RwLock;
+
+use crate::error::{Error, Result};
+use crate::event::{Envelope, SyncEvent};
+use crate::id::{MessageId, PartId, SessionId};
+use crate::model::{Message, MessageWithParts, Part};
+use crate::store::{clamp_limit, Capabilities, Cursor, OpenItems, Page, SessionState, Store};
+use crate::tenant::TenantId;
+
+type SessionKey = (TenantId, SessionId);
+
+#[derive(Debug, Clone)]
+struct SessionData {
+    state: SessionState,
+    messages: BTreeMap<MessageId, MessageData>,
+}
+
+#[derive(Debug, Clone)]
+struct MessageData {
+    info: Message,
+    parts: BTreeMap<PartId, Part>,
+}
+
+impl MessageData {
+    fn with_parts(&self) -> MessageWithParts {
+        MessageWithParts {
+            info: self.info.clone(),
+            parts: self.parts.values().cloned().collect(),
+        }
+    }
+}
+
+/// How to put back one change when a batch fails half-way.
+enum Undo {
+    Session(SessionKey, Option<SessionData>),
+    SessionInfo(SessionKey, crate::model::Session),
+    Message(SessionKey, MessageId, Option<MessageData>),
+    MessageInfo(SessionKey, MessageId, Message),
+    Part(SessionKey, MessageId, PartId, Option<Part>),
+    Seq(SessionKey, u64),
+}
+
+/// A complete in-memory store: tenancy, cascading removes, pagination, seq, atomic
+/// batches. Nothing survives the process. It is the reference other backends are
+/// compared against.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: RwLock<BTreeMap<SessionKey, SessionData>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn apply_one(
+    map: &mut BTreeMap<SessionKey, SessionData>,
+    env: &Envelope<SyncEvent>,
+    undo: &mut Vec<Undo>,
+) -> Result<()> {
+    if env.event.session_id() != &env.session_id {
+        return Err(Error::invalid(format!(
+            "{} for session {} carried in an envelope of session {}",
+            env.event.name(),
+            env.event.session_id(),
+            env.session_id
+        )));
+    }
+    let key = (env.tenant.clone(), env.session_id.clone());
+    match &env.event {
+        SyncEvent::SessionUpdated { info } => match map.get_mut(&key) {
+            Some(s) => {
+                let old = std::mem::replace(&mut s.state.info, info.clone());
+                undo.push(Undo::SessionInfo(key.clone(), old));
+            }
+            None => {
+                map.insert(
+                    key.clone(),
+                    SessionData {
+                        state: SessionState {
+                            info: info.clone(),
+                            seq: 0,
+                        },
+                        messages: BTreeMap::new(),
+                    },
+                );
+                undo.push(Undo::Session(key.clone(), None));
+            }
+        },
+        SyncEvent::SessionDeleted { .. } => {
+            if let Some(old) = map.remove(&key) {
+                undo.push(Undo::Session(key.clone(), Some(old)));
+            }
+        }
+        SyncEvent::MessageUpdated { info } => {
+            let s = map
+                .get_mut(&key)
+                .ok_or_else(|| Error::not_found("session", &env.session_id))?;
+            if let Some(m) = s.messages.get_mut(&info.id) {
+                let old = std::mem::replace(&mut m.info, info.clone());
+                undo.push(Undo::MessageInfo(key.clone(), info.id.clone(), old));
+            } else {
+                s.messages.insert(
+                    info.id.clone(),
+                    MessageData {
+                        info: info.clone(),
+                        parts: BTreeMap::new(),
+                    },
+                );
+                undo.push(Undo::Message(key.clone(), info.id.clone(), None));
+            }
+        }
+        SyncEvent::MessageRemoved { message_id, .. } => {
+            if let Some(s) = map.get_mut(&key) {
+                if let Some(old) = s.messages.remove(message_id) {
+                    undo.push(Undo::Message(key.clone(), message_id.clone(), Some(old)));
+                }
+            }
+        }
+        SyncEvent::PartUpdated { part } => {
+            let m = map
+                .get_mut(&key)
+                .and_then(|s| s.messages.get_mut(&part.message_id))
+                .ok_or_else(|| Error::not_found("message", &part.message_id))?;
+            let old = m.parts.insert(part.id.clone(), part.clone());
+            undo.push(Undo::Part(
+                key.clone(),
+                part.message_id.clone(),
+                part.id.clone(),
+                old,
+            ));
+        }
+        SyncEvent::PartRemoved {
+            message_id,
+            part_id,
+            ..
+        } => {
+            if let Some(m) = map
+                .get_mut(&key)
+                .and_then(|s| s.messages.get_mut(message_id))
+            {
+                if let Some(old) = m.parts.remove(part_id) {
+                    undo.push(Undo::Part(
+                        key.clone(),
+                        message_id.clone(),
+                        part_id.clone(),
+                        Some(old),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(s) = map.get_mut(&key) {
+        if env.seq > s.state.seq {
+            undo.push(Undo::Seq(key, s.state.seq));
+            s.state.seq = env.seq;
+        }
+    }
+    Ok(())
+}
+
+fn rollback(map: &mut BTreeMap<SessionKey, SessionData>, undo: Vec<Undo>) {
+    for u in undo.into_iter().rev() {
+        match u {
+            Undo::Session(k, Some(d)) => {
+                map.insert(k, d);
+            }
+            Undo::Session(k, None) => {
+                map.remove(&k);
+            }
+            Undo::SessionInfo(k, info) => {
+                if let Some(s) = map.get_mut(&k) {
+                    s.state.info = info;
+                }
+            }
+            Undo::Message(k, id, old) => {
+                if let Some(s) = map.get_mut(&k) {
+                    match old {
+                        Some(d) => s.messages.insert(id, d),
+                        None => s.messages.remove(&id),
+                    };
+                }
+            }
+            Undo::MessageInfo(k, id, info) => {
+                if let Some(m) = map.get_mut(&k).and_then(|s| s.messages.get_mut(&id)) {
+                    m.info = info;
+                }
+            }
+            Undo::Part(k, mid, pid, old) => {
+                if let Some(m) = map.get_mut(&k).and_then(|s| s.messages.get_mut(&mid)) {
+                    match old {
+                        Some(p) => m.parts.insert(pid, p),
+                        None => m.parts.remove(&pid),
+                    };
+                }
+            }
+            Undo::Seq(k, seq) => {
+                if let Some(s) = map.get_mut(&k) {
+                    s.state.seq = seq;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: false,
+            ..Capabilities::new("memory")
+        }
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let mut map = self.sessions.write();
+        let mut undo = Vec::new();
+        for env in batch {
+            if let Err(e) = apply_one(&mut map, env, &mut undo) {
+                rollback(&mut map, undo);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        let map = self.sessions.read();
+        Ok(map
+            .get(&(tenant.clone(), id.clone()))
+            .map(|s| s.state.clone()))
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        let map = self.sessions.read();
+        Ok(map
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .map(|(_, s)| s.state.clone())
+            .collect())
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        let map = self.sessions.read();
+        Ok(map
+            .get(&(tenant.clone(), session.clone()))
+            .and_then(|s| s.messages.get(id))
+            .map(MessageData::with_parts))
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        let limit = clamp_limit(limit);
+        let map = self.sessions.read();
+        let Some(s) = map.get(&(tenant.clone(), session.clone())) else {
+            return Ok(Page {
+                messages: Vec::new(),
+                next: None,
+            });
+        };
+        let range = match before {
+            Some(c) => s.messages.range(..c.message_id().clone()),
+            None => s.messages.range::<MessageId, _>(..),
+        };
+        let mut newest_first: Vec<&MessageData> =
+            range.rev().take(limit + 1).map(|(_, m)| m).collect();
+        let more = newest_first.len() > limit;
+        newest_first.truncate(limit);
+        let messages: Vec<MessageWithParts> = newest_first
+            .into_iter()
+            .rev()
+            .map(MessageData::with_parts)
+            .collect();
+        let next = if more {
+            messages.first().map(|m| Cursor::before(m.info.id.clone()))
+        } else {
+            None
+        };
+        Ok(Page { messages, next })
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        let map = self.sessions.read();
+        let mut out = OpenItems::default();
+        for ((t, sid), s) in map.iter() {
+            if t != tenant || session.is_some_and(|want| want != sid) {
+                continue;
+            }
+            for m in s.messages.values() {
+                if m.info.is_open() {
+                    out.messages.push(m.info.clone());
+                }
+                out.parts
+                    .extend(m.parts.values().filter(|p| p.is_open()).cloned());
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,133 @@
+//! `recover`: close what a crashed process left open.
+
+use std::collections::BTreeMap;
+
+use crate::close;
+use crate::error::Result;
+use crate::event::{Event, SyncEvent};
+use crate::id::{PartId, SessionId};
+use crate::model::{MessageError, Part};
+use crate::projector::Projector;
+use crate::tenant::TenantId;
+
+/// The error recorded on an assistant message closed by `recover`.
+pub const RECOVERED_MESSAGE: &str =
+    "The process ended before this answer finished; closed by recover.";
+
+/// What `recover` changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoverReport {
+    /// Sessions that had something open.
+    pub sessions: usize,
+    /// Text/reasoning parts closed.
+    pub blocks_closed: usize,
+    /// Of those, how many got their text rebuilt from the durable bus.
+    pub text_from_bus: usize,
+    /// Tools moved to `error`.
+    pub tools_closed: usize,
+    /// Assistant messages given `time.completed`.
+    pub messages_closed: usize,
+}
+
+impl RecoverReport {
+    /// Whether anything was closed.
+    pub fn is_empty(&self) -> bool {
+        self.sessions == 0
+    }
+}
+
+/// Rebuilds a part's text from retained bus events: the concatenation of its deltas
+/// after its creation event. `None` when the creation event is no longer retained (the
+/// deltas may be incomplete), so the caller keeps what the store has.
+fn text_from_events(events: &[crate::event::BusEvent], part: &PartId) -> Option<String> {
+    let created = events.iter().position(
+        |e| matches!(&e.event, Event::Sync(SyncEvent::PartUpdated { part: p }) if &p.id == part),
+    )?;
+    let mut text = String::new();
+    for e in &events[created..] {
+        if let Event::PartDelta(d) = &e.event {
+            if &d.part_id == part {
+                text.push_str(&d.delta);
+            }
+        }
+    }
+    Some(text)
+}
+
+/// Closes every open part and message of `tenant` (or only of `session`) as finalize
+/// would, after a crash.
+///
+/// Text and reasoning parts get the best confirmed content: on a durable bus, the
+/// concatenation of the part's streamed deltas (when the bus still holds the part's
+/// creation); otherwise the stored text. Tools become errors; assistant messages get
+/// `time.completed` and a `MessageAbortedError` unless they already carry an error.
+/// One commit per session. Idempotent: a second run finds nothing open and writes
+/// nothing.
+pub async fn recover(
+    projector: &dyn Projector,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+    now: i64,
+) -> Result<RecoverReport> {
+    let open = projector.store().open_items(tenant, session).await?;
+    let mut by_session: BTreeMap<SessionId, (Vec<_>, Vec<Part>)> = BTreeMap::new();
+    for m in open.messages {
+        by_session
+            .entry(m.session_id.clone())
+            .or_default()
+            .0
+            .push(m);
+    }
+    for p in open.parts {
+        by_session
+            .entry(p.session_id.clone())
+            .or_default()
+            .1
+            .push(p);
+    }
+    let durable = projector.bus().capabilities().durable;
+    let mut report = RecoverReport::default();
+    for (sid, (messages, mut parts)) in by_session {
+        let replay = if durable && parts.iter().any(is_block) {
+            Some(projector.bus().replay(tenant, &sid, 1).await?)
+        } else {
+            None
+        };
+        parts.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut events = Vec::with_capacity(parts.len() + messages.len());
+        for mut part in parts {
+            if is_block(&part) {
+                let text = replay
+                    .as_ref()
+                    .and_then(|r| text_from_events(&r.events, &part.id));
+                report.text_from_bus += usize::from(text.is_some());
+                if close::close_block(&mut part, now, text) {
+                    report.blocks_closed += 1;
+                }
+            } else if close::close_tool(&mut part, now) {
+                report.tools_closed += 1;
+            }
+            events.push(SyncEvent::PartUpdated { part });
+        }
+        for mut m in messages {
+            if close::close_message(&mut m, now, Some(MessageError::aborted(RECOVERED_MESSAGE))) {
+                report.messages_closed += 1;
+            }
+            events.push(SyncEvent::MessageUpdated { info: m });
+        }
+        if events.is_empty() {
+            continue;
+        }
+        let scope = projector.scope(tenant, &sid).await?;
+        projector.commit(&scope, events).await?;
+        report.sessions += 1;
+    }
+    Ok(report)
+}
+
+fn is_block(p: &Part) -> bool {
+    matches!(
+        p.body,
+        crate::model::PartBody::Text(_) | crate::model::PartBody::Reasoning(_)
+    )
+}

@@ -1,0 +1,240 @@
+//! The `Store` trait: durable Message + Part rows.
+
+use std::fmt;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::event::{Envelope, SyncEvent};
+use crate::id::{MessageId, SessionId};
+use crate::model::{Message, MessageWithParts, Part, Session};
+use crate::tenant::TenantId;
+
+/// Page size used when none is given.
+pub const DEFAULT_PAGE_LIMIT: usize = 50;
+/// Largest page a store returns; larger requests are capped.
+pub const MAX_PAGE_LIMIT: usize = 1000;
+
+/// Clamps a requested page size into `1..=MAX_PAGE_LIMIT` (0 means the default).
+pub fn clamp_limit(limit: usize) -> usize {
+    match limit {
+        0 => DEFAULT_PAGE_LIMIT,
+        n => n.min(MAX_PAGE_LIMIT),
+    }
+}
+
+/// How a backend keeps tenants apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub enum Tenancy {
+    /// The tenant is part of every key; queries filter on it.
+    Keyed,
+    /// The database enforces it (row-level security).
+    RowLevelSecurity,
+}
+
+/// What a store can do; the conformance suite runs what applies and skips the rest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Backend name (`memory`, `redb`, …).
+    pub name: &'static str,
+    /// Committed batches survive a process exit.
+    pub durable: bool,
+    /// `apply` is all-or-nothing.
+    pub transactions: bool,
+    /// How tenants are isolated.
+    pub tenancy: Tenancy,
+    /// Several writers may call `apply` concurrently.
+    pub concurrent_writers: bool,
+}
+
+impl Capabilities {
+    /// Capabilities with the given name and everything else set to the strongest
+    /// keyed-tenancy defaults; adjust fields from there.
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            durable: true,
+            transactions: true,
+            tenancy: Tenancy::Keyed,
+            concurrent_writers: true,
+        }
+    }
+}
+
+/// A session as stored: its info and the last applied sequence number.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// The session.
+    pub info: Session,
+    /// The highest `seq` of any event applied to it. A subscriber that has read the
+    /// session subscribes from `seq + 1` to continue without gap or repeat.
+    pub seq: u64,
+}
+
+/// An opaque position in a session's history, pointing at the next (older) page.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Cursor(MessageId);
+
+impl Cursor {
+    /// The cursor for the page of messages older than `id`.
+    pub fn before(id: MessageId) -> Self {
+        Self(id)
+    }
+
+    /// The message id this cursor points before. For backends.
+    pub fn message_id(&self) -> &MessageId {
+        &self.0
+    }
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("c1.")?;
+        for b in self.0.as_str().bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cursor({})", self.0)
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::invalid(format!("malformed page cursor {s:?}"));
+        let hex = s.strip_prefix("c1.").ok_or_else(bad)?;
+        if hex.is_empty() || hex.len() % 2 != 0 {
+            return Err(bad());
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+            .collect::<Result<Vec<u8>>>()?;
+        let id = String::from_utf8(bytes).map_err(|_| bad())?;
+        Ok(Self(id.into()))
+    }
+}
+
+impl Serialize for Cursor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cursor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// One page of history: messages oldest → newest, and the cursor of the older page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    /// Messages with their parts, oldest first.
+    pub messages: Vec<MessageWithParts>,
+    /// Where the next (older) page starts; `None` at the beginning of the history.
+    pub next: Option<Cursor>,
+}
+
+/// What a crash may have left open, for [`crate::recover`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpenItems {
+    /// Assistant messages without `time.completed`.
+    pub messages: Vec<Message>,
+    /// Text/reasoning parts without `time.end`, tools `pending`/`running`.
+    pub parts: Vec<Part>,
+}
+
+impl OpenItems {
+    /// Nothing is open.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty() && self.parts.is_empty()
+    }
+}
+
+/// Durable storage of sessions, messages and parts.
+///
+/// Backends are chosen at run time by URL and used as `Arc<dyn Store>`. The conformance
+/// suite tests the `# Behavior` bullets below, one property per bullet.
+#[async_trait]
+pub trait Store: fmt::Debug + Send + Sync + 'static {
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Applies a batch of sync events as one transaction (group commit).
+    ///
+    /// # Behavior
+    /// - All events of the batch are committed, or none is (an error leaves the store as
+    ///   it was). A batch may span sessions and tenants.
+    /// - `session.updated`, `message.updated`, `part.updated` upsert: the same id
+    ///   overwrites the whole row.
+    /// - `session.deleted` removes the session, its messages and their parts;
+    ///   `message.removed` removes the message and its parts; `part.removed` one part.
+    ///   Removing something absent is not an error.
+    /// - A message upsert whose session does not exist, or a part upsert whose message
+    ///   does not exist (e.g. was removed), fails with [`Error::NotFound`]; nothing is
+    ///   resurrected. Earlier events of the same batch count.
+    /// - A part whose `session_id` differs from its message's session fails with
+    ///   [`Error::Conflict`].
+    /// - Each touched session records the highest `seq` applied (never lowering it).
+    /// - Rows of one tenant are never visible to another.
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()>;
+
+    /// Reads one session.
+    ///
+    /// # Behavior
+    /// - `None` if it does not exist in this tenant.
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>>;
+
+    /// Lists the sessions of a tenant, in id order.
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>>;
+
+    /// Reads one message with its parts (in part-id order).
+    ///
+    /// # Behavior
+    /// - `None` if the message does not exist in this tenant and session.
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>>;
+
+    /// Reads a page of a session's messages, newest page first.
+    ///
+    /// # Behavior
+    /// - Returns the `limit` messages (after [`clamp_limit`]) with the highest ids below
+    ///   `before` (all when `None`), ordered oldest → newest, each with its parts in
+    ///   part-id order.
+    /// - `next` is the cursor for the older messages, `None` when there are none.
+    /// - Paging from `None` until `next` is `None` yields every message exactly once,
+    ///   also when messages are appended between page reads.
+    /// - An unknown session yields an empty page.
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page>;
+
+    /// Lists what is open: assistant messages without `time.completed`, text/reasoning
+    /// parts without `time.end`, tools `pending` or `running`.
+    ///
+    /// # Behavior
+    /// - Limited to `session` when given, otherwise the whole tenant.
+    /// - Exactly the rows for which [`Message::is_open`] / [`Part::is_open`] hold.
+    async fn open_items(&self, tenant: &TenantId, session: Option<&SessionId>)
+        -> Result<OpenItems>;
+}
