@@ -18,6 +18,8 @@ use crate::tenant::TenantId;
 /// Events a slow subscriber may fall behind before it gets [`Error::Lagged`].
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 16_384;
 
+type SharedChannel = Arc<Mutex<Channel>>;
+
 #[derive(Debug)]
 struct Channel {
     tx: broadcast::Sender<BusEvent>,
@@ -37,7 +39,7 @@ struct Channel {
 pub struct LocalBus {
     replay_capacity: usize,
     channel_capacity: usize,
-    sessions: RwLock<HashMap<(TenantId, SessionId), Arc<Mutex<Channel>>>>,
+    sessions: RwLock<HashMap<(TenantId, SessionId), SharedChannel>>,
     tenants: RwLock<HashMap<TenantId, broadcast::Sender<BusEvent>>>,
 }
 

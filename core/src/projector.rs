@@ -70,7 +70,7 @@ impl fmt::Debug for Scope {
             .field("tenant", &self.tenant)
             .field("session_id", &self.session_id)
             .field("last_seq", &self.last_seq())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -47,6 +47,8 @@ fn is_successful_summary(m: &MessageWithParts) -> Option<&MessageId> {
     (a.summary == Some(true) && a.finish.is_some() && a.error.is_none()).then_some(&a.parent_id)
 }
 
+/// `None`: not a compaction request; `Some(tail)`: one, with its optional tail start.
+#[allow(clippy::option_option)]
 fn tail_start(m: &MessageWithParts) -> Option<Option<&MessageId>> {
     if !m.info.is_user() {
         return None;

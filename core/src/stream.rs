@@ -185,7 +185,7 @@ fn unknown_reason() -> String {
 impl StreamEvent {
     /// Parses one JSON line, with an error that names the problem.
     pub fn from_json(line: &str) -> crate::Result<Self> {
-        serde_json::from_str(line).map_err(|e| crate::Error::invalid(e))
+        serde_json::from_str(line).map_err(crate::Error::invalid)
     }
 
     /// The event's `type`.

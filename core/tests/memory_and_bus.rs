@@ -1,0 +1,289 @@
+//! The reference backend: MemoryStore semantics and LocalBus ordering/replay.
+
+mod common;
+
+use std::sync::Arc;
+
+use forge_core::id::now_ms;
+use forge_core::{
+    Bus, BusEvent, Envelope, Error, Event, LocalBus, MemoryStore, PartDelta, Session, SessionId,
+    Store, SyncEvent, TenantId, Topic,
+};
+
+fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
+    Envelope {
+        tenant: tenant.clone(),
+        session_id: event.session_id().clone(),
+        seq,
+        event,
+    }
+}
+
+fn session() -> Session {
+    Session::new("s", now_ms())
+}
+
+#[tokio::test]
+async fn a_failing_batch_leaves_nothing_behind() {
+    let store = MemoryStore::new();
+    let t = TenantId::default();
+    let s = session();
+    store
+        .apply(&[env(&t, 1, SyncEvent::SessionUpdated { info: s.clone() })])
+        .await
+        .unwrap();
+    let (m, p) = common::user_message(&s.id, "kept?");
+    let (orphan_msg, orphan) = common::user_message(&s.id, "orphan");
+    let _ = orphan_msg;
+    let mut renamed = s.clone();
+    renamed.title = "renamed".into();
+    let err = store
+        .apply(&[
+            env(&t, 2, SyncEvent::SessionUpdated { info: renamed }),
+            env(&t, 3, SyncEvent::MessageUpdated { info: m.clone() }),
+            env(&t, 4, SyncEvent::PartUpdated { part: p }),
+            env(&t, 5, SyncEvent::PartUpdated { part: orphan }),
+        ])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotFound {
+                what: "message",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let st = store.session(&t, &s.id).await.unwrap().unwrap();
+    assert_eq!(st.info.title, "s");
+    assert_eq!(st.seq, 1);
+    assert!(store.message(&t, &s.id, &m.id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn removes_cascade_and_nothing_is_resurrected() {
+    let store = MemoryStore::new();
+    let t = TenantId::default();
+    let s = session();
+    let (m, p) = common::user_message(&s.id, "x");
+    store
+        .apply(&[
+            env(&t, 1, SyncEvent::SessionUpdated { info: s.clone() }),
+            env(&t, 2, SyncEvent::MessageUpdated { info: m.clone() }),
+            env(&t, 3, SyncEvent::PartUpdated { part: p.clone() }),
+            env(
+                &t,
+                4,
+                SyncEvent::MessageRemoved {
+                    session_id: s.id.clone(),
+                    message_id: m.id.clone(),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    let err = store
+        .apply(&[env(&t, 5, SyncEvent::PartUpdated { part: p.clone() })])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NotFound { .. }),
+        "part for a removed message: {err:?}"
+    );
+    // Re-adding the message does not bring its old parts back.
+    store
+        .apply(&[env(&t, 6, SyncEvent::MessageUpdated { info: m.clone() })])
+        .await
+        .unwrap();
+    assert!(store
+        .message(&t, &s.id, &m.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .parts
+        .is_empty());
+    store
+        .apply(&[env(
+            &t,
+            7,
+            SyncEvent::SessionDeleted {
+                session_id: s.id.clone(),
+            },
+        )])
+        .await
+        .unwrap();
+    assert!(store.session(&t, &s.id).await.unwrap().is_none());
+    let err = store
+        .apply(&[env(&t, 8, SyncEvent::MessageUpdated { info: m })])
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::NotFound {
+            what: "session",
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn tenants_never_see_each_other() {
+    let store = MemoryStore::new();
+    let a = TenantId::new("a").unwrap();
+    let b = TenantId::new("b").unwrap();
+    let s = session();
+    let (m, p) = common::user_message(&s.id, "secret");
+    store
+        .apply(&[
+            env(&a, 1, SyncEvent::SessionUpdated { info: s.clone() }),
+            env(&a, 2, SyncEvent::MessageUpdated { info: m.clone() }),
+            env(&a, 3, SyncEvent::PartUpdated { part: p }),
+        ])
+        .await
+        .unwrap();
+    assert!(store.session(&b, &s.id).await.unwrap().is_none());
+    assert!(store.sessions(&b).await.unwrap().is_empty());
+    assert!(store.message(&b, &s.id, &m.id).await.unwrap().is_none());
+    assert!(store
+        .messages(&b, &s.id, None, 10)
+        .await
+        .unwrap()
+        .messages
+        .is_empty());
+    // Same session id in tenant b is a different session.
+    let err = store
+        .apply(&[env(&b, 1, SyncEvent::MessageUpdated { info: m })])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }));
+}
+
+fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
+    Arc::new(Envelope {
+        tenant: tenant.clone(),
+        session_id: session.clone(),
+        seq,
+        event: Event::PartDelta(PartDelta {
+            message_id: "msg_1".into(),
+            part_id: "prt_1".into(),
+            field: "text".into(),
+            delta: seq.to_string(),
+        }),
+    })
+}
+
+#[tokio::test]
+async fn resume_from_a_seq_replays_the_gap_then_follows_live_without_repeats() {
+    let bus = LocalBus::with_replay(1000);
+    assert!(bus.capabilities().durable);
+    let t = TenantId::default();
+    let s = SessionId::generate();
+    for seq in 1..=10 {
+        bus.publish(delta(&t, &s, seq)).unwrap();
+    }
+    let mut sub = bus
+        .subscribe(&t, Topic::Session(s.clone()), Some(6))
+        .await
+        .unwrap();
+    for seq in 11..=13 {
+        bus.publish(delta(&t, &s, seq)).unwrap();
+    }
+    let got: Vec<u64> = common::drain(&mut sub)
+        .await
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(got, (6..=13).collect::<Vec<_>>());
+    let r = bus.replay(&t, &s, 12).await.unwrap();
+    assert_eq!(r.events.iter().map(|e| e.seq).collect::<Vec<_>>(), [12, 13]);
+    assert!(!r.truncated);
+    assert_eq!(bus.last_seq(&t, &s).await.unwrap(), Some(13));
+}
+
+#[tokio::test]
+async fn retention_is_reported_not_hidden() {
+    let bus = LocalBus::with_replay(4);
+    let t = TenantId::default();
+    let s = SessionId::generate();
+    for seq in 1..=10 {
+        bus.publish(delta(&t, &s, seq)).unwrap();
+    }
+    let r = bus.replay(&t, &s, 1).await.unwrap();
+    assert!(r.truncated);
+    assert_eq!(
+        r.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [7, 8, 9, 10]
+    );
+    let err = bus
+        .subscribe(&t, Topic::Session(s), Some(3))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no longer retained"), "{err}");
+}
+
+#[tokio::test]
+async fn a_live_only_bus_is_not_durable_and_says_so() {
+    let bus = LocalBus::new();
+    assert!(!bus.capabilities().durable);
+    let t = TenantId::default();
+    let s = SessionId::generate();
+    assert!(matches!(
+        bus.replay(&t, &s, 1).await,
+        Err(Error::Unsupported(_))
+    ));
+    assert!(matches!(
+        bus.subscribe(&t, Topic::Session(s), Some(1)).await,
+        Err(Error::Unsupported(_))
+    ));
+}
+
+#[tokio::test]
+async fn every_subscriber_sees_the_same_sequence_and_tenants_are_apart() {
+    let bus = LocalBus::new();
+    let a = TenantId::new("a").unwrap();
+    let b = TenantId::new("b").unwrap();
+    let s = SessionId::generate();
+    let mut s1 = bus
+        .subscribe(&a, Topic::Session(s.clone()), None)
+        .await
+        .unwrap();
+    let mut s2 = bus
+        .subscribe(&a, Topic::Session(s.clone()), None)
+        .await
+        .unwrap();
+    let mut whole_a = bus.subscribe(&a, Topic::Tenant, None).await.unwrap();
+    let mut whole_b = bus.subscribe(&b, Topic::Tenant, None).await.unwrap();
+    for seq in 1..=50 {
+        bus.publish(delta(&a, &s, seq)).unwrap();
+    }
+    bus.publish(delta(&b, &s, 1)).unwrap();
+    let seqs = |v: Vec<BusEvent>| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+    let one = seqs(common::drain(&mut s1).await);
+    assert_eq!(one, (1..=50).collect::<Vec<_>>());
+    assert_eq!(seqs(common::drain(&mut s2).await), one);
+    assert_eq!(seqs(common::drain(&mut whole_a).await), one);
+    let other = common::drain(&mut whole_b).await;
+    assert_eq!(other.len(), 1);
+    assert_eq!(other[0].tenant, b);
+}
+
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_is_told() {
+    let bus = LocalBus::new();
+    let t = TenantId::default();
+    let s = SessionId::generate();
+    let mut sub = bus
+        .subscribe(&t, Topic::Session(s.clone()), None)
+        .await
+        .unwrap();
+    for seq in 1..=(forge_core::local_bus::DEFAULT_CHANNEL_CAPACITY as u64 + 10) {
+        bus.publish(delta(&t, &s, seq)).unwrap();
+    }
+    let first = sub.next().await.unwrap();
+    assert!(
+        matches!(first, Err(Error::Lagged { missed: 10 })),
+        "{first:?}"
+    );
+}
