@@ -185,8 +185,9 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// - A message upsert whose session does not exist, or a part upsert whose message
     ///   does not exist (e.g. was removed), fails with [`Error::NotFound`]; nothing is
     ///   resurrected. Earlier events of the same batch count.
-    /// - A part whose `session_id` differs from its message's session fails with
-    ///   [`Error::Conflict`].
+    /// - An event whose session differs from its envelope's fails with
+    ///   [`Error::InvalidInput`]. A part is looked up under its own session, so a part
+    ///   naming a message of another session fails with [`Error::NotFound`].
     /// - Each touched session records the highest `seq` applied (never lowering it).
     /// - Rows of one tenant are never visible to another.
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()>;

@@ -1,0 +1,105 @@
+//! Mapping redb's errors into [`forge_core::Error`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use forge_core::Error;
+
+/// The backend name used in errors and capabilities.
+pub(crate) const BACKEND: &str = "redb";
+
+/// Maps any redb error into [`Error::Backend`], keeping it as the source.
+///
+/// `retryable` is true only where the same call may succeed later without anyone
+/// repairing anything: the file is held open by another process, or a write
+/// transaction is in progress. Storage, I/O, corruption, format and type errors are
+/// not retryable.
+pub(crate) fn map<E: Into<redb::Error>>(err: E) -> Error {
+    let err: redb::Error = err.into();
+    Error::backend(BACKEND, is_retryable(&err), err)
+}
+
+fn is_retryable(err: &redb::Error) -> bool {
+    matches!(
+        err,
+        redb::Error::DatabaseAlreadyOpen
+            | redb::Error::WouldBlock
+            | redb::Error::TransactionInProgress
+    )
+}
+
+/// Maps an error of opening the file at `path`, naming the path and keeping the redb
+/// error as the source.
+pub(crate) fn open<E: Into<redb::Error>>(path: &Path, err: E) -> Error {
+    let err: redb::Error = err.into();
+    let retryable = is_retryable(&err);
+    Error::backend(
+        BACKEND,
+        retryable,
+        OpenFailed {
+            path: path.to_path_buf(),
+            source: err,
+        },
+    )
+}
+
+/// Opening a redb file failed.
+#[derive(Debug)]
+pub(crate) struct OpenFailed {
+    path: PathBuf,
+    source: redb::Error,
+}
+
+impl fmt::Display for OpenFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot open {}: {}", self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for OpenFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// A stored row contradicts another (an index entry without its row): the file was
+/// changed behind the store's back or a bug broke an invariant.
+#[derive(Debug)]
+pub(crate) struct Inconsistent(pub(crate) String);
+
+impl fmt::Display for Inconsistent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "inconsistent forge-store data: {}", self.0)
+    }
+}
+
+impl std::error::Error for Inconsistent {}
+
+/// An [`Error::Backend`] for broken invariants of the stored data.
+pub(crate) fn inconsistent(msg: impl Into<String>) -> Error {
+    Error::backend(BACKEND, false, Inconsistent(msg.into()))
+}
+
+/// A task running redb work panicked or was cancelled.
+pub(crate) fn join(err: tokio::task::JoinError) -> Error {
+    Error::backend(BACKEND, false, err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn keeps_the_source_and_classifies_retryability() {
+        let io = redb::StorageError::Io(std::io::Error::other("disk on fire"));
+        let err = map(io);
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("disk on fire"), "{err}");
+        let source = err.source().expect("source kept");
+        assert!(source.downcast_ref::<redb::Error>().is_some());
+
+        assert!(map(redb::DatabaseError::DatabaseAlreadyOpen).is_retryable());
+        assert!(!map(redb::StorageError::Corrupted("x".into())).is_retryable());
+    }
+}

@@ -1,0 +1,131 @@
+//! The on-disk layout: table definitions, row types and the schema version.
+//!
+//! Every key starts with the tenant, so a tenant's rows are one contiguous key range and
+//! no read can reach another tenant's rows without naming it. Keys compare element by
+//! element, each `&str` by its bytes, the same order as the ids' `Ord`, so key order is
+//! id order and ids that sort in creation order give rows in creation order.
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `meta` | `&str` name | `u64` (`schema_version`) |
+//! | `sessions` | (tenant, session) | [`SessionRow`] |
+//! | `messages` | (tenant, session, message) | [`JsonRow`] of the message |
+//! | `parts` | (tenant, session, message, part) | [`JsonRow`] of the part |
+//! | `open_messages` | (tenant, session, message) | `()` |
+//! | `open_parts` | (tenant, session, message, part) | `()` |
+//!
+//! The two `open_*` tables index exactly the rows for which `Message::is_open` /
+//! `Part::is_open` hold; every upsert and remove maintains them in the same transaction.
+
+use forge_core::{codec, Error, Result};
+use redb::TableDefinition;
+
+/// The schema version this release writes and reads.
+pub(crate) const SCHEMA_VERSION: u64 = 1;
+
+/// Key of the schema version in [`META`].
+pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
+
+/// Key of a session.
+pub(crate) type SessionKey = (&'static str, &'static str);
+/// Key of a message.
+pub(crate) type MessageKey = (&'static str, &'static str, &'static str);
+/// Key of a part.
+pub(crate) type PartKey = (&'static str, &'static str, &'static str, &'static str);
+
+/// File metadata.
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Sessions: codec-encoded [`SessionRow`].
+pub(crate) const SESSIONS: TableDefinition<SessionKey, &[u8]> = TableDefinition::new("sessions");
+/// Messages: codec-encoded [`JsonRow`].
+pub(crate) const MESSAGES: TableDefinition<MessageKey, &[u8]> = TableDefinition::new("messages");
+/// Parts: codec-encoded [`JsonRow`].
+pub(crate) const PARTS: TableDefinition<PartKey, &[u8]> = TableDefinition::new("parts");
+/// Assistant messages without `time.completed`.
+pub(crate) const OPEN_MESSAGES: TableDefinition<MessageKey, ()> =
+    TableDefinition::new("open_messages");
+/// Open text/reasoning parts and pending/running tools.
+pub(crate) const OPEN_PARTS: TableDefinition<PartKey, ()> = TableDefinition::new("open_parts");
+
+/// A session row: the session's JSON and the highest `seq` applied to it.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(crate) struct SessionRow {
+    /// Highest `seq` of any event applied to the session.
+    pub(crate) seq: u64,
+    /// The session in its JSON shape (unknown fields included).
+    pub(crate) json: String,
+}
+
+/// A message or part row: its JSON text. JSON-valued fields (tool input, metadata,
+/// unknown fields) cannot go through bincode directly, so the whole row is JSON text
+/// inside the versioned binary value.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(crate) struct JsonRow {
+    /// The message or part in its JSON shape.
+    pub(crate) json: String,
+}
+
+/// The smallest string greater than every string that equals `s`: `s` followed by NUL.
+///
+/// Strings compare by bytes, so any `x > s` either extends `s` (and then `x >= s + "\0"`)
+/// or differs from it at a byte where it is larger (and then `x > s + "\0"`). A tuple key
+/// `(…, s, "")` built from it is therefore the exact exclusive upper bound of all keys
+/// whose element equals `s` — not a guessed "maximal" sentinel.
+pub(crate) fn successor(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 1);
+    out.push_str(s);
+    out.push('\0');
+    out
+}
+
+/// Decodes a stored value, naming the row in the error and keeping the source.
+pub(crate) fn decode<T: bincode::Decode<()>>(bytes: &[u8], what: impl Fn() -> String) -> Result<T> {
+    codec::decode(bytes).map_err(|e| context(e, what))
+}
+
+/// Parses a row's JSON text, naming the row in the error and keeping the source.
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
+    json: &str,
+    what: impl Fn() -> String,
+) -> Result<T> {
+    serde_json::from_str(json).map_err(|e| Error::codec(format!("{}: JSON", what()), e))
+}
+
+fn context(err: Error, what: impl Fn() -> String) -> Error {
+    match err {
+        Error::Codec { message, source } => Error::Codec {
+            message: format!("{}: {message}", what()),
+            source,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successor_bounds_exactly_the_strings_equal_to_it() {
+        let s = "ses_1";
+        let succ = successor(s);
+        assert!(s < succ.as_str());
+        for x in ["ses_1", "ses_0", "ses_", ""] {
+            assert!(x < succ.as_str(), "{x}");
+        }
+        for x in ["ses_1\0", "ses_10", "ses_1a", "ses_2", "ses_1\u{10FFFF}"] {
+            assert!(x >= succ.as_str(), "{x:?}");
+        }
+    }
+
+    #[test]
+    fn decode_errors_name_the_row() {
+        let err = decode::<JsonRow>(&[9, 1, 2], || "message t/s/m".into()).unwrap_err();
+        assert!(matches!(err, Error::Codec { .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("message t/s/m") && text.contains("format version 9"),
+            "{text}"
+        );
+    }
+}

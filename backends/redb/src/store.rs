@@ -1,0 +1,224 @@
+//! `RedbStore`: the `Store` trait over one redb file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use forge_core::{
+    Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Result,
+    SessionId, SessionState, Store, SyncEvent, TenantId,
+};
+use redb::{Database, ReadTransaction, ReadableDatabase, TableError};
+
+use crate::config::{Durability, RedbOptions};
+use crate::error::{join, map, open as open_error, BACKEND};
+use crate::schema::{
+    MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
+};
+use crate::{read, write};
+
+/// A [`Store`] in one redb file: embedded, durable, one write transaction per batch.
+///
+/// redb is synchronous; every call runs on tokio's blocking pool. Write transactions
+/// are serialized by redb, so concurrent `apply` calls are safe and each is atomic.
+/// Reads run on a snapshot and never wait for writers.
+pub struct RedbStore {
+    db: Arc<Database>,
+    path: PathBuf,
+    options: RedbOptions,
+}
+
+impl fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedbStore {
+    /// Opens the store at `path` with default options, creating the file if it is
+    /// missing.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the file cannot be opened (I/O, not a redb file, held open
+    /// by another process — the latter retryable); [`Error::Unsupported`] when it was
+    /// written with a newer schema version; [`Error::InvalidInput`] when it is a redb
+    /// file of something else.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, RedbOptions::default())
+    }
+
+    /// Opens the store at `path` with `options`, creating the file if it is missing.
+    ///
+    /// This blocks on file I/O; call it at startup or inside `spawn_blocking`.
+    ///
+    /// # Errors
+    /// As [`RedbStore::open`].
+    pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
+        init_schema(&db, &path)?;
+        Ok(Self {
+            db: Arc::new(db),
+            path,
+            options,
+        })
+    }
+
+    /// The file this store was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> RedbOptions {
+        self.options
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ReadTransaction) -> Result<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(map)?;
+            f(&txn)
+        })
+        .await
+        .map_err(join)?
+    }
+}
+
+/// Checks the schema version, or stamps it and creates the tables in a new file.
+///
+/// A file of the current version is only read, so opening writes nothing.
+fn init_schema(db: &Database, path: &Path) -> Result<()> {
+    let txn = db.begin_read().map_err(map)?;
+    let version = match txn.open_table(META) {
+        Ok(meta) => meta
+            .get(SCHEMA_VERSION_KEY)
+            .map_err(map)?
+            .map(|v| v.value()),
+        Err(TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(open_error(path, e)),
+    };
+    match version {
+        Some(SCHEMA_VERSION) => return Ok(()),
+        Some(v) => {
+            return Err(Error::Unsupported(format!(
+                "{} has forge-store schema version {v}; this release reads version \
+                 {SCHEMA_VERSION} (written by a newer forge-store?)",
+                path.display()
+            )))
+        }
+        None => {}
+    }
+    let foreign: Vec<String> = txn
+        .list_tables()
+        .map_err(map)?
+        .map(|h| redb::TableHandle::name(&h).to_owned())
+        .collect();
+    if !foreign.is_empty() {
+        return Err(Error::invalid(format!(
+            "{} is a redb file without a forge-store schema version (tables: {}); \
+             refusing to use it",
+            path.display(),
+            foreign.join(", ")
+        )));
+    }
+    drop(txn);
+
+    let txn = db.begin_write().map_err(map)?;
+    {
+        txn.open_table(META)
+            .map_err(map)?
+            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+            .map_err(map)?;
+        txn.open_table(SESSIONS).map_err(map)?;
+        txn.open_table(MESSAGES).map_err(map)?;
+        txn.open_table(PARTS).map_err(map)?;
+        txn.open_table(OPEN_MESSAGES).map_err(map)?;
+        txn.open_table(OPEN_PARTS).map_err(map)?;
+    }
+    txn.commit().map_err(map)
+}
+
+#[async_trait]
+impl Store for RedbStore {
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new(BACKEND);
+        caps.durable = self.options.durability == Durability::Immediate;
+        caps
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let ops = write::prepare(batch);
+        let db = Arc::clone(&self.db);
+        let durability = self.options.durability.to_redb();
+        tokio::task::spawn_blocking(move || {
+            let mut txn = db.begin_write().map_err(map)?;
+            txn.set_durability(durability).map_err(map)?;
+            match write::apply(&txn, ops) {
+                Ok(()) => txn.commit().map_err(map),
+                Err(e) => {
+                    // The batch's error is what the caller needs; an abort failure would
+                    // only hide it, and a dropped transaction is rolled back anyway.
+                    let _ = txn.abort();
+                    Err(e)
+                }
+            }
+        })
+        .await
+        .map_err(join)?
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        let (tenant, id) = (tenant.clone(), id.clone());
+        self.read(move |txn| read::session(txn, &tenant, &id)).await
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        let tenant = tenant.clone();
+        self.read(move |txn| read::sessions(txn, &tenant)).await
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        let (tenant, session, id) = (tenant.clone(), session.clone(), id.clone());
+        self.read(move |txn| read::message(txn, &tenant, &session, &id))
+            .await
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        let (tenant, session, before) = (tenant.clone(), session.clone(), before.cloned());
+        self.read(move |txn| read::messages(txn, &tenant, &session, before.as_ref(), limit))
+            .await
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        let (tenant, session) = (tenant.clone(), session.cloned());
+        self.read(move |txn| read::open_items(txn, &tenant, session.as_ref()))
+            .await
+    }
+}

@@ -1,0 +1,248 @@
+//! The write path: one batch of sync events inside one redb write transaction.
+//!
+//! Events are first turned into [`Prepared`] operations on the caller's thread (JSON and
+//! row encoding, envelope checks), then applied in order inside the transaction. A
+//! preparation error is kept at its event's position, so the batch fails with the same
+//! error as the reference store: the first failing event's.
+
+use forge_core::{
+    codec, Envelope, Error, MessageId, PartId, Result, SessionId, SyncEvent, TenantId,
+};
+use redb::{Key, ReadableTable, Table, Value, WriteTransaction};
+
+use crate::error::map;
+use crate::schema::{
+    decode, successor, JsonRow, MessageKey, PartKey, SessionKey, SessionRow, MESSAGES,
+    OPEN_MESSAGES, OPEN_PARTS, PARTS, SESSIONS,
+};
+
+/// One event, ready to be written.
+pub(crate) struct Prepared {
+    tenant: TenantId,
+    session: SessionId,
+    seq: u64,
+    op: Result<Op>,
+}
+
+enum Op {
+    PutSession {
+        json: String,
+    },
+    DeleteSession,
+    PutMessage {
+        id: MessageId,
+        row: Vec<u8>,
+        open: bool,
+    },
+    RemoveMessage {
+        id: MessageId,
+    },
+    PutPart {
+        message: MessageId,
+        id: PartId,
+        row: Vec<u8>,
+        open: bool,
+    },
+    RemovePart {
+        message: MessageId,
+        id: PartId,
+    },
+}
+
+fn json_row<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
+    codec::encode(&JsonRow {
+        json: serde_json::to_string(value)?,
+    })
+}
+
+/// Turns a batch into owned operations that can move to a blocking thread.
+pub(crate) fn prepare(batch: &[Envelope<SyncEvent>]) -> Vec<Prepared> {
+    batch
+        .iter()
+        .map(|env| Prepared {
+            tenant: env.tenant.clone(),
+            session: env.session_id.clone(),
+            seq: env.seq,
+            op: prepare_op(env),
+        })
+        .collect()
+}
+
+fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
+    if env.event.session_id() != &env.session_id {
+        return Err(Error::invalid(format!(
+            "{} for session {} carried in an envelope of session {}",
+            env.event.name(),
+            env.event.session_id(),
+            env.session_id
+        )));
+    }
+    Ok(match &env.event {
+        SyncEvent::SessionUpdated { info } => Op::PutSession {
+            json: serde_json::to_string(info)?,
+        },
+        SyncEvent::SessionDeleted { .. } => Op::DeleteSession,
+        SyncEvent::MessageUpdated { info } => Op::PutMessage {
+            id: info.id.clone(),
+            row: json_row(info)?,
+            open: info.is_open(),
+        },
+        SyncEvent::MessageRemoved { message_id, .. } => Op::RemoveMessage {
+            id: message_id.clone(),
+        },
+        SyncEvent::PartUpdated { part } => Op::PutPart {
+            message: part.message_id.clone(),
+            id: part.id.clone(),
+            row: json_row(part)?,
+            open: part.is_open(),
+        },
+        SyncEvent::PartRemoved {
+            message_id,
+            part_id,
+            ..
+        } => Op::RemovePart {
+            message: message_id.clone(),
+            id: part_id.clone(),
+        },
+    })
+}
+
+/// The tables a batch writes, opened once per transaction.
+struct Tables<'txn> {
+    sessions: Table<'txn, SessionKey, &'static [u8]>,
+    messages: Table<'txn, MessageKey, &'static [u8]>,
+    parts: Table<'txn, PartKey, &'static [u8]>,
+    open_messages: Table<'txn, MessageKey, ()>,
+    open_parts: Table<'txn, PartKey, ()>,
+}
+
+/// Applies `ops` in order inside `txn`. On error the caller aborts the transaction, so
+/// nothing of the batch becomes visible.
+pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>) -> Result<()> {
+    let mut t = Tables {
+        sessions: txn.open_table(SESSIONS).map_err(map)?,
+        messages: txn.open_table(MESSAGES).map_err(map)?,
+        parts: txn.open_table(PARTS).map_err(map)?,
+        open_messages: txn.open_table(OPEN_MESSAGES).map_err(map)?,
+        open_parts: txn.open_table(OPEN_PARTS).map_err(map)?,
+    };
+    for p in ops {
+        apply_one(&mut t, p)?;
+    }
+    Ok(())
+}
+
+fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
+    let op = p.op?;
+    let (tn, sn) = (p.tenant.as_str(), p.session.as_str());
+    let what = || format!("session row {tn}/{sn}");
+    match op {
+        Op::PutSession { json } => {
+            let old_seq = match t.sessions.get((tn, sn)).map_err(map)? {
+                Some(v) => decode::<SessionRow>(v.value(), what)?.seq,
+                None => 0,
+            };
+            let row = SessionRow {
+                seq: old_seq.max(p.seq),
+                json,
+            };
+            t.sessions
+                .insert((tn, sn), codec::encode(&row)?.as_slice())
+                .map_err(map)?;
+            // The seq is already recorded.
+            return Ok(());
+        }
+        Op::DeleteSession => {
+            t.sessions.remove((tn, sn)).map_err(map)?;
+            let hi = successor(sn);
+            remove_range(&mut t.messages, (tn, sn, ""), (tn, hi.as_str(), ""))?;
+            remove_range(&mut t.open_messages, (tn, sn, ""), (tn, hi.as_str(), ""))?;
+            remove_range(&mut t.parts, (tn, sn, "", ""), (tn, hi.as_str(), "", ""))?;
+            remove_range(
+                &mut t.open_parts,
+                (tn, sn, "", ""),
+                (tn, hi.as_str(), "", ""),
+            )?;
+            // A deleted session records no seq.
+            return Ok(());
+        }
+        Op::PutMessage { id, row, open } => {
+            if t.sessions.get((tn, sn)).map_err(map)?.is_none() {
+                return Err(Error::not_found("session", sn));
+            }
+            let key = (tn, sn, id.as_str());
+            t.messages.insert(key, row.as_slice()).map_err(map)?;
+            if open {
+                t.open_messages.insert(key, ()).map_err(map)?;
+            } else {
+                t.open_messages.remove(key).map_err(map)?;
+            }
+        }
+        Op::RemoveMessage { id } => {
+            let m = id.as_str();
+            t.messages.remove((tn, sn, m)).map_err(map)?;
+            t.open_messages.remove((tn, sn, m)).map_err(map)?;
+            let hi = successor(m);
+            remove_range(&mut t.parts, (tn, sn, m, ""), (tn, sn, hi.as_str(), ""))?;
+            remove_range(
+                &mut t.open_parts,
+                (tn, sn, m, ""),
+                (tn, sn, hi.as_str(), ""),
+            )?;
+        }
+        Op::PutPart {
+            message,
+            id,
+            row,
+            open,
+        } => {
+            let m = message.as_str();
+            if t.messages.get((tn, sn, m)).map_err(map)?.is_none() {
+                return Err(Error::not_found("message", m));
+            }
+            let key = (tn, sn, m, id.as_str());
+            t.parts.insert(key, row.as_slice()).map_err(map)?;
+            if open {
+                t.open_parts.insert(key, ()).map_err(map)?;
+            } else {
+                t.open_parts.remove(key).map_err(map)?;
+            }
+        }
+        Op::RemovePart { message, id } => {
+            let key = (tn, sn, message.as_str(), id.as_str());
+            t.parts.remove(key).map_err(map)?;
+            t.open_parts.remove(key).map_err(map)?;
+        }
+    }
+    bump_seq(&mut t.sessions, tn, sn, p.seq, what)
+}
+
+/// Records `seq` on the session if it exists and `seq` is higher than what it holds.
+fn bump_seq(
+    sessions: &mut Table<'_, SessionKey, &'static [u8]>,
+    tn: &str,
+    sn: &str,
+    seq: u64,
+    what: impl Fn() -> String,
+) -> Result<()> {
+    let mut row = match sessions.get((tn, sn)).map_err(map)? {
+        Some(v) => decode::<SessionRow>(v.value(), what)?,
+        None => return Ok(()),
+    };
+    if seq > row.seq {
+        row.seq = seq;
+        sessions
+            .insert((tn, sn), codec::encode(&row)?.as_slice())
+            .map_err(map)?;
+    }
+    Ok(())
+}
+
+/// Removes every row with `lo <= key < hi`.
+fn remove_range<'a, K: Key + 'static, V: Value + 'static>(
+    table: &mut Table<'_, K, V>,
+    lo: K::SelfType<'a>,
+    hi: K::SelfType<'a>,
+) -> Result<()> {
+    table.retain_in(lo..hi, |_, _| false).map_err(map)
+}

@@ -1,0 +1,228 @@
+//! The redb file itself: reopening, a writer process that dies after its commits, a
+//! file held open by another handle, and foreign, newer or corrupted files.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use forge_core::{Error, SessionId, Store};
+use forge_redb::{Durability, RedbOptions, RedbStore};
+
+// ---------------------------------------------------------------------------------------
+// 2. Durability: reopen, and a writer process that dies after its commits
+
+#[test]
+fn reopening_the_file_shows_every_commit() {
+    let rt = runtime();
+    for durability in [Durability::Immediate, Durability::None] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("forge.redb");
+        let history = sample_history();
+        rt.block_on(async {
+            let store = RedbStore::open_with(&path, RedbOptions { durability }).unwrap();
+            assert_eq!(store.path(), path);
+            apply_all(&store, &history).await;
+        });
+        // Dropped: a clean close also makes non-durable commits durable.
+        rt.block_on(async {
+            let store = RedbStore::open(&path).unwrap();
+            assert_matches_reference(&store, &history).await;
+        });
+    }
+}
+
+const CHILD_ENV: &str = "FORGE_REDB_TEST_CHILD_DB";
+
+#[test]
+fn another_process_reads_what_a_dead_writer_committed() {
+    if let Some(path) = std::env::var_os(CHILD_ENV) {
+        // The child: commit, then exit without closing the database, as a crash would.
+        let store = RedbStore::open(&path).unwrap();
+        runtime().block_on(apply_all(&store, &sample_history()));
+        std::mem::forget(store);
+        std::process::exit(0);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("child.redb");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "another_process_reads_what_a_dead_writer_committed",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = RedbStore::open(&path).unwrap();
+    runtime().block_on(assert_matches_reference(&store, &sample_history()));
+}
+
+#[test]
+fn a_second_open_of_a_held_file_is_a_retryable_backend_error() {
+    let (dir, _store) = temp_store(RedbOptions::default());
+    let err = RedbStore::open(dir.path().join("forge.redb")).unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("forge.redb"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Foreign, newer and corrupted files
+
+/// The on-disk layout as the README documents it, written behind the store's back.
+mod raw {
+    use redb::TableDefinition;
+
+    pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+    pub const SESSIONS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("sessions");
+    pub const MESSAGES: TableDefinition<(&str, &str, &str), &[u8]> =
+        TableDefinition::new("messages");
+    pub const PARTS: TableDefinition<(&str, &str, &str, &str), &[u8]> =
+        TableDefinition::new("parts");
+}
+
+fn with_raw_db(path: &Path, f: impl FnOnce(&redb::WriteTransaction)) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    f(&txn);
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_file_of_a_newer_schema_version_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    drop(RedbStore::open(&path).unwrap());
+    with_raw_db(&path, |txn| {
+        let mut meta = txn.open_table(raw::META).unwrap();
+        meta.insert("schema_version", 2).unwrap();
+    });
+    let err = RedbStore::open(&path).unwrap_err();
+    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("schema version 2") && text.contains("newer"),
+        "{text}"
+    );
+}
+
+#[test]
+fn foreign_files_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let junk = dir.path().join("junk.redb");
+    std::fs::write(
+        &junk,
+        b"this is not a redb file, just some text that is long enough",
+    )
+    .unwrap();
+    let err = RedbStore::open(&junk).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                retryable: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("junk.redb"), "{err}");
+
+    let other = dir.path().join("other.redb");
+    with_raw_db(&other, |txn| {
+        let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters");
+        txn.open_table(def).unwrap().insert("x", 1).unwrap();
+    });
+    let err = RedbStore::open(&other).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert!(err.to_string().contains("counters"), "{err}");
+}
+
+#[test]
+fn corrupted_values_are_codec_errors_naming_the_row() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        apply_all(&store, &sample_history()).await;
+    });
+    with_raw_db(&path, |txn| {
+        // A valid row envelope (format 1; bincode: seq = 1, a 3-byte string) holding
+        // text that is not JSON.
+        txn.open_table(raw::SESSIONS)
+            .unwrap()
+            .insert(("a", "ses_1"), [1u8, 1, 3, b'{', b'x', b'}'].as_slice())
+            .unwrap();
+        // A session row cut short: its seq cannot be read.
+        txn.open_table(raw::SESSIONS)
+            .unwrap()
+            .insert(("a", "ses_10"), [1u8, 1, 200].as_slice())
+            .unwrap();
+        // Bytes bincode cannot decode as a row.
+        txn.open_table(raw::MESSAGES)
+            .unwrap()
+            .insert(("a", "ses_1", "msg_1"), [1u8, 0xff, 0xff, 0xff].as_slice())
+            .unwrap();
+        // A row of an unknown format version.
+        txn.open_table(raw::PARTS)
+            .unwrap()
+            .insert(("a", "ses_1", "msg_2", "prt_2"), [9u8, 0].as_slice())
+            .unwrap();
+    });
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
+        let codec = |r: forge_core::Result<()>, needles: &[&str]| {
+            let err = r.expect_err(&format!("{needles:?}"));
+            assert!(matches!(err, Error::Codec { .. }), "{err:?}");
+            let text = err.to_string();
+            for n in needles {
+                assert!(text.contains(n), "{text} lacks {n}");
+            }
+        };
+        codec(
+            store.session(&a, &s1).await.map(drop),
+            &["session row a/ses_1", "JSON"],
+        );
+        codec(store.sessions(&a).await.map(drop), &["session row"]);
+        codec(
+            store.message(&a, &s1, &"msg_1".into()).await.map(drop),
+            &["message row a/ses_1/msg_1", "bincode"],
+        );
+        codec(
+            store.messages(&a, &s1, None, 50).await.map(drop),
+            &["message row a/ses_1/msg_1"],
+        );
+        codec(
+            store.message(&a, &s1, &"msg_2".into()).await.map(drop),
+            &["part row a/ses_1/msg_2/prt_2", "format version 9"],
+        );
+        codec(store.open_items(&a, None).await.map(drop), &["row a/ses_1"]);
+        // A write that must read a corrupted session row fails cleanly, too.
+        codec(
+            store
+                .apply(&[put_message("a", "ses_10", "msg_5", 0, 99)])
+                .await,
+            &["session row a/ses_10", "bincode"],
+        );
+        // Rows that are not corrupted stay readable.
+        let b = tenant("b");
+        assert_eq!(store.sessions(&b).await.unwrap().len(), 1);
+        let page = store
+            .messages(&a, &"ses_10".into(), None, 50)
+            .await
+            .unwrap();
+        assert_eq!(page.messages.len(), 1);
+    });
+}

@@ -1,0 +1,228 @@
+//! Opening a backend by URL.
+//!
+//! `redb://PATH[?durability=immediate|none]` (the embedded default) and `memory://`
+//! (ephemeral: gone when the process exits). A new backend is one more arm in
+//! [`open_store`] and one more line in [`SCHEMES`]. Errors are one line and name the
+//! URL through [`redact`], so a password never reaches a terminal or a CI log.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
+use forge_core::{Engine, LocalBus, MemoryStore, Store};
+
+/// The backend used when neither `--backend` nor `FORGE_BACKEND` is given.
+pub const DEFAULT_URL: &str = "redb://./forge.redb";
+
+/// The schemes this build understands, with the shape of their URLs (for errors and help).
+pub const SCHEMES: &[(&str, &str)] = &[
+    ("redb", "redb://PATH[?durability=immediate|none]"),
+    (
+        "memory",
+        "memory:// (in-process, gone when the command exits)",
+    ),
+];
+
+/// Opens the backend `url` names and wires it to an in-process bus with a replay
+/// buffer (so `recover` in the same process can rebuild streamed text from it).
+///
+/// # Errors
+/// One line naming the redacted URL: unknown scheme, malformed URL, or the backend's
+/// own error when it cannot be opened.
+pub async fn open(url: &str) -> Result<Engine> {
+    let store = open_store(url)
+        .await
+        .map_err(|e| anyhow!("cannot open backend {}: {}", redact(url), one_line(&e)))?;
+    Ok(Engine::new(
+        store,
+        Arc::new(LocalBus::with_replay(DEFAULT_REPLAY_PER_SESSION)),
+    ))
+}
+
+async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        bail!("not a URL (expected SCHEME://…); {}", supported());
+    };
+    let (target, query) = match rest.split_once('?') {
+        Some((t, q)) => (t, Some(q)),
+        None => (rest, None),
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "memory" => {
+            if !target.is_empty() || query.is_some() {
+                bail!("memory:// takes no path or options");
+            }
+            Ok(Arc::new(MemoryStore::new()))
+        }
+        "redb" => {
+            let (path, query) = (target.to_owned(), query.unwrap_or("").to_owned());
+            tokio::task::spawn_blocking(move || open_redb(&path, &query)).await?
+        }
+        other => bail!("unknown backend scheme {other:?}; {}", supported()),
+    }
+}
+
+fn open_redb(path: &str, query: &str) -> Result<Arc<dyn Store>> {
+    if path.is_empty() {
+        bail!("redb:// needs a file path, e.g. redb://./forge.redb");
+    }
+    let opts = forge_redb::RedbOptions::from_query(query)?;
+    Ok(Arc::new(forge_redb::RedbStore::open_with(path, opts)?))
+}
+
+fn supported() -> String {
+    let list: Vec<&str> = SCHEMES.iter().map(|(_, shape)| *shape).collect();
+    format!("supported: {}", list.join(", "))
+}
+
+/// An error chain on one line: causes joined by `: ` (a cause whose text the message
+/// already contains is skipped — core errors include their source in their own text),
+/// newlines folded.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Query keys whose values are secrets.
+const SECRET_KEYS: &[&str] = &[
+    "password",
+    "passwd",
+    "pwd",
+    "pass",
+    "sslpassword",
+    "token",
+    "secret",
+    "auth",
+];
+
+/// `url` with its password (the `user:password@` part, and secret query values such as
+/// `password=`) replaced by `***`. Anything that is not a URL is returned unchanged.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    // The authority ends at the query or fragment; the userinfo ends at the last `@`
+    // before it (a password may itself contain `@` or `/`).
+    let end = rest.find(['?', '#']).unwrap_or(rest.len());
+    let (before_query, after) = rest.split_at(end);
+    let head = match before_query.rfind('@') {
+        Some(at) => {
+            let (userinfo, host) = before_query.split_at(at);
+            match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:***{host}"),
+                None => before_query.to_owned(),
+            }
+        }
+        None => before_query.to_owned(),
+    };
+    format!("{scheme}://{head}{}", redact_query(after))
+}
+
+fn redact_query(tail: &str) -> String {
+    let Some(query) = tail.strip_prefix('?') else {
+        return tail.to_owned();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if SECRET_KEYS.iter().any(|s| k.eq_ignore_ascii_case(s)) => {
+                format!("{k}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    let mut out = format!("?{}", pairs.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_passwords_and_keeps_the_rest() {
+        let cases = [
+            (
+                "postgres://app:s3cret@db.internal:5432/forge",
+                "postgres://app:***@db.internal:5432/forge",
+            ),
+            (
+                "redis://:hunter2@127.0.0.1:6379/0",
+                "redis://:***@127.0.0.1:6379/0",
+            ),
+            (
+                "postgres://app:p@ss/w0rd@db/forge?sslmode=require",
+                "postgres://app:***@db/forge?sslmode=require",
+            ),
+            (
+                "postgres://db/forge?user=app&password=s3cret&sslmode=disable",
+                "postgres://db/forge?user=app&password=***&sslmode=disable",
+            ),
+            ("postgres://app@db/forge", "postgres://app@db/forge"),
+            (
+                "redb://./forge.redb?durability=none",
+                "redb://./forge.redb?durability=none",
+            ),
+            ("redb://./dir@2/f.redb", "redb://./dir@2/f.redb"),
+            ("memory://", "memory://"),
+            ("not a url", "not a url"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn redacted_urls_never_contain_the_secret() {
+        for url in [
+            "ftp://u:topsecret@h",
+            "x://u:topsecret@h/p?q=1#frag",
+            "x://h/p?TOKEN=topsecret#frag",
+        ] {
+            assert!(
+                !redact(url).contains("topsecret"),
+                "{url} -> {}",
+                redact(url)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_scheme_is_one_line_naming_the_redacted_url() {
+        let err = open("mongodb://admin:pw123@h/db").await.unwrap_err();
+        let msg = one_line(&err);
+        assert!(msg.contains("mongodb://admin:***@h/db"), "{msg}");
+        assert!(!msg.contains("pw123"), "{msg}");
+        assert!(msg.contains("unknown backend scheme"), "{msg}");
+        assert!(!msg.contains('\n'));
+    }
+
+    #[tokio::test]
+    async fn memory_opens() {
+        let engine = open("memory://").await.unwrap();
+        assert_eq!(engine.store.capabilities().name, "memory");
+        assert!(open("memory://x").await.is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! The lines of a replay file: framing lines (`session`, `user`, `assistant`, `crash`)
+//! and AI SDK stream events, parsed with errors that say what is wrong.
+
+use forge_core::model::{JsonMap, ModelRef};
+use forge_core::StreamEvent;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `{"type":"session", "title"?, "id"?}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionLine {
+    /// Title of a new session.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Session id (created if missing, continued if it exists).
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// `{"type":"user", "text"?, "parts"?, "agent"?, "model"?, "compaction"?, "ref"?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserLine {
+    /// The prompt, stored as a text part.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Further parts in the opencode shape, without `id`/`sessionID`/`messageID`.
+    #[serde(default)]
+    pub parts: Vec<JsonMap>,
+    /// The agent (default: the previous user message's, else `build`).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// `{providerID, modelID}` (default: the previous user message's).
+    #[serde(default)]
+    pub model: Option<ModelRef>,
+    /// A compaction request: adds a `compaction` part.
+    #[serde(default)]
+    pub compaction: Option<CompactionLine>,
+    /// A name later lines use as `@name` in place of this message's id.
+    #[serde(default, rename = "ref")]
+    pub label: Option<String>,
+}
+
+/// `compaction` of a user line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionLine {
+    /// Requested automatically (context full).
+    #[serde(default)]
+    pub auto: bool,
+    /// Triggered by a context overflow.
+    #[serde(default)]
+    pub overflow: Option<bool>,
+    /// A message id, or `@ref` of an earlier line: keep messages from there on.
+    #[serde(default, rename = "tailStartID")]
+    pub tail_start_id: Option<String>,
+}
+
+/// `{"type":"assistant", "summary"?, "providerID"?, "modelID"?, "agent"?, "ref"?}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssistantLine {
+    /// This answer is a compaction summary.
+    #[serde(default)]
+    pub summary: Option<bool>,
+    /// Provider (default: the answered user message's model).
+    #[serde(default, rename = "providerID")]
+    pub provider_id: Option<String>,
+    /// Model (default: the answered user message's model).
+    #[serde(default, rename = "modelID")]
+    pub model_id: Option<String>,
+    /// Agent (default: the answered user message's).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// A name for this message, as on user lines.
+    #[serde(default, rename = "ref")]
+    pub label: Option<String>,
+}
+
+/// One line of a replay file.
+#[derive(Debug)]
+pub enum Line {
+    /// Names or creates the session.
+    Session(SessionLine),
+    /// A user message with its parts.
+    User(UserLine),
+    /// Opens an assistant message.
+    Assistant(AssistantLine),
+    /// Stop here without finalize.
+    Crash,
+    /// A model stream event for the open assistant message.
+    Stream(StreamEvent),
+}
+
+/// Parses one line; `None` for blank lines and `#` comments. The error says what is
+/// wrong, without a position (the caller adds the line number).
+pub fn parse_line(text: &str) -> std::result::Result<Option<Line>, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() || trimmed.starts_with('#') {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_str(trimmed).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
+        format!("malformed JSON at column {}: {msg}", e.column())
+    })?;
+    let Value::Object(mut map) = value else {
+        return Err(format!("expected a JSON object, got {trimmed}"));
+    };
+    let kind = match map.get("type") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(format!("`type` must be a string, got {other}")),
+        None => return Err("missing `type`".to_owned()),
+    };
+    let framing = |map: JsonMap| -> std::result::Result<Line, serde_json::Error> {
+        let mut map = map;
+        map.remove("type");
+        let v = Value::Object(map);
+        Ok(match kind.as_str() {
+            "session" => Line::Session(serde_json::from_value(v)?),
+            "user" => Line::User(serde_json::from_value(v)?),
+            _ => Line::Assistant(serde_json::from_value(v)?),
+        })
+    };
+    match kind.as_str() {
+        "session" | "user" | "assistant" => framing(map)
+            .map(Some)
+            .map_err(|e| format!("{kind} line: {e}")),
+        "crash" => {
+            map.remove("type");
+            if let Some(k) = map.keys().next() {
+                return Err(format!("crash line: unknown field `{k}`"));
+            }
+            Ok(Some(Line::Crash))
+        }
+        _ => {
+            let v = Value::Object(std::mem::take(&mut map));
+            serde_json::from_value::<StreamEvent>(v)
+                .map(|e| Some(Line::Stream(e)))
+                .map_err(|e| {
+                    let msg = e.to_string();
+                    if msg.starts_with("unknown variant") {
+                        format!(
+                            "unknown event type {kind:?}: not a replay line (session, user, \
+                             assistant, crash) nor an AI SDK stream event this version handles"
+                        )
+                    } else {
+                        format!("{kind} event: {msg}")
+                    }
+                })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(line: &str) -> String {
+        match parse_line(line) {
+            Err(e) => e,
+            Ok(l) => panic!("{line} parsed as {l:?}"),
+        }
+    }
+
+    #[test]
+    fn blank_and_comment_lines_are_skipped() {
+        assert!(parse_line("").unwrap().is_none());
+        assert!(parse_line("   ").unwrap().is_none());
+        assert!(parse_line("# a comment").unwrap().is_none());
+    }
+
+    #[test]
+    fn replay_lines_and_stream_events_parse() {
+        assert!(matches!(
+            parse_line(r#"{"type":"session","title":"t"}"#),
+            Ok(Some(Line::Session(_)))
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"user","text":"hi","compaction":{"auto":true}}"#),
+            Ok(Some(Line::User(_)))
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"assistant","summary":true}"#),
+            Ok(Some(Line::Assistant(_)))
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"crash"}"#),
+            Ok(Some(Line::Crash))
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"text-delta","id":"t","text":"x"}"#),
+            Ok(Some(Line::Stream(StreamEvent::TextDelta { .. })))
+        ));
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        assert!(err("{not json").contains("malformed JSON at column"));
+        assert!(err("[1,2]").contains("expected a JSON object"));
+        assert!(err(r#"{"id":"x"}"#).contains("missing `type`"));
+        assert!(err(r#"{"type":"user","txt":"hi"}"#).contains("unknown field `txt`"));
+        let e = err(r#"{"type":"text-delat","id":"t"}"#);
+        assert!(e.contains("unknown event type \"text-delat\""), "{e}");
+        let e = err(r#"{"type":"text-delta","id":"t"}"#);
+        assert!(e.contains("text-delta event") && e.contains("text"), "{e}");
+        assert!(err(r#"{"type":"crash","why":1}"#).contains("unknown field `why`"));
+    }
+}

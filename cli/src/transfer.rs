@@ -1,0 +1,257 @@
+//! `import` and `export`: whole sessions in the shape the opencode agent exports.
+//!
+//! Two input shapes are accepted:
+//! - one JSON document `{"info": Session, "messages": [{"info": Message, "parts": [Part]}]}`
+//!   (what `export` writes);
+//! - JSONL, one `{"info": Message, "parts": [Part]}` object per line; each session is
+//!   then created from the messages' `sessionID` with an empty title (or continued if it
+//!   already exists).
+//!
+//! Ids, times and unknown fields are kept as they are (the model keeps unknown fields
+//! and unknown part kinds), so `export` of an imported session gives back the same JSON
+//! value. Import writes `session.updated`, then one batch per message (message + parts).
+
+use std::collections::HashMap;
+
+use anyhow::{anyhow, bail, Context, Result};
+use forge_core::model::{JsonMap, SessionTime};
+use forge_core::store::MAX_PAGE_LIMIT;
+use forge_core::{read_all, Engine, MessageWithParts, Session, SessionId, TenantId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A whole session: the document `export` writes and `import` reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Export {
+    /// The session.
+    pub info: Session,
+    /// Its messages with their parts, oldest first.
+    pub messages: Vec<MessageWithParts>,
+}
+
+/// What `import` wrote for one session.
+#[derive(Clone, Debug, Serialize)]
+pub struct ImportedSession {
+    /// The session.
+    pub id: SessionId,
+    /// Whether it was written (`session.updated`) rather than continued as it was.
+    pub session_written: bool,
+    /// Messages written.
+    pub messages: usize,
+    /// Parts written.
+    pub parts: usize,
+}
+
+/// Parsed input: sessions to write (`None`: create or continue from the messages), each
+/// with its messages in file order.
+struct Parsed {
+    sessions: Vec<(SessionId, Option<Session>, Vec<MessageWithParts>)>,
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| anyhow!("{what}: {e}"))
+}
+
+fn parse_document(mut doc: JsonMap) -> Result<Parsed> {
+    let info: Session = from_value(doc.remove("info").unwrap_or(Value::Null), "info")?;
+    let Some(Value::Array(items)) = doc.remove("messages") else {
+        bail!("`messages` must be an array");
+    };
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let m: MessageWithParts = from_value(item, &format!("messages[{i}]"))?;
+        if m.info.session_id != info.id {
+            bail!(
+                "messages[{i}]: message {} belongs to session {}, but the document is session {}",
+                m.info.id,
+                m.info.session_id,
+                info.id
+            );
+        }
+        messages.push(m);
+    }
+    Ok(Parsed {
+        sessions: vec![(info.id.clone(), Some(info), messages)],
+    })
+}
+
+fn parse_lines(text: &str) -> Result<Parsed> {
+    let mut order: Vec<SessionId> = Vec::new();
+    let mut by_session: HashMap<SessionId, Vec<MessageWithParts>> = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| {
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
+            anyhow!("line {n}: malformed JSON at column {}: {msg}", e.column())
+        })?;
+        let m: MessageWithParts = from_value(v, &format!("line {n}"))?;
+        let sid = m.info.session_id.clone();
+        by_session
+            .entry(sid.clone())
+            .or_insert_with(|| {
+                order.push(sid);
+                Vec::new()
+            })
+            .push(m);
+    }
+    Ok(Parsed {
+        sessions: order
+            .into_iter()
+            .map(|sid| {
+                let msgs = by_session.remove(&sid).unwrap_or_default();
+                (sid, None, msgs)
+            })
+            .collect(),
+    })
+}
+
+fn parse(text: &str) -> Result<Parsed> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(doc)) if doc.contains_key("messages") => parse_document(doc),
+        // A single `{info, parts}` object (possibly pretty-printed) is one message.
+        Ok(Value::Object(doc)) if doc.contains_key("parts") => {
+            let m: MessageWithParts = from_value(Value::Object(doc), "message")?;
+            Ok(Parsed {
+                sessions: vec![(m.info.session_id.clone(), None, vec![m])],
+            })
+        }
+        Ok(_) => bail!(
+            "expected an export document {{\"info\", \"messages\"}} or one \
+             {{\"info\", \"parts\"}} object per line"
+        ),
+        Err(_) => parse_lines(text),
+    }
+}
+
+/// A session made from its messages: empty title, times spanning the messages.
+fn session_from(id: &SessionId, messages: &[MessageWithParts]) -> Session {
+    let created = messages.iter().filter_map(|m| m.info.created()).min();
+    let updated = messages
+        .iter()
+        .filter_map(|m| {
+            let done = m.info.as_assistant().and_then(|a| a.time.completed);
+            done.into_iter().chain(m.info.created()).max()
+        })
+        .max();
+    let now = forge_core::id::now_ms();
+    Session {
+        id: id.clone(),
+        parent_id: None,
+        title: String::new(),
+        time: SessionTime {
+            created: created.unwrap_or(now),
+            updated: updated.or(created).unwrap_or(now),
+            extra: JsonMap::new(),
+        },
+        extra: JsonMap::new(),
+    }
+}
+
+/// Imports `text` (either shape) into `engine`.
+pub async fn import(
+    engine: &Engine,
+    tenant: &TenantId,
+    text: &str,
+) -> Result<Vec<ImportedSession>> {
+    let parsed = parse(text)?;
+    let mut done = Vec::new();
+    for (sid, info, messages) in parsed.sessions {
+        let (scope, written) = match info {
+            Some(info) => (engine.put_session(tenant, info).await?, true),
+            None => match engine.store.session(tenant, &sid).await? {
+                Some(_) => (engine.scope(tenant, &sid).await?, false),
+                None => {
+                    let s = session_from(&sid, &messages);
+                    (engine.put_session(tenant, s).await?, true)
+                }
+            },
+        };
+        let mut report = ImportedSession {
+            id: sid.clone(),
+            session_written: written,
+            messages: 0,
+            parts: 0,
+        };
+        for m in messages {
+            let id = m.info.id.clone();
+            let n = m.parts.len();
+            engine
+                .put_message(&scope, m.info, m.parts)
+                .await
+                .with_context(|| format!("writing message {id} of session {sid}"))?;
+            report.messages += 1;
+            report.parts += n;
+        }
+        done.push(report);
+    }
+    Ok(done)
+}
+
+/// Reads a whole session for `export`.
+///
+/// # Errors
+/// When the session does not exist in `tenant`.
+pub async fn export(engine: &Engine, tenant: &TenantId, session: &SessionId) -> Result<Export> {
+    let Some(state) = engine.store.session(tenant, session).await? else {
+        bail!("session {session} not found in tenant {tenant} (see `forge-store sessions`)");
+    };
+    let messages = read_all(engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT).await?;
+    Ok(Export {
+        info: state.info,
+        messages,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(id: &str, session: &str, created: i64) -> Value {
+        json!({
+            "info": {"id": id, "sessionID": session, "role": "user",
+                     "time": {"created": created}, "agent": "build"},
+            "parts": [{"id": format!("prt_{id}"), "sessionID": session, "messageID": id,
+                       "type": "text", "text": "hi"}]
+        })
+    }
+
+    #[test]
+    fn jsonl_groups_messages_by_session_in_first_seen_order() {
+        let text = [
+            message("msg_1", "ses_b", 5).to_string(),
+            String::new(),
+            message("msg_2", "ses_a", 7).to_string(),
+            message("msg_3", "ses_b", 9).to_string(),
+        ]
+        .join("\n");
+        let p = parse(&text).unwrap();
+        let ids: Vec<(&str, usize)> = p
+            .sessions
+            .iter()
+            .map(|(s, _, m)| (s.as_str(), m.len()))
+            .collect();
+        assert_eq!(ids, [("ses_b", 2), ("ses_a", 1)]);
+        let (sid, _, msgs) = &p.sessions[0];
+        let s = session_from(sid, msgs);
+        assert_eq!(
+            (s.time.created, s.time.updated, s.title.as_str()),
+            (5, 9, "")
+        );
+    }
+
+    #[test]
+    fn errors_name_where() {
+        let bad = format!("{}\n{{\"info\": 1", message("msg_1", "ses_a", 1));
+        let e = parse(&bad).err().unwrap().to_string();
+        assert!(e.starts_with("line 2: malformed JSON"), "{e}");
+        let doc = json!({"info": {"id": "ses_a", "title": "", "time": {"created": 1, "updated": 1}},
+                         "messages": [message("msg_1", "ses_other", 1)]});
+        let e = parse(&doc.to_string()).err().unwrap().to_string();
+        assert!(e.contains("messages[0]") && e.contains("ses_other"), "{e}");
+    }
+}

@@ -1,0 +1,167 @@
+//! Bad replay input: the error names the line, the exit code is non-zero, and nothing
+//! committed before is lost or left open. Bad URLs and tenants are clear one-line errors.
+
+mod common;
+
+use common::{open_things, parts, stderr, Env};
+
+const USER: &str = r#"{"type":"session","title":"bad input"}
+{"type":"user","text":"hello"}
+{"type":"text-start","id":"t"}
+{"type":"text-delta","id":"t","text":"partial answer"}"#;
+
+/// Replays `tail` after a user message and an open text block; returns stderr and the
+/// stored history of the (only) session.
+fn replay_failing(env: &Env, tail: &str) -> (String, Vec<serde_json::Value>) {
+    let file = env.file("bad.jsonl", &format!("{USER}\n{tail}\n"));
+    let out = env.run(&["replay", &file]);
+    assert!(!out.status.success(), "replay must fail on {tail}");
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "one-line error: {err}");
+    let sessions = env.json(&["sessions"]);
+    let sid = sessions[0]["info"]["id"].as_str().unwrap().to_owned();
+    (err, env.history(&sid))
+}
+
+fn assert_committed_and_closed(history: &[serde_json::Value], line: usize) {
+    assert_eq!(history.len(), 2, "user message and the answer are kept");
+    assert_eq!(parts(&history[0])[0]["text"], "hello");
+    assert_eq!(
+        open_things(history),
+        (0, 0),
+        "finalize closed the open answer"
+    );
+    let info = &history[1]["info"];
+    assert_eq!(info["error"]["name"], "UnknownError");
+    let msg = info["error"]["data"]["message"].as_str().unwrap();
+    assert!(msg.contains(&format!("line {line}")), "{msg}");
+    assert_eq!(parts(&history[1])[0]["text"], "partial answer");
+}
+
+#[test]
+fn malformed_line_reports_its_number_and_keeps_what_was_committed() {
+    let env = Env::new();
+    let (err, history) = replay_failing(&env, r#"{"type":"text-delta","id":"t","#);
+    assert!(err.contains("line 5: malformed JSON"), "{err}");
+    assert_committed_and_closed(&history, 5);
+}
+
+#[test]
+fn unknown_event_type_is_reported_not_skipped() {
+    let env = Env::new();
+    let (err, history) = replay_failing(&env, r#"{"type":"text-delat","id":"t","text":"x"}"#);
+    assert!(
+        err.contains(r#"line 5: unknown event type "text-delat""#),
+        "{err}"
+    );
+    assert_committed_and_closed(&history, 5);
+}
+
+#[test]
+fn event_that_does_not_fit_names_the_line_and_the_reason() {
+    let env = Env::new();
+    let (err, history) = replay_failing(
+        &env,
+        r#"{"type":"tool-result","toolCallId":"nope","output":"x"}"#,
+    );
+    assert!(err.contains("line 5: tool-result does not fit"), "{err}");
+    assert!(err.contains("nope"), "{err}");
+    assert_committed_and_closed(&history, 5);
+}
+
+#[test]
+fn typo_in_a_replay_line_field_is_an_error() {
+    let env = Env::new();
+    let (err, history) = replay_failing(&env, r#"{"type":"user","txt":"again"}"#);
+    assert!(
+        err.contains("line 5: user line: unknown field `txt`"),
+        "{err}"
+    );
+    assert_committed_and_closed(&history, 5);
+}
+
+#[test]
+fn end_of_file_with_an_open_answer_is_an_error_and_closes_it() {
+    let env = Env::new();
+    let (err, history) = replay_failing(&env, "");
+    assert!(err.contains("line 6 (end of file)"), "{err}");
+    assert!(err.contains("still open"), "{err}");
+    assert_committed_and_closed(&history, 6);
+}
+
+#[test]
+fn stream_without_a_user_message_is_an_error() {
+    let env = Env::new();
+    let file = env.file("bad.jsonl", "{\"type\":\"text-start\",\"id\":\"t\"}\n");
+    let out = env.run(&["replay", &file]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("line 1: no user message to answer"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unknown_scheme_is_one_line_naming_the_url_without_its_password() {
+    let env = Env::new();
+    let out = common::bare(
+        &[
+            "--backend",
+            "mongodb://admin:hunter2@db.internal/forge",
+            "sessions",
+        ],
+        env.dir.path(),
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("mongodb://admin:***@db.internal/forge"),
+        "{err}"
+    );
+    assert!(err.contains("unknown backend scheme"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn unopenable_backend_is_one_line_naming_the_url() {
+    let env = Env::new();
+    let url = format!("redb://{}/no/such/dir/f.redb", env.dir.path().display());
+    let out = common::bare(&["--backend", &url, "sessions"], env.dir.path());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("cannot open backend {url}")), "{err}");
+}
+
+#[test]
+fn invalid_tenant_is_a_clear_error() {
+    let env = Env::new();
+    let out = env.run(&["--tenant", "acme/../other", "sessions"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("--tenant"), "{err}");
+    assert!(err.contains("only A-Z a-z 0-9 . _ - are allowed"), "{err}");
+}
+
+#[test]
+fn tenants_do_not_see_each_other() {
+    let env = Env::new();
+    let (_, sid) = env.replay(&common::example("crash.jsonl"));
+    let other = env.json(&["--tenant", "other", "sessions"]);
+    assert!(other.as_array().unwrap().is_empty());
+    let out = env.run(&["--tenant", "other", "history", &sid]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not found in tenant other"),
+        "{}",
+        stderr(&out)
+    );
+    let r = env.json(&["--tenant", "other", "recover"]);
+    assert_eq!(
+        r["report"]["sessions"], 0,
+        "recover of another tenant touches nothing"
+    );
+    assert_eq!(open_things(&env.history(&sid)), (1, 3));
+}
