@@ -39,7 +39,7 @@ pub async fn open(url: &str) -> Result<Engine> {
     ))
 }
 
-async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
+pub(crate) async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
     let Some((scheme, rest)) = url.split_once("://") else {
         bail!("not a URL (expected SCHEME://…); {}", supported());
     };

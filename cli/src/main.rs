@@ -7,6 +7,7 @@
 //! one line on stderr and a non-zero exit code.
 
 mod backend;
+mod conformance;
 mod demo;
 mod replay;
 mod show;
@@ -124,6 +125,19 @@ enum Command {
     },
     /// Replay the shipped example streams and show history, view and recovery.
     Demo,
+    /// Run the conformance suite against the backend (embedded files: on fresh
+    /// temporary files with the URL's options; servers: under the suite's own tenants).
+    Conformance {
+        /// Generated cases per property (default: FORGE_PROPTEST_CASES or 32).
+        #[arg(long)]
+        cases: Option<u32>,
+        /// Write a JUnit XML report to this file.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Run only this property (or §9 group), e.g. `pagination`.
+        #[arg(long)]
+        only: Option<String>,
+    },
 }
 
 fn parse_tenant(s: &str) -> std::result::Result<TenantId, String> {
@@ -163,6 +177,15 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    if let Command::Conformance { cases, junit, only } = cli.command {
+        let opts = conformance::Options {
+            url: &cli.backend,
+            cases,
+            junit: junit.as_deref(),
+            only,
+        };
+        return conformance::run(opts, out).await;
+    }
     let engine = backend::open(&cli.backend).await?;
     let tenant = &cli.tenant;
     match cli.command {
@@ -254,6 +277,7 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             Ok(())
         }
         Command::Demo => demo::run(&engine, tenant, &cli.backend, out).await,
+        Command::Conformance { .. } => unreachable!("handled before the backend is opened"),
     }
 }
 

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// The tenant every row belongs to: 1–64 characters of `[A-Za-z0-9._-]`.
+/// The tenant every row belongs to: 1–64 characters of `[A-Za-z0-9._-]`, not made only
+/// of dots (`.` and `..` would read as path components).
 ///
 /// Validation happens on construction, so a `TenantId` in hand is always valid and
 /// safe to embed in keys, paths and SQL settings. Cloning is a reference-count bump.
@@ -38,6 +39,11 @@ impl TenantId {
                 s.chars().take(16).collect::<String>(),
                 s.chars().count(),
                 Self::MAX_LEN
+            )));
+        }
+        if s.bytes().all(|b| b == b'.') {
+            return Err(Error::invalid(format!(
+                "tenant id {s:?} is made only of dots; it would read as a path component"
             )));
         }
         if let Some(c) = s
@@ -122,6 +128,8 @@ mod tests {
             ("ä", "'ä'"),
             ("a\0", "'\\0'"),
             ("a:b", "':'"),
+            (".", "only of dots"),
+            ("..", "only of dots"),
         ];
         for (bad, needle) in cases {
             let err = TenantId::new(bad).unwrap_err().to_string();

@@ -1,0 +1,317 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod factory;
+mod harness;
+pub mod properties;
+pub mod reference;
+mod report;
+mod runner;
+pub mod strategies;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use config::{Config, DEFAULT_CASES};
+pub use factory::{guarded, BackendFactory, Divergence, FnFactory};
+pub use report::{junit_xml, Outcome, PropertyResult, Report};
+
+/// One property of the contract (ARCHITECTURE §9). Each is its own test.
+///
+/// Two of the nine headings are split where part of them needs a capability, so that the
+/// part that does not apply is reported as skipped instead of silently passing:
+/// [`Property::CrashDurableBus`] (crash boundary on a durable bus) and
+/// [`Property::BusResume`] (resume from a seq).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Property {
+    /// §9.1: upsert/remove sequences leave the store equal to the reference model.
+    Upsert,
+    /// §9.2: paging yields every message exactly once in order, also with appends.
+    Pagination,
+    /// §9.3: `filter_compacted` through the backend equals the reference function.
+    FilterCompacted,
+    /// §9.4: finalize / recover close everything and keep completed blocks exactly.
+    CrashBoundary,
+    /// §9.4 on a durable bus: recover rebuilds streamed text from the bus.
+    CrashDurableBus,
+    /// §9.5: deltas never reach the store, a text part is written at most twice,
+    /// a sync event is published only after its commit.
+    WriteDiscipline,
+    /// §9.6: per-session order, every subscriber sees the same sequence.
+    Bus,
+    /// §9.6 on a durable bus: replay / subscribe from a seq returns exactly the later
+    /// events.
+    BusResume,
+    /// §9.7: nothing done in one tenant is visible in another; hostile ids are rejected
+    /// or contained.
+    TenantIsolation,
+    /// §9.8: concurrent writers lose no update and surface no error.
+    Concurrency,
+    /// §9.9: every kind, including unknown kinds and fields, survives write → read.
+    RoundTrip,
+}
+
+impl Property {
+    /// Every property, in the order the suite runs them.
+    pub const ALL: [Property; 11] = [
+        Property::Upsert,
+        Property::Pagination,
+        Property::FilterCompacted,
+        Property::CrashBoundary,
+        Property::CrashDurableBus,
+        Property::WriteDiscipline,
+        Property::Bus,
+        Property::BusResume,
+        Property::TenantIsolation,
+        Property::Concurrency,
+        Property::RoundTrip,
+    ];
+
+    /// The name used in reports, test names and `Config::only`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Property::Upsert => "upsert",
+            Property::Pagination => "pagination",
+            Property::FilterCompacted => "filter_compacted",
+            Property::CrashBoundary => "crash_boundary",
+            Property::CrashDurableBus => "crash_durable_bus",
+            Property::WriteDiscipline => "write_discipline",
+            Property::Bus => "bus",
+            Property::BusResume => "bus_resume",
+            Property::TenantIsolation => "tenant_isolation",
+            Property::Concurrency => "concurrency",
+            Property::RoundTrip => "round_trip",
+        }
+    }
+
+    /// The §9 heading this property belongs to (`crash_durable_bus` belongs to
+    /// `crash_boundary`, `bus_resume` to `bus`); `Config::only` accepts either.
+    pub fn group(self) -> &'static str {
+        match self {
+            Property::CrashDurableBus => Property::CrashBoundary.name(),
+            Property::BusResume => Property::Bus.name(),
+            other => other.name(),
+        }
+    }
+
+    /// One line saying what the property checks.
+    pub fn description(self) -> &'static str {
+        match self {
+            Property::Upsert => {
+                "any sequence of upserts and removes (ids repeating, cascades, invalid \
+                 upserts rejected atomically) leaves the store equal to the reference model"
+            }
+            Property::Pagination => {
+                "for any history and page size, paging to the end yields every message \
+                 exactly once in order, also with appends between page reads"
+            }
+            Property::FilterCompacted => {
+                "the compacted view read through the backend equals the reference \
+                 filter_compacted over the full history"
+            }
+            Property::CrashBoundary => {
+                "for any model stream cut at any point, finalize / recover leave nothing \
+                 open, keep completed blocks exactly, close tools as errors, idempotently"
+            }
+            Property::CrashDurableBus => {
+                "after a crash, recover on a durable bus persists every delta-confirmed text"
+            }
+            Property::WriteDiscipline => {
+                "deltas never reach the store, a text part is written at most twice, a sync \
+                 event is published only after its commit"
+            }
+            Property::Bus => {
+                "per-session order; every subscriber of a session sees the same sequence"
+            }
+            Property::BusResume => {
+                "replay / subscribe from a seq returns exactly the later events, in order"
+            }
+            Property::TenantIsolation => {
+                "nothing done in tenant A is visible in tenant B; hostile tenant, session \
+                 and message ids are rejected or contained"
+            }
+            Property::Concurrency => {
+                "concurrent writers on many sessions and on one session lose no update and \
+                 surface no error"
+            }
+            Property::RoundTrip => {
+                "every message and part kind, including unknown kinds and fields, survives \
+                 write -> read (and read-modify-write) unchanged"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Property {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Property::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown property {s:?}; known: {}",
+                    Property::ALL.map(Property::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Runs the suite (or `config.only`) against a backend and returns the report.
+///
+/// Builds its own tokio runtime. Called from inside a runtime it runs on a separate
+/// thread and blocks the caller until done; async callers should prefer [`run_async`].
+pub fn run(factory: &dyn BackendFactory, config: &Config) -> Report {
+    outside_runtime(|| run_here(factory, config))
+}
+
+/// [`run`] for async callers: runs the suite on its own thread and runtime.
+pub async fn run_async(factory: Arc<dyn BackendFactory>, config: Config) -> Report {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_here(factory.as_ref(), &config));
+    });
+    rx.await
+        .unwrap_or_else(|_| panic!("the conformance suite thread panicked"))
+}
+
+fn run_here(factory: &dyn BackendFactory, config: &Config) -> Report {
+    let started = Instant::now();
+    let rt = harness::runtime();
+    let mut results = Vec::new();
+    let (store_caps, bus_caps) = harness::probe(&rt, factory);
+    for property in Property::ALL {
+        if config.selects(property) {
+            results.push(runner::run_property(&rt, factory, property, config));
+        }
+    }
+    Report {
+        backend: factory.name().to_owned(),
+        store: store_caps,
+        bus: bus_caps,
+        cases: config.cases,
+        results,
+        duration: started.elapsed(),
+    }
+}
+
+/// Runs one property; used by [`conformance_tests!`].
+pub fn run_property(
+    factory: &dyn BackendFactory,
+    property: Property,
+    config: &Config,
+) -> PropertyResult {
+    let only = Config {
+        only: Some(property.name().to_owned()),
+        ..config.clone()
+    };
+    run(factory, &only)
+        .results
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| unreachable!("the property selects itself"))
+}
+
+/// Runs one property with [`Config::from_env`] and panics with the failure (and its
+/// minimal case) if it fails. A skipped property or an expected divergence prints why
+/// and returns. The body of every test [`conformance_tests!`] generates.
+pub fn assert_property(factory: &dyn BackendFactory, property: Property) {
+    let result = run_property(factory, property, &Config::from_env());
+    match &result.outcome {
+        Outcome::Passed => {}
+        Outcome::Skipped { reason } => {
+            eprintln!("SKIPPED {}: {reason}", property.name());
+        }
+        Outcome::ExpectedDivergence { reason, .. } => {
+            eprintln!("EXPECTED DIVERGENCE {}: {reason}", property.name());
+        }
+        Outcome::Failed { .. } => panic!("{}", result.failure_text()),
+    }
+}
+
+/// Re-runs one case of a property from its JSON form, as printed in a failure report.
+///
+/// A failure report prints a regression test calling [`assert_replay`], which wraps
+/// this.
+///
+/// # Errors
+/// The property's failure message, or a message naming an unknown property or a case
+/// that does not parse.
+pub fn replay(factory: &dyn BackendFactory, property: &str, case_json: &str) -> Result<(), String> {
+    let property: Property = property.parse()?;
+    outside_runtime(|| {
+        runner::with_ctx(factory, &Config::from_env(), |ctx| {
+            properties::replay(ctx, property, case_json)
+        })?
+    })
+}
+
+/// [`replay`] that panics with the failure (for regression tests).
+///
+/// # Panics
+/// When the case fails, with the property's failure message.
+pub fn assert_replay(factory: &dyn BackendFactory, property: &str, case_json: &str) {
+    if let Err(failure) = replay(factory, property, case_json) {
+        panic!("property `{property}` fails on the replayed case: {failure}");
+    }
+}
+
+/// Runs `f` here, or on a scoped thread when called from inside a tokio runtime (the
+/// suite blocks on its own runtime, which cannot nest).
+fn outside_runtime<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(f)
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    } else {
+        f()
+    }
+}
+
+/// Expands to one `#[test]` per property, each running that property against the
+/// backend the factory expression builds (evaluated once per test).
+///
+/// ```ignore
+/// forge_conformance::conformance_tests!(my_backend::factory());
+/// ```
+///
+/// Case counts come from `FORGE_PROPTEST_CASES`. Use it once per module; wrap several
+/// invocations in separate modules.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@tests $factory;
+            upsert => Upsert,
+            pagination => Pagination,
+            filter_compacted => FilterCompacted,
+            crash_boundary => CrashBoundary,
+            crash_durable_bus => CrashDurableBus,
+            write_discipline => WriteDiscipline,
+            bus => Bus,
+            bus_resume => BusResume,
+            tenant_isolation => TenantIsolation,
+            concurrency => Concurrency,
+            round_trip => RoundTrip,
+        );
+    };
+    (@tests $factory:expr; $($name:ident => $variant:ident,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                let factory = $factory;
+                $crate::assert_property(&factory, $crate::Property::$variant);
+            }
+        )*
+    };
+}

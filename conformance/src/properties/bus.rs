@@ -1,0 +1,374 @@
+//! §9.6 Bus: per-session order, every subscriber of a session sees the same sequence,
+//! tenant subscribers see their tenant's events in per-session order and nothing of
+//! another tenant ([`Property::Bus`]); on a durable bus, replay / subscribe from a seq
+//! return exactly the later events, with nothing missed or repeated across the switch
+//! from backlog to live, also while events are being published ([`Property::BusResume`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::{
+    Bus, BusEvent, Envelope, Error, Event, PartDelta, SessionId, Subscription, SyncEvent, TenantId,
+    Topic,
+};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::harness::{ctx_err, kind, CaseRun, Ctx};
+use crate::strategies::model::{self, PartKind};
+use crate::Property;
+
+/// How long a subscriber may take to receive what was published and flushed.
+const DELIVERY: Duration = Duration::from_secs(5);
+/// How long to wait for events that should not come.
+const QUIET: Duration = Duration::from_millis(30);
+
+/// One published event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publish {
+    /// Session index (0..3).
+    pub session: u8,
+    /// 0: `part.delta`, 1: `part.updated`, 2: `session.status`.
+    pub kind: u8,
+    /// Published under a second tenant with the same session id instead.
+    pub other_tenant: bool,
+}
+
+/// A case of [`Property::Bus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// Events, in publish order.
+    pub events: Vec<Publish>,
+    /// Subscribers per session (1..=3).
+    pub subscribers: u8,
+}
+
+/// A case of [`Property::BusResume`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeCase {
+    /// Events published before subscribing.
+    pub before: Vec<Publish>,
+    /// The resume seq: `1 + from % (events before + 2)`.
+    pub from: u16,
+    /// Events published while and after subscribing.
+    pub after: Vec<Publish>,
+}
+
+fn publish() -> impl Strategy<Value = Publish> {
+    (0u8..3, 0u8..3, proptest::bool::weighted(0.15)).prop_map(|(session, kind, other_tenant)| {
+        Publish {
+            session,
+            kind,
+            other_tenant,
+        }
+    })
+}
+
+/// Any bus case.
+pub fn case() -> impl Strategy<Value = Case> {
+    (vec(publish(), 0..40), 1u8..=3).prop_map(|(events, subscribers)| Case {
+        events,
+        subscribers,
+    })
+}
+
+/// Any resume case.
+pub fn resume_case() -> impl Strategy<Value = ResumeCase> {
+    (vec(publish(), 0..30), any::<u16>(), vec(publish(), 0..30)).prop_map(
+        |(before, from, after)| ResumeCase {
+            before,
+            from,
+            after,
+        },
+    )
+}
+
+fn sid(i: u8) -> SessionId {
+    SessionId::from(format!("ses_bus_{i}"))
+}
+
+/// Turns publishes into envelopes with per-(tenant, session) seqs counting from 1.
+struct Publisher {
+    a: TenantId,
+    b: TenantId,
+    seqs: std::collections::HashMap<(bool, u8), u64>,
+}
+
+impl Publisher {
+    fn envelope(&mut self, p: &Publish) -> BusEvent {
+        let seq = self.seqs.entry((p.other_tenant, p.session)).or_insert(0);
+        *seq += 1;
+        let session = sid(p.session);
+        let n = *seq;
+        let event = match p.kind {
+            0 => Event::PartDelta(PartDelta {
+                message_id: "msg_1".into(),
+                part_id: "prt_1".into(),
+                field: "text".into(),
+                delta: format!("d{n}"),
+            }),
+            1 => Event::Sync(SyncEvent::PartUpdated {
+                part: model::part(
+                    &session,
+                    &"msg_1".into(),
+                    &"prt_1".into(),
+                    PartKind::Text,
+                    (n % 250) as u8,
+                ),
+            }),
+            _ => Event::SessionStatus(
+                json!({"type": "busy", "n": n})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        };
+        Arc::new(Envelope {
+            tenant: if p.other_tenant {
+                self.b.clone()
+            } else {
+                self.a.clone()
+            },
+            session_id: session,
+            seq: n,
+            event,
+        })
+    }
+}
+
+/// Receives `n` events (waiting up to [`DELIVERY`]), then checks nothing more comes.
+async fn collect(sub: &mut Subscription, n: usize, who: &str) -> Result<Vec<BusEvent>, String> {
+    let mut got = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::now() + DELIVERY;
+    while got.len() < n {
+        match tokio::time::timeout_at(deadline, sub.next()).await {
+            Ok(Some(Ok(e))) => got.push(e),
+            Ok(Some(Err(e))) => return Err(format!("{who}: {} error: {e}", kind(&e))),
+            Ok(None) => {
+                return Err(format!(
+                    "{who}: the subscription ended after {} events",
+                    got.len()
+                ))
+            }
+            Err(_) => {
+                return Err(format!(
+                    "{who}: received {} of {n} events within {}s: {:?}",
+                    got.len(),
+                    DELIVERY.as_secs(),
+                    seqs(&got)
+                ))
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// After a quiet period, no subscriber has an event it should not have.
+async fn nothing_more(subs: &mut [(String, &mut Subscription)]) -> Result<(), String> {
+    tokio::time::sleep(QUIET).await;
+    for (who, sub) in subs {
+        if let Some(extra) = futures::FutureExt::now_or_never(sub.next()).flatten() {
+            return Err(format!(
+                "{who}: an extra event after the expected ones: {:?}",
+                extra.map(|e| (e.tenant.clone(), e.session_id.clone(), e.seq))
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn seqs(v: &[BusEvent]) -> Vec<(String, u64)> {
+    v.iter()
+        .map(|e| (e.session_id.to_string(), e.seq))
+        .collect()
+}
+
+fn same_events(who: &str, expected: &[BusEvent], got: &[BusEvent]) -> Result<(), String> {
+    if expected == got {
+        return Ok(());
+    }
+    Err(format!(
+        "{who}: wrong sequence\n  expected (session, seq): {:?}\n  received (session, seq): {:?}",
+        seqs(expected),
+        seqs(got)
+    ))
+}
+
+pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
+    crate::harness::run_cases(ctx, Property::Bus, case(), |c| check(ctx, c))
+}
+
+pub(crate) fn run_resume(ctx: &Ctx<'_>) -> CaseRun {
+    crate::harness::run_cases(ctx, Property::BusResume, resume_case(), |c| {
+        check_resume(ctx, c)
+    })
+}
+
+fn the_bus(b: &crate::harness::Backend) -> Result<Arc<dyn Bus>, String> {
+    b.bus
+        .clone()
+        .ok_or_else(|| "the factory returned no bus for this case".to_owned())
+}
+
+pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let bus = the_bus(&b)?;
+        let mut p = Publisher {
+            a: b.tenant(),
+            b: b.tenant(),
+            seqs: std::collections::HashMap::default(),
+        };
+        let tenant = p.a.clone();
+        let mut subs = Vec::new();
+        for s in 0..3u8 {
+            for k in 0..case.subscribers {
+                let sub = bus
+                    .subscribe(&tenant, Topic::Session(sid(s)), None)
+                    .await
+                    .map_err(ctx_err("subscribe(session)"))?;
+                subs.push((s, k, sub));
+            }
+        }
+        let mut whole = bus
+            .subscribe(&tenant, Topic::Tenant, None)
+            .await
+            .map_err(ctx_err("subscribe(tenant)"))?;
+        let published: Vec<BusEvent> = case.events.iter().map(|e| p.envelope(e)).collect();
+        for e in &published {
+            bus.publish(Arc::clone(e)).map_err(ctx_err("publish"))?;
+        }
+        bus.flush().await.map_err(ctx_err("flush"))?;
+        let mine: Vec<BusEvent> = published
+            .iter()
+            .filter(|e| e.tenant == tenant)
+            .cloned()
+            .collect();
+        for (s, k, sub) in &mut subs {
+            let want: Vec<BusEvent> = mine
+                .iter()
+                .filter(|e| e.session_id == sid(*s))
+                .cloned()
+                .collect();
+            let who = format!("subscriber {k} of session {}", sid(*s));
+            let got = collect(sub, want.len(), &who).await?;
+            same_events(&who, &want, &got)?;
+        }
+        let got = collect(&mut whole, mine.len(), "the tenant subscriber").await?;
+        let mut all: Vec<(String, &mut Subscription)> = subs
+            .iter_mut()
+            .map(|(s, k, sub)| (format!("subscriber {k} of session {}", sid(*s)), sub))
+            .collect();
+        all.push(("the tenant subscriber".to_owned(), &mut whole));
+        nothing_more(&mut all).await?;
+        for s in 0..3u8 {
+            let want: Vec<BusEvent> = mine
+                .iter()
+                .filter(|e| e.session_id == sid(s))
+                .cloned()
+                .collect();
+            let seen: Vec<BusEvent> = got
+                .iter()
+                .filter(|e| e.session_id == sid(s))
+                .cloned()
+                .collect();
+            same_events(
+                &format!("the tenant subscriber, session {}", sid(s)),
+                &want,
+                &seen,
+            )?;
+        }
+        if !bus.capabilities().durable {
+            match bus.replay(&tenant, &sid(0), 1).await {
+                Err(Error::Unsupported(_)) => {}
+                Err(e) => {
+                    return Err(format!(
+                        "replay on a live-only bus must fail with Unsupported, got {}: {e}",
+                        kind(&e)
+                    ))
+                }
+                Ok(_) => return Err("replay on a live-only bus must fail with Unsupported".into()),
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn check_resume(ctx: &Ctx<'_>, case: &ResumeCase) -> Result<(), String> {
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let bus = the_bus(&b)?;
+        let mut p = Publisher {
+            a: b.tenant(),
+            b: b.tenant(),
+            seqs: std::collections::HashMap::default(),
+        };
+        let tenant = p.a.clone();
+        let session = sid(0);
+        let before: Vec<BusEvent> = case.before.iter().map(|e| p.envelope(e)).collect();
+        let after: Vec<BusEvent> = case.after.iter().map(|e| p.envelope(e)).collect();
+        for e in &before {
+            bus.publish(Arc::clone(e)).map_err(ctx_err("publish"))?;
+        }
+        bus.flush().await.map_err(ctx_err("flush"))?;
+        let of_session = |v: &[BusEvent]| -> Vec<BusEvent> {
+            v.iter()
+                .filter(|e| e.tenant == tenant && e.session_id == session)
+                .cloned()
+                .collect()
+        };
+        let earlier = of_session(&before);
+        let from = 1 + u64::from(case.from) % (earlier.len() as u64 + 2);
+        let replay = bus
+            .replay(&tenant, &session, from)
+            .await
+            .map_err(ctx_err(format!("replay(from {from})")))?;
+        if replay.truncated {
+            return Err(format!(
+                "replay(from {from}) is truncated after only {} events: the suite needs the \
+                 bus to retain at least 100 events per session",
+                earlier.len()
+            ));
+        }
+        let want: Vec<BusEvent> = earlier.iter().filter(|e| e.seq >= from).cloned().collect();
+        same_events(&format!("replay(from {from})"), &want, &replay.events)?;
+        // Subscribe from `from` while the later events are being published.
+        let publisher = {
+            let (bus, after) = (Arc::clone(&bus), after.clone());
+            tokio::spawn(async move {
+                for e in after {
+                    bus.publish(e)?;
+                    tokio::task::yield_now().await;
+                }
+                bus.flush().await
+            })
+        };
+        let mut resumed = bus
+            .subscribe(&tenant, Topic::Session(session.clone()), Some(from))
+            .await
+            .map_err(ctx_err(format!("subscribe(from {from})")))?;
+        publisher
+            .await
+            .map_err(|e| format!("the publishing task failed: {e}"))?
+            .map_err(ctx_err("publish"))?;
+        let all: Vec<BusEvent> = earlier.iter().chain(&of_session(&after)).cloned().collect();
+        let want: Vec<BusEvent> = all.iter().filter(|e| e.seq >= from).cloned().collect();
+        let who = format!("subscriber resuming from seq {from}");
+        let got = collect(&mut resumed, want.len(), &who).await?;
+        same_events(&who, &want, &got)?;
+        nothing_more(&mut [(who, &mut resumed)]).await?;
+        let last = bus
+            .last_seq(&tenant, &session)
+            .await
+            .map_err(ctx_err("last_seq"))?;
+        if last != all.last().map(|e| e.seq) {
+            return Err(format!(
+                "last_seq is {last:?}, the last published seq is {:?}",
+                all.last().map(|e| e.seq)
+            ));
+        }
+        Ok(())
+    })
+}

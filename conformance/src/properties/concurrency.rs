@@ -1,0 +1,256 @@
+//! §9.8 Concurrency: many tokio tasks write many sessions (one each) and one shared
+//! session at once (new messages, and updates to parts of one hot message), reading
+//! between writes. No call may fail ("database is locked" and the like), no update may
+//! be lost, and the shared session's seq is the highest one applied.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use forge_core::{read_all, MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
+use parking_lot::Mutex;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::{ctx_err, env, CaseRun, Ctx};
+use crate::strategies::model::{self, MessageKind, PartKind};
+use crate::Property;
+
+/// A case: how many writers and how many rounds each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// Concurrent writer tasks.
+    pub writers: u8,
+    /// Rounds per writer; each round writes three batches.
+    pub rounds: u8,
+}
+
+/// Any case: 2–8 writers, 1–12 rounds.
+pub fn case() -> impl Strategy<Value = Case> {
+    (2u8..=8, 1u8..=12).prop_map(|(writers, rounds)| Case { writers, rounds })
+}
+
+pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
+    crate::harness::run_cases(ctx, Property::Concurrency, case(), |c| check(ctx, c))
+}
+
+const SHARED: &str = "ses_shared";
+const HOT: &str = "msg_hot";
+
+fn own(i: u8) -> SessionId {
+    SessionId::from(format!("ses_w{i}"))
+}
+
+async fn writer(
+    store: Arc<dyn Store>,
+    tenant: TenantId,
+    i: u8,
+    rounds: u8,
+    shared_seq: Arc<AtomicU64>,
+) -> Result<(), String> {
+    let mine = own(i);
+    let shared = SessionId::from(SHARED);
+    let put = |_: &SessionId, seq: u64, events: Vec<SyncEvent>| {
+        let batch: Vec<_> = events.into_iter().map(|e| env(&tenant, seq, e)).collect();
+        let store = Arc::clone(&store);
+        async move { store.apply(&batch).await }
+    };
+    put(
+        &mine,
+        1,
+        vec![SyncEvent::SessionUpdated {
+            info: model::session(&mine, i),
+        }],
+    )
+    .await
+    .map_err(ctx_err(format!("writer {i}: creating its session")))?;
+    for j in 0..rounds {
+        let m = MessageId::from(format!("msg_{j:03}"));
+        put(
+            &mine,
+            2 + u64::from(j),
+            vec![
+                SyncEvent::MessageUpdated {
+                    info: model::message(&mine, &m, MessageKind::User, j),
+                },
+                SyncEvent::PartUpdated {
+                    part: model::part(
+                        &mine,
+                        &m,
+                        &PartId::from(format!("prt_{j:03}")),
+                        PartKind::Text,
+                        j,
+                    ),
+                },
+            ],
+        )
+        .await
+        .map_err(ctx_err(format!("writer {i} round {j}: its own session")))?;
+        let m = MessageId::from(format!("msg_w{i}_{j:03}"));
+        let seq = shared_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        put(
+            &shared,
+            seq,
+            vec![
+                SyncEvent::MessageUpdated {
+                    info: model::message(&shared, &m, MessageKind::Assistant, j),
+                },
+                SyncEvent::PartUpdated {
+                    part: model::part(
+                        &shared,
+                        &m,
+                        &PartId::from(format!("prt_w{i}_{j:03}")),
+                        PartKind::ToolCompleted,
+                        j,
+                    ),
+                },
+            ],
+        )
+        .await
+        .map_err(ctx_err(format!(
+            "writer {i} round {j}: a new message in the shared session"
+        )))?;
+        let seq = shared_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        put(
+            &shared,
+            seq,
+            vec![SyncEvent::PartUpdated {
+                part: model::part(
+                    &shared,
+                    &HOT.into(),
+                    &PartId::from(format!("prt_hot_{i}")),
+                    PartKind::Reasoning,
+                    j,
+                ),
+            }],
+        )
+        .await
+        .map_err(ctx_err(format!(
+            "writer {i} round {j}: its part of the hot message"
+        )))?;
+        store
+            .messages(&tenant, &shared, None, 10)
+            .await
+            .map_err(ctx_err(format!(
+                "writer {i} round {j}: reading the shared session"
+            )))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let tenant = b.tenant();
+        let shared = SessionId::from(SHARED);
+        b.store
+            .apply(&[
+                env(
+                    &tenant,
+                    1,
+                    SyncEvent::SessionUpdated {
+                        info: model::session(&shared, 0),
+                    },
+                ),
+                env(
+                    &tenant,
+                    2,
+                    SyncEvent::MessageUpdated {
+                        info: model::message(&shared, &HOT.into(), MessageKind::User, 0),
+                    },
+                ),
+            ])
+            .await
+            .map_err(ctx_err("creating the shared session"))?;
+        let shared_seq = Arc::new(AtomicU64::new(2));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..case.writers)
+            .map(|i| {
+                let (store, tenant, seq, errors) = (
+                    Arc::clone(&b.store),
+                    tenant.clone(),
+                    Arc::clone(&shared_seq),
+                    Arc::clone(&errors),
+                );
+                let rounds = case.rounds;
+                tokio::spawn(async move {
+                    if let Err(e) = writer(store, tenant, i, rounds, seq).await {
+                        errors.lock().push(e);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await
+                .map_err(|e| format!("a writer task panicked: {e}"))?;
+        }
+        if let Some(e) = errors.lock().first() {
+            return Err(format!("a concurrent writer got an error: {e}"));
+        }
+        let store = b.store.as_ref();
+        for i in 0..case.writers {
+            let all = read_all(store, &tenant, &own(i), 1000)
+                .await
+                .map_err(ctx_err("read_all"))?;
+            let complete =
+                all.len() == usize::from(case.rounds) && all.iter().all(|m| m.parts.len() == 1);
+            if !complete {
+                return Err(format!(
+                    "session {} of writer {i}: {} messages ({} parts) after {} rounds: updates \
+                     were lost",
+                    own(i),
+                    all.len(),
+                    all.iter().map(|m| m.parts.len()).sum::<usize>(),
+                    case.rounds
+                ));
+            }
+        }
+        let all = read_all(store, &tenant, &shared, 1000)
+            .await
+            .map_err(ctx_err("read_all(shared)"))?;
+        let want = usize::from(case.writers) * usize::from(case.rounds) + 1;
+        if all.len() != want {
+            return Err(format!(
+                "the shared session holds {} messages, {want} were written: updates were lost",
+                all.len()
+            ));
+        }
+        let hot = store
+            .message(&tenant, &shared, &HOT.into())
+            .await
+            .map_err(ctx_err("message(hot)"))?
+            .ok_or("the hot message was lost")?;
+        let last = case.rounds - 1;
+        for i in 0..case.writers {
+            let want = model::part(
+                &shared,
+                &HOT.into(),
+                &PartId::from(format!("prt_hot_{i}")),
+                PartKind::Reasoning,
+                last,
+            );
+            if !hot.parts.contains(&want) {
+                return Err(format!(
+                    "writer {i}'s last update of its part of the hot message was lost: {:?}",
+                    hot.parts
+                        .iter()
+                        .find(|p| p.id == want.id)
+                        .map(|p| serde_json::to_string(p).unwrap_or_default())
+                ));
+            }
+        }
+        let state = store
+            .session(&tenant, &shared)
+            .await
+            .map_err(ctx_err("session(shared)"))?
+            .ok_or("the shared session was lost")?;
+        let max = shared_seq.load(Ordering::SeqCst);
+        if state.seq != max {
+            return Err(format!(
+                "the shared session's seq is {}, the highest applied was {max}",
+                state.seq
+            ));
+        }
+        b.cleanup().await;
+        Ok(())
+    })
+}

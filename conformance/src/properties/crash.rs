@@ -1,0 +1,351 @@
+//! §9.4 Crash boundary: for any model stream cut at any point, then finalized (the
+//! process is alive) or crashed (processor and projector dropped without finalize) and
+//! recovered by a restarted projector:
+//! - nothing is open afterwards, and the assistant message is completed;
+//! - every block completed before the cut is stored exactly as emitted and untouched;
+//! - tools left pending/running are errors ("Tool execution aborted", interrupted);
+//! - open text is the accumulated text after finalize; after recover it is the streamed
+//!   text on a durable bus ([`Property::CrashDurableBus`]) and the stored text otherwise;
+//! - recover is idempotent: a second run finds nothing and writes nothing.
+
+use std::sync::Arc;
+
+use forge_core::close::TOOL_ABORTED;
+use forge_core::model::{ErrorName, MessageError, ToolState};
+use forge_core::processor::message_error_from;
+use forge_core::{
+    read_all, recover, CountingStore, DirectProjector, MessageWithParts, Outcome as Ending, Store,
+};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::turn::{stored_answer, text_of, Turn};
+use crate::harness::{ctx_err, same, CaseRun, Ctx};
+use crate::strategies::expected::{feed, Expected, ExpectedTool};
+use crate::strategies::model::T0;
+use crate::strategies::stream::{stream_spec, StreamEnd, StreamSpec};
+use crate::Property;
+
+/// How the turn ends after the cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    /// `finalize(Finished)`.
+    Finish,
+    /// `finalize(Failed)`.
+    Fail,
+    /// `finalize(Aborted)`.
+    Abort,
+    /// The process dies: processor and projector dropped, then `recover`.
+    Crash,
+}
+
+/// A case: a stream, where it is cut, how the turn ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// The model stream.
+    pub stream: StreamSpec,
+    /// Share of the stream's events fed before the end, in per mille (0: none, 1000:
+    /// all); proportional, so it stays meaningful while the stream shrinks.
+    pub cut: u16,
+    /// What happens then.
+    pub end: End,
+}
+
+/// Any case; `crash_only` for the durable-bus property.
+pub fn case(crash_only: bool) -> impl Strategy<Value = Case> {
+    let end = if crash_only {
+        Just(End::Crash).boxed()
+    } else {
+        prop_oneof![
+            1 => Just(End::Finish),
+            1 => Just(End::Fail),
+            1 => Just(End::Abort),
+            2 => Just(End::Crash),
+        ]
+        .boxed()
+    };
+    (stream_spec(), 0u16..=1000, end).prop_map(|(stream, cut, end)| Case { stream, cut, end })
+}
+
+/// How many of `len` events a per-mille cut feeds.
+pub(crate) fn fed_events(len: usize, per_mille: u16) -> usize {
+    (len * usize::from(per_mille.min(1000))).div_ceil(1000)
+}
+
+fn describe(t: &ExpectedTool) -> String {
+    match t {
+        ExpectedTool::Pending => "pending, closed as an interrupted error".into(),
+        ExpectedTool::Running(input) => {
+            format!("running with input {input}, closed as an interrupted error")
+        }
+        ExpectedTool::Completed(o, t) => format!("completed with output {o:?}, title {t:?}"),
+        ExpectedTool::Error(e) => format!("error {e:?}"),
+    }
+}
+
+pub(crate) fn run(ctx: &Ctx<'_>, durable_only: bool) -> CaseRun {
+    let property = if durable_only {
+        Property::CrashDurableBus
+    } else {
+        Property::CrashBoundary
+    };
+    let run = crate::harness::run_cases(ctx, property, case(durable_only), |c| check(ctx, c));
+    match &ctx.caps.bus {
+        Some(b) if b.durable => run,
+        Some(_) => run.note("the bus is live only: recovered text is what the store had"),
+        None => run.note("store-only backend: run over a live-only LocalBus"),
+    }
+}
+
+fn expected_error(fed_end: Option<&StreamEnd>, end: End) -> Option<MessageError> {
+    match fed_end {
+        Some(StreamEnd::Finish) => None,
+        Some(StreamEnd::Error(e)) => Some(message_error_from(&Value::String(e.clone()))),
+        Some(StreamEnd::Abort) => Some(MessageError::aborted("")),
+        Some(StreamEnd::Open) | None => match end {
+            End::Finish => None,
+            End::Fail => Some(MessageError::new(ErrorName::Api, "the model failed")),
+            End::Abort | End::Crash => Some(MessageError::aborted("")),
+        },
+    }
+}
+
+/// Compares one stored part with what it must be.
+fn check_part(
+    i: usize,
+    part: &forge_core::Part,
+    want: &Expected,
+    open_text: &dyn Fn(&str) -> String,
+) -> Result<(), String> {
+    let at = format!("part #{i} ({})", part.kind());
+    let fail = |why: String| Err(format!("{at}: {why}; stored: {}", json!(part)));
+    match want {
+        Expected::Block {
+            reasoning,
+            streamed,
+            closed,
+        } => {
+            let kind = if *reasoning { "reasoning" } else { "text" };
+            let want_text = closed.clone().unwrap_or_else(|| open_text(streamed));
+            if part.kind() != kind {
+                return fail(format!("expected a {kind} part"));
+            }
+            if text_of(part) != Some(want_text.as_str()) {
+                return fail(format!(
+                    "text must be {want_text:?} ({})",
+                    if closed.is_some() {
+                        "the completed block as emitted"
+                    } else {
+                        "the open block's best confirmed text"
+                    }
+                ));
+            }
+        }
+        Expected::Tool {
+            call_id,
+            tool,
+            state,
+        } => {
+            let forge_core::model::PartBody::Tool(t) = &part.body else {
+                return fail(format!("expected tool {call_id}"));
+            };
+            if &t.call_id != call_id || &t.tool != tool {
+                return fail(format!("expected tool {tool} call {call_id}"));
+            }
+            let ok = match (state, &t.state) {
+                (ExpectedTool::Completed(o, ti), ToolState::Completed(c)) => {
+                    &c.output == o && &c.title == ti
+                }
+                (ExpectedTool::Error(e), ToolState::Error(x)) => &x.error == e,
+                (ExpectedTool::Pending | ExpectedTool::Running(_), ToolState::Error(x)) => {
+                    let input = match state {
+                        ExpectedTool::Running(i) => i.clone(),
+                        _ => json!({}),
+                    };
+                    x.error == TOOL_ABORTED
+                        && x.metadata.as_ref().and_then(|m| m.get("interrupted"))
+                            == Some(&Value::Bool(true))
+                        && x.input == input
+                }
+                _ => false,
+            };
+            if !ok {
+                return fail(format!(
+                    "expected a tool {} (interrupted tools become errors)",
+                    describe(state)
+                ));
+            }
+        }
+        Expected::StepStart if part.kind() == "step-start" => {}
+        Expected::StepFinish(r) => match &part.body {
+            forge_core::model::PartBody::StepFinish(s) if &s.reason == r => {}
+            _ => return fail(format!("expected step-finish {r:?}")),
+        },
+        Expected::Patch(h) => match &part.body {
+            forge_core::model::PartBody::Patch(p) if &p.hash == h => {}
+            _ => return fail(format!("expected patch {h:?}")),
+        },
+        Expected::StepStart => return fail("expected step-start".into()),
+    }
+    if part.is_open() {
+        return fail("still open".into());
+    }
+    Ok(())
+}
+
+pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let tenant = b.tenant();
+        let counting = Arc::new(CountingStore::new(Arc::clone(&b.store)));
+        let bus = b.bus_or_local();
+        let durable = bus.capabilities().durable;
+        let store: Arc<dyn Store> = counting.clone();
+        let (projector, mut turn) =
+            Turn::start(Arc::clone(&store), Arc::clone(&bus), tenant).await?;
+        let events = case.stream.events();
+        let cut = fed_events(events.len(), case.cut);
+        for (k, e) in events[..cut].iter().enumerate() {
+            turn.processor
+                .handle(e.clone())
+                .await
+                .map_err(ctx_err(format!("event #{k} {}", e.kind())))?;
+        }
+        let fed = feed(&events[..cut]);
+        let read = |label: &'static str| {
+            let (store, turn) = (Arc::clone(&store), &turn);
+            async move {
+                stored_answer(store.as_ref(), &turn.tenant, &turn.session, &turn.assistant)
+                    .await
+                    .map_err(|e| format!("{label}: {e}"))
+            }
+        };
+        let before = read("before the end").await?;
+        let finalized_by_stream = fed.ended.is_some();
+        let (tenant, session, assistant) = (
+            turn.tenant.clone(),
+            turn.session.clone(),
+            turn.assistant.clone(),
+        );
+        let recovered = match case.end {
+            End::Crash => {
+                drop(turn);
+                drop(projector);
+                let restarted = DirectProjector::new(Arc::clone(&store), Arc::clone(&bus));
+                recover(&restarted, &tenant, Some(&session), T0 + 1_000_000)
+                    .await
+                    .map_err(ctx_err("recover after the crash"))?;
+                !finalized_by_stream
+            }
+            end => {
+                let outcome = match end {
+                    End::Finish => Ending::Finished,
+                    End::Fail => {
+                        Ending::Failed(MessageError::new(ErrorName::Api, "the model failed"))
+                    }
+                    _ => Ending::Aborted,
+                };
+                turn.processor
+                    .finalize(outcome)
+                    .await
+                    .map_err(ctx_err("finalize"))?;
+                false
+            }
+        };
+        let after = stored_answer(store.as_ref(), &tenant, &session, &assistant).await?;
+        let open = store
+            .open_items(&tenant, Some(&session))
+            .await
+            .map_err(ctx_err("open_items"))?;
+        if !open.is_empty() {
+            return Err(format!(
+                "something is still open after {:?}: {} message(s), parts {:?}",
+                case.end,
+                open.messages.len(),
+                open.parts
+                    .iter()
+                    .map(forge_core::Part::kind)
+                    .collect::<Vec<_>>()
+            ));
+        }
+        let a = after
+            .info
+            .as_assistant()
+            .ok_or("the answer lost its role")?;
+        if a.time.completed.is_none() {
+            return Err("the assistant message has no time.completed".into());
+        }
+        let want_error = expected_error(fed.ended.as_ref(), case.end);
+        if a.error.as_ref().map(|e| &e.name) != want_error.as_ref().map(|e| &e.name) {
+            return Err(format!(
+                "message error {:?}, expected {:?}",
+                a.error, want_error
+            ));
+        }
+        if after.parts.len() != fed.parts.len() {
+            return Err(format!(
+                "{} parts stored, {} expected: stored kinds {:?}, expected {:?}",
+                after.parts.len(),
+                fed.parts.len(),
+                after
+                    .parts
+                    .iter()
+                    .map(forge_core::Part::kind)
+                    .collect::<Vec<_>>(),
+                fed.parts
+            ));
+        }
+        let open_text = |streamed: &str| -> String {
+            if recovered && !durable {
+                String::new()
+            } else {
+                streamed.to_owned()
+            }
+        };
+        for (i, (part, want)) in after.parts.iter().zip(&fed.parts).enumerate() {
+            check_part(i, part, want, &open_text)?;
+        }
+        for p in before.parts.iter().filter(|p| !p.is_open()) {
+            let now = after.parts.iter().find(|q| q.id == p.id);
+            same(
+                &format!("completed part {} changed by {:?}", p.id, case.end),
+                &Some(p),
+                &now,
+            )?;
+        }
+        idempotent(store.as_ref(), &counting, &bus, &tenant, &session).await?;
+        b.cleanup().await;
+        Ok(())
+    })
+}
+
+/// A second recover finds nothing, writes nothing and changes nothing.
+async fn idempotent(
+    store: &dyn Store,
+    counting: &Arc<CountingStore>,
+    bus: &Arc<dyn forge_core::Bus>,
+    tenant: &forge_core::TenantId,
+    session: &forge_core::SessionId,
+) -> Result<(), String> {
+    let snapshot: Vec<MessageWithParts> = read_all(store, tenant, session, 1000)
+        .await
+        .map_err(ctx_err("read_all"))?;
+    let writes = counting.totals().commits;
+    let again = DirectProjector::new(counting.clone(), Arc::clone(bus));
+    let report = recover(&again, tenant, Some(session), T0 + 2_000_000)
+        .await
+        .map_err(ctx_err("recover (second run)"))?;
+    if !report.is_empty() {
+        return Err(format!(
+            "recover is not idempotent: the second run did {report:?}"
+        ));
+    }
+    if counting.totals().commits != writes {
+        return Err("recover is not idempotent: the second run wrote".into());
+    }
+    let now = read_all(store, tenant, session, 1000)
+        .await
+        .map_err(ctx_err("read_all"))?;
+    same("history changed by a second recover", &snapshot, &now)
+}

@@ -1,0 +1,182 @@
+//! §9.9 Round-trip: every message and part kind, with every optional field, unknown
+//! roles, unknown part kinds and unknown fields at every level, survives write → read
+//! unchanged through `session`, `sessions`, `message` and `messages`; `open_items` lists
+//! exactly the open ones; and a read-modify-write (writing back what was read) changes
+//! nothing.
+
+use forge_core::{MessageId, MessageWithParts, PartId, Session, SessionId, Store, SyncEvent};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
+use crate::reference::{sorted, ReferenceStore};
+use crate::strategies::model::{arb_message, arb_part, arb_session};
+use crate::Property;
+
+/// A case: one session and its messages with parts (ids ascending).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Case {
+    /// The session.
+    pub session: Session,
+    /// Messages oldest first, parts in id order.
+    pub messages: Vec<MessageWithParts>,
+}
+
+/// Any case: up to 5 messages of up to 5 parts, every kind.
+pub fn case() -> impl Strategy<Value = Case> {
+    let sid = SessionId::from("ses_round_trip");
+    let placeholder = MessageId::from("msg_x");
+    let message = (
+        arb_message(sid.clone(), placeholder.clone()),
+        vec(
+            arb_part(sid.clone(), placeholder, PartId::from("prt_x")),
+            0..5,
+        ),
+    );
+    (arb_session(sid), vec(message, 1..5)).prop_map(|(session, messages)| Case {
+        session,
+        messages: messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut info, mut parts))| {
+                info.id = MessageId::from(format!("msg_{i:03}"));
+                for (j, p) in parts.iter_mut().enumerate() {
+                    p.id = PartId::from(format!("prt_{i:03}_{j}"));
+                    p.message_id = info.id.clone();
+                }
+                MessageWithParts { info, parts }
+            })
+            .collect(),
+    })
+}
+
+pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
+    crate::harness::run_cases(ctx, Property::RoundTrip, case(), |c| check(ctx, c))
+}
+
+fn writes(case: &Case) -> Vec<SyncEvent> {
+    let mut events = vec![SyncEvent::SessionUpdated {
+        info: case.session.clone(),
+    }];
+    for m in &case.messages {
+        events.push(SyncEvent::MessageUpdated {
+            info: m.info.clone(),
+        });
+        events.extend(
+            m.parts
+                .iter()
+                .map(|p| SyncEvent::PartUpdated { part: p.clone() }),
+        );
+    }
+    events
+}
+
+async fn read_back(
+    store: &dyn Store,
+    tenant: &forge_core::TenantId,
+    case: &Case,
+    model: &ReferenceStore,
+    when: &str,
+) -> Result<(), String> {
+    let sid = &case.session.id;
+    let got = store
+        .session(tenant, sid)
+        .await
+        .map_err(ctx_err("session()"))?;
+    same(
+        &format!("{when}: session()"),
+        &model.session(tenant, sid),
+        &got,
+    )?;
+    let got = store
+        .sessions(tenant)
+        .await
+        .map_err(ctx_err("sessions()"))?;
+    same(
+        &format!("{when}: sessions()"),
+        &model.sessions(tenant),
+        &got,
+    )?;
+    for m in &case.messages {
+        let got = store
+            .message(tenant, sid, &m.info.id)
+            .await
+            .map_err(ctx_err("message()"))?;
+        same(
+            &format!("{when}: message({}) of role {}", m.info.id, m.info.role()),
+            &Some(m.clone()),
+            &got,
+        )?;
+    }
+    let page = store
+        .messages(tenant, sid, None, 1000)
+        .await
+        .map_err(ctx_err("messages()"))?;
+    same(
+        &format!("{when}: messages()"),
+        &case.messages,
+        &page.messages,
+    )?;
+    let open = sorted(
+        store
+            .open_items(tenant, Some(sid))
+            .await
+            .map_err(ctx_err("open_items()"))?,
+    );
+    let want = sorted(model.open_items(tenant, Some(sid)));
+    same(
+        &format!("{when}: open_items().messages"),
+        &want.messages,
+        &open.messages,
+    )?;
+    same(
+        &format!("{when}: open_items().parts"),
+        &want.parts,
+        &open.parts,
+    )
+}
+
+pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let tenant = b.tenant();
+        let store = b.store.as_ref();
+        let batch = envs(&tenant, 1, writes(case));
+        let mut model = ReferenceStore::new();
+        model
+            .apply(&batch)
+            .map_err(|r| format!("the generated case is invalid: {r:?}"))?;
+        store
+            .apply(&batch)
+            .await
+            .map_err(ctx_err("writing the case"))?;
+        read_back(store, &tenant, case, &model, "write → read").await?;
+        // Read-modify-write: write back exactly what was read.
+        let state = store
+            .session(&tenant, &case.session.id)
+            .await
+            .map_err(ctx_err("session()"))?
+            .ok_or("the session vanished")?;
+        let page = store
+            .messages(&tenant, &case.session.id, None, 1000)
+            .await
+            .map_err(ctx_err("messages()"))?;
+        let reread = Case {
+            session: state.info,
+            messages: page.messages,
+        };
+        let n = batch.len() as u64;
+        let again = envs(&tenant, n + 1, writes(&reread));
+        model
+            .apply(&again)
+            .map_err(|r| format!("the model rejects the rewrite: {r:?}"))?;
+        store
+            .apply(&again)
+            .await
+            .map_err(ctx_err("writing back what was read"))?;
+        read_back(store, &tenant, case, &model, "read-modify-write").await?;
+        b.cleanup().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,258 @@
+//! §9.7 Tenant isolation:
+//! - four tenants writing the same session, message and part ids never see or change
+//!   each other's rows (each equals its own reference model), and a fifth sees nothing.
+//!   Two of them are `a.b` and `_-`: valid tenant ids made of punctuation a backend
+//!   naming files, patterns or keys after tenants must contain;
+//! - hostile tenant ids (separators, quotes, NUL, non-ASCII, too long, empty, only
+//!   dots — `.` and `..` would be path components) are
+//!   rejected by `TenantId::new` and by deserialization, valid ones accepted;
+//! - hostile session / message / part ids (`../x`, `a\0b`, `%`, `_`, quotes, very long,
+//!   Unicode, empty) are either rejected with an error that leaves nothing behind, or
+//!   stored exactly and kept apart from every other id (`x` vs `../x` vs `./x`).
+
+use forge_core::{Envelope, MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::upsert::{compare, Op};
+use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
+use crate::reference::ReferenceStore;
+use crate::strategies::model::{self, MessageKind, PartKind};
+use crate::Property;
+
+/// Ids a careless backend turns into paths, patterns or queries.
+pub fn hostile_ids() -> Vec<String> {
+    let mut ids: Vec<String> = [
+        "x",
+        "../x",
+        "./x",
+        "x/.",
+        "..",
+        "/",
+        "a/b",
+        "a\\b",
+        "a\0b",
+        "%",
+        "_",
+        "*",
+        "?",
+        "[a]",
+        "' OR '1'='1",
+        "\"; DROP TABLE parts; --",
+        "a b",
+        "\n",
+        "é",
+        "🦀",
+        "ses_0",
+        "CON",
+        "",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    ids.push("x".repeat(4096));
+    ids.push("é".repeat(300));
+    ids
+}
+
+/// A case: interleaved ops of four tenants over the same ids, and tenant-id strings to
+/// validate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// `(tenant, op)`, each applied as its own batch; tenant `n % 4` is A, B, `.`, `..`.
+    pub ops: Vec<(u8, Op)>,
+    /// Strings `TenantId::new` must reject.
+    pub hostile_tenants: Vec<String>,
+    /// Strings `TenantId::new` must accept.
+    pub valid_tenants: Vec<String>,
+}
+
+/// Any case.
+pub fn case() -> impl Strategy<Value = Case> {
+    let op = super::upsert::case(false).prop_map(|c| {
+        c.batches
+            .into_iter()
+            .flat_map(|b| b.ops)
+            .collect::<Vec<_>>()
+    });
+    let hostile = prop_oneof![
+        "[A-Za-z0-9._-]{0,10}[^A-Za-z0-9._-][A-Za-z0-9._-]{0,10}",
+        "[a-z]{65,80}",
+        Just(String::new()),
+    ];
+    (
+        (op, vec(0u8..4, 16)),
+        vec(hostile, 1..6),
+        vec("[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}", 1..4),
+    )
+        .prop_map(|((ops, who), hostile_tenants, valid_tenants)| Case {
+            ops: ops
+                .into_iter()
+                .zip(who.into_iter().cycle())
+                .map(|(op, b)| (b, op))
+                .collect(),
+            hostile_tenants,
+            valid_tenants,
+        })
+}
+
+pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
+    crate::harness::run_cases(ctx, Property::TenantIsolation, case(), |c| check(ctx, c))
+}
+
+fn tenant_ids(case: &Case) -> Result<(), String> {
+    let fixed = [
+        "",
+        "a/b",
+        "a b",
+        "t'; DROP TABLE parts;--",
+        "ä",
+        "a\0",
+        "a:b",
+        "../etc",
+        ".",
+        "..",
+        "...",
+    ];
+    for bad in fixed
+        .iter()
+        .copied()
+        .chain(case.hostile_tenants.iter().map(String::as_str))
+    {
+        if let Ok(t) = TenantId::new(bad) {
+            return Err(format!(
+                "TenantId::new accepted the hostile id {bad:?} as {t:?}"
+            ));
+        }
+        let wire = serde_json::json!({"tenant": bad, "sessionID": "ses_1", "seq": 1,
+            "event": {"type": "session.deleted", "properties": {"sessionID": "ses_1"}}});
+        if serde_json::from_value::<Envelope<SyncEvent>>(wire).is_ok() {
+            return Err(format!(
+                "an envelope with the hostile tenant {bad:?} deserialized"
+            ));
+        }
+    }
+    for good in &case.valid_tenants {
+        TenantId::new(good)
+            .map_err(|e| format!("TenantId::new rejected the valid {good:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Writes a session, message and part all with id `h` in `tenant`; mirrors it in the
+/// model only if the store accepted it.
+async fn hostile(
+    store: &dyn Store,
+    model: &mut ReferenceStore,
+    tenant: &TenantId,
+    h: &str,
+    seq: u64,
+) -> Result<(), String> {
+    let sid = SessionId::from(h);
+    let mid = MessageId::from(h);
+    let events = vec![
+        SyncEvent::SessionUpdated {
+            info: model::session(&sid, 1),
+        },
+        SyncEvent::MessageUpdated {
+            info: model::message(&sid, &mid, MessageKind::User, 1),
+        },
+        SyncEvent::PartUpdated {
+            part: model::part(&sid, &mid, &PartId::from(h), PartKind::Text, 1),
+        },
+    ];
+    let batch = envs(tenant, seq, events);
+    if store.apply(&batch).await.is_ok() {
+        model
+            .apply(&batch)
+            .map_err(|r| format!("the model rejects the hostile batch: {r:?}"))?;
+    }
+    Ok(())
+}
+
+/// What the store shows for the hostile ids equals the model.
+async fn compare_hostile(
+    store: &dyn Store,
+    tenant: &TenantId,
+    model: &ReferenceStore,
+) -> Result<(), String> {
+    let sessions = store
+        .sessions(tenant)
+        .await
+        .map_err(ctx_err("sessions()"))?;
+    same("sessions()", &model.sessions(tenant), &sessions)?;
+    for h in hostile_ids() {
+        let (sid, mid) = (SessionId::from(h.as_str()), MessageId::from(h.as_str()));
+        let short: String = h.chars().take(12).collect();
+        let got = store
+            .session(tenant, &sid)
+            .await
+            .map_err(ctx_err("session()"))?;
+        same(
+            &format!("session({short:?})"),
+            &model.session(tenant, &sid),
+            &got,
+        )?;
+        let got = store
+            .message(tenant, &sid, &mid)
+            .await
+            .map_err(ctx_err("message()"))?;
+        same(
+            &format!("message({short:?})"),
+            &model.message(tenant, &sid, &mid),
+            &got,
+        )?;
+        let page = store
+            .messages(tenant, &sid, None, 1000)
+            .await
+            .map_err(ctx_err("messages()"))?;
+        same(
+            &format!("messages({short:?})"),
+            &model.history(tenant, &sid),
+            &page.messages,
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    tenant_ids(case)?;
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let tenants = [
+            ("A", b.tenant()),
+            ("B", b.tenant()),
+            ("\"a.b\"", b.fixed_tenant("a.b").await?),
+            ("\"_-\"", b.fixed_tenant("_-").await?),
+            ("C (never written)", b.tenant()),
+        ];
+        let ta = tenants[0].1.clone();
+        let store = b.store.as_ref();
+        let mut model = ReferenceStore::new();
+        for (seq, (who, op)) in (1..).zip(&case.ops) {
+            let (name, tenant) = &tenants[usize::from(*who % 4)];
+            let batch = envs(tenant, seq, vec![op.event()]);
+            let expected = model.apply(&batch);
+            let actual = store.apply(&batch).await;
+            if expected.is_ok() != actual.is_ok() {
+                return Err(format!(
+                    "tenant {name} {op:?}: the model says {expected:?}, the store {actual:?}"
+                ));
+            }
+        }
+        for (i, h) in hostile_ids().iter().enumerate() {
+            hostile(store, &mut model, &ta, h, 1_000 + i as u64).await?;
+        }
+        for (name, t) in &tenants {
+            compare(store, t, &model)
+                .await
+                .map_err(|e| format!("tenant {name}: {e}"))?;
+            compare_hostile(store, t, &model)
+                .await
+                .map_err(|e| format!("tenant {name}, hostile ids: {e}"))?;
+        }
+        b.cleanup().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,308 @@
+//! §9.1 Upsert: any sequence of batches of upserts and removes, ids repeating, leaves
+//! the store equal to the reference model, checked after every batch.
+//!
+//! The case is a command sequence run against the backend and the model side by side
+//! (a state machine: every batch is a transition, the model decides whether it must be
+//! accepted or rejected and what the state is after it). Invalid upserts (a message for
+//! a missing session, a part for a missing or removed message, a part naming another
+//! session's message) are generated on purpose: the store must reject the whole batch
+//! with the right error and leave nothing of it behind.
+
+use forge_core::{MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::{ctx_err, envs, kind, same, CaseRun, Ctx};
+use crate::reference::{sorted, ReferenceStore};
+use crate::strategies::model::{self, message_kind, part_kind, MessageKind, PartKind};
+use crate::Property;
+
+/// Sessions, messages per session and parts per message the ids range over.
+const SESSIONS: u8 = 2;
+const MESSAGES: u8 = 3;
+const PARTS: u8 = 2;
+
+/// One event of a batch, over small id pools so ids repeat.
+///
+/// Fields: `s` session index (0..2), `m` message index (0..3), `p` part index (0..2),
+/// `v` version (shows in a field, so an overwrite is visible), `kind` what to build.
+#[allow(missing_docs)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// `session.updated` of session `s`, version `v`.
+    PutSession { s: u8, v: u8 },
+    /// `session.deleted` of session `s`.
+    DeleteSession { s: u8 },
+    /// `message.updated` of message `m` of session `s`.
+    PutMessage {
+        s: u8,
+        m: u8,
+        kind: MessageKind,
+        v: u8,
+    },
+    /// `message.removed`.
+    RemoveMessage { s: u8, m: u8 },
+    /// `part.updated` of part `p` of message `m` of session `s`.
+    PutPart {
+        s: u8,
+        m: u8,
+        p: u8,
+        kind: PartKind,
+        v: u8,
+    },
+    /// `part.removed`.
+    RemovePart { s: u8, m: u8, p: u8 },
+    /// `part.updated` of a part of session `s` naming message `m` of the next session.
+    PutForeignPart { s: u8, m: u8, p: u8 },
+}
+
+/// One `apply` call: the events get seqs `seq`, `seq + 1`, …
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Seq of the first event; random, so it sometimes goes down.
+    pub seq: u16,
+    /// The events.
+    pub ops: Vec<Op>,
+}
+
+/// A case: batches applied in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// The batches.
+    pub batches: Vec<Batch>,
+}
+
+fn sid(s: u8) -> SessionId {
+    SessionId::from(format!("ses_{s}"))
+}
+fn mid(s: u8, m: u8) -> MessageId {
+    MessageId::from(format!("msg_{s}_{m}"))
+}
+fn pid(s: u8, m: u8, p: u8) -> PartId {
+    PartId::from(format!("prt_{s}_{m}_{p}"))
+}
+
+impl Op {
+    /// The sync event this op stands for.
+    pub fn event(&self) -> SyncEvent {
+        match *self {
+            Op::PutSession { s, v } => SyncEvent::SessionUpdated {
+                info: model::session(&sid(s), v),
+            },
+            Op::DeleteSession { s } => SyncEvent::SessionDeleted { session_id: sid(s) },
+            Op::PutMessage { s, m, kind, v } => SyncEvent::MessageUpdated {
+                info: model::message(&sid(s), &mid(s, m), kind, v),
+            },
+            Op::RemoveMessage { s, m } => SyncEvent::MessageRemoved {
+                session_id: sid(s),
+                message_id: mid(s, m),
+            },
+            Op::PutPart { s, m, p, kind, v } => SyncEvent::PartUpdated {
+                part: model::part(&sid(s), &mid(s, m), &pid(s, m, p), kind, v),
+            },
+            Op::RemovePart { s, m, p } => SyncEvent::PartRemoved {
+                session_id: sid(s),
+                message_id: mid(s, m),
+                part_id: pid(s, m, p),
+            },
+            Op::PutForeignPart { s, m, p } => SyncEvent::PartUpdated {
+                part: model::part(
+                    &sid(s),
+                    &mid((s + 1) % SESSIONS, m),
+                    &pid(s, m, p),
+                    PartKind::Text,
+                    0,
+                ),
+            },
+        }
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let s = || 0..SESSIONS;
+    let m = || 0..MESSAGES;
+    let p = || 0..PARTS;
+    let v = || 0u8..4;
+    prop_oneof![
+        3 => (s(), v()).prop_map(|(s, v)| Op::PutSession { s, v }),
+        1 => s().prop_map(|s| Op::DeleteSession { s }),
+        5 => (s(), m(), message_kind(), v()).prop_map(|(s, m, kind, v)| Op::PutMessage { s, m, kind, v }),
+        2 => (s(), m()).prop_map(|(s, m)| Op::RemoveMessage { s, m }),
+        6 => (s(), m(), p(), part_kind(), v())
+            .prop_map(|(s, m, p, kind, v)| Op::PutPart { s, m, p, kind, v }),
+        1 => (s(), m(), p()).prop_map(|(s, m, p)| Op::RemovePart { s, m, p }),
+        1 => (s(), m(), p()).prop_map(|(s, m, p)| Op::PutForeignPart { s, m, p }),
+    ]
+}
+
+/// A coherent batch: (maybe) the session, a message of it, and parts of that message,
+/// so state builds up and later removes, overwrites and re-creations hit real rows.
+fn chain() -> impl Strategy<Value = Vec<Op>> {
+    (
+        (0..SESSIONS, 0..MESSAGES, 0u8..6, 0u8..4),
+        (message_kind(), vec((0..PARTS, part_kind(), 0u8..4), 0..=2)),
+    )
+        .prop_map(|((s, m, start, v), (kind, parts))| {
+            // start: 0-1 message only, 2-3 session too, 4 remove the message first,
+            // 5 delete the session first.
+            let mut ops = match start {
+                4 => vec![Op::RemoveMessage { s, m }],
+                5 => vec![Op::DeleteSession { s }],
+                _ => Vec::new(),
+            };
+            if matches!(start, 2 | 3 | 5) {
+                ops.push(Op::PutSession { s, v });
+            }
+            ops.push(Op::PutMessage { s, m, kind, v });
+            ops.extend(
+                parts
+                    .into_iter()
+                    .map(|(p, kind, v)| Op::PutPart { s, m, p, kind, v }),
+            );
+            ops
+        })
+}
+
+/// Cases; with `transactions == false` every batch holds one event.
+pub fn case(transactions: bool) -> impl Strategy<Value = Case> {
+    let ops = prop_oneof![
+        3 => vec(op(), 1..=3),
+        2 => chain(),
+    ];
+    let batch = (0u16..400, ops);
+    vec(batch, 1..20).prop_map(move |batches| Case {
+        batches: batches
+            .into_iter()
+            .flat_map(|(seq, ops)| {
+                if transactions {
+                    vec![Batch { seq, ops }]
+                } else {
+                    ops.into_iter()
+                        .map(|op| Batch { seq, ops: vec![op] })
+                        .collect()
+                }
+            })
+            .collect(),
+    })
+}
+
+pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
+    let transactions = ctx.caps.store.transactions;
+    let run =
+        crate::harness::run_cases(ctx, Property::Upsert, case(transactions), |c| check(ctx, c));
+    if transactions {
+        run
+    } else {
+        run.note(
+            "the store declares transactions = false: batches of one event only, atomicity \
+             of multi-event batches not checked",
+        )
+    }
+}
+
+pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    ctx.block(async {
+        let b = ctx.backend().await?;
+        let tenant = b.tenant();
+        let mut model = ReferenceStore::new();
+        for (n, batch) in case.batches.iter().enumerate() {
+            let events = batch.ops.iter().map(Op::event).collect();
+            let envs = envs(&tenant, u64::from(batch.seq), events);
+            let expected = model.apply(&envs);
+            let actual = b.store.apply(&envs).await;
+            let at = format!("batch #{n} {:?}", batch.ops);
+            match (expected, actual) {
+                (Ok(()), Err(e)) => {
+                    return Err(format!("{at}: rejected a valid batch: {} {e}", kind(&e)))
+                }
+                (Err(r), Ok(())) => {
+                    return Err(format!(
+                        "{at}: accepted a batch the contract rejects ({r:?})"
+                    ))
+                }
+                (Err(r), Err(e)) if !r.accepts(&e) => {
+                    return Err(format!(
+                        "{at}: rejected with {} ({e}); the contract says {r:?}",
+                        kind(&e)
+                    ))
+                }
+                _ => {}
+            }
+            compare(b.store.as_ref(), &tenant, &model)
+                .await
+                .map_err(|e| format!("after {at}: {e}"))?;
+        }
+        b.cleanup().await;
+        Ok(())
+    })
+}
+
+/// Everything the store shows of `tenant` equals the model.
+pub(crate) async fn compare(
+    store: &dyn Store,
+    tenant: &TenantId,
+    model: &ReferenceStore,
+) -> Result<(), String> {
+    let sessions = store
+        .sessions(tenant)
+        .await
+        .map_err(ctx_err("sessions()"))?;
+    same("sessions()", &model.sessions(tenant), &sessions)?;
+    for s in 0..SESSIONS {
+        let id = sid(s);
+        let got = store
+            .session(tenant, &id)
+            .await
+            .map_err(ctx_err("session()"))?;
+        same(&format!("session({id})"), &model.session(tenant, &id), &got)?;
+        let page = store
+            .messages(tenant, &id, None, 1000)
+            .await
+            .map_err(ctx_err("messages()"))?;
+        same(
+            &format!("messages({id})"),
+            &model.history(tenant, &id),
+            &page.messages,
+        )?;
+        if page.next.is_some() {
+            return Err(format!("messages({id}): a next cursor on the only page"));
+        }
+        for m in 0..MESSAGES {
+            let mid = mid(s, m);
+            let got = store
+                .message(tenant, &id, &mid)
+                .await
+                .map_err(ctx_err("message()"))?;
+            same(
+                &format!("message({id}, {mid})"),
+                &model.message(tenant, &id, &mid),
+                &got,
+            )?;
+        }
+        let open = store
+            .open_items(tenant, Some(&id))
+            .await
+            .map_err(ctx_err("open_items(session)"))?;
+        same_open(
+            &format!("open_items({id})"),
+            model.open_items(tenant, Some(&id)),
+            open,
+        )?;
+    }
+    let open = store
+        .open_items(tenant, None)
+        .await
+        .map_err(ctx_err("open_items(tenant)"))?;
+    same_open("open_items(tenant)", model.open_items(tenant, None), open)
+}
+
+fn same_open(
+    what: &str,
+    expected: forge_core::OpenItems,
+    actual: forge_core::OpenItems,
+) -> Result<(), String> {
+    let (e, a) = (sorted(expected), sorted(actual));
+    same(&format!("{what}.messages"), &e.messages, &a.messages)?;
+    same(&format!("{what}.parts"), &e.parts, &a.parts)
+}

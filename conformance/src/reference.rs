@@ -1,0 +1,227 @@
+//! The reference model of the `Store` contract: plain ordered maps, whole-state copies
+//! for atomic batches, no undo log, no cleverness. Backends are compared against it.
+//!
+//! [`filter_compacted`] is core's reference definition of the compacted view.
+
+use std::collections::BTreeMap;
+
+use forge_core::{
+    Envelope, Message, MessageId, MessageWithParts, OpenItems, Part, PartId, Session, SessionId,
+    SessionState, SyncEvent, TenantId,
+};
+
+pub use forge_core::filter_compacted_reference as filter_compacted;
+
+/// Why the reference rejects a batch; the store must reject it with a matching error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// A message for a missing session, or a part for a missing message:
+    /// `Error::NotFound`.
+    NotFound,
+    /// A part whose message lives in another session of the tenant:
+    /// `Error::Conflict` (`Error::NotFound` is accepted too: the message is not found in
+    /// the part's session).
+    Conflict,
+}
+
+impl Rejection {
+    /// Whether a store error of kind `kind` (see `Error`) is an acceptable rejection.
+    pub fn accepts(self, error: &forge_core::Error) -> bool {
+        use forge_core::Error as E;
+        match self {
+            Rejection::NotFound => matches!(error, E::NotFound { .. }),
+            Rejection::Conflict => matches!(error, E::NotFound { .. } | E::Conflict(_)),
+        }
+    }
+}
+
+/// One stored message and its parts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefMessage {
+    /// The message.
+    pub info: Message,
+    /// Its parts by id.
+    pub parts: BTreeMap<PartId, Part>,
+}
+
+/// One stored session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefSession {
+    /// The session.
+    pub info: Session,
+    /// Highest seq applied.
+    pub seq: u64,
+    /// Its messages by id.
+    pub messages: BTreeMap<MessageId, RefMessage>,
+}
+
+/// The whole reference store: tenant → session → message → part.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReferenceStore {
+    tenants: BTreeMap<TenantId, BTreeMap<SessionId, RefSession>>,
+}
+
+impl ReferenceStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies a batch: all or nothing.
+    ///
+    /// # Errors
+    /// The rejection of the first event that cannot be applied; the store is unchanged.
+    pub fn apply(&mut self, batch: &[Envelope<SyncEvent>]) -> Result<(), Rejection> {
+        let mut next = self.clone();
+        for e in batch {
+            next.apply_one(e)?;
+        }
+        *self = next;
+        Ok(())
+    }
+
+    fn apply_one(&mut self, e: &Envelope<SyncEvent>) -> Result<(), Rejection> {
+        let sessions = self.tenants.entry(e.tenant.clone()).or_default();
+        let sid = e.event.session_id();
+        match &e.event {
+            SyncEvent::SessionUpdated { info } => {
+                sessions
+                    .entry(info.id.clone())
+                    .and_modify(|s| s.info = info.clone())
+                    .or_insert_with(|| RefSession {
+                        info: info.clone(),
+                        seq: 0,
+                        messages: BTreeMap::new(),
+                    });
+            }
+            SyncEvent::SessionDeleted { session_id } => {
+                sessions.remove(session_id);
+            }
+            SyncEvent::MessageUpdated { info } => {
+                let s = sessions.get_mut(sid).ok_or(Rejection::NotFound)?;
+                s.messages
+                    .entry(info.id.clone())
+                    .and_modify(|m| m.info = info.clone())
+                    .or_insert_with(|| RefMessage {
+                        info: info.clone(),
+                        parts: BTreeMap::new(),
+                    });
+            }
+            SyncEvent::MessageRemoved { message_id, .. } => {
+                if let Some(s) = sessions.get_mut(sid) {
+                    s.messages.remove(message_id);
+                }
+            }
+            SyncEvent::PartUpdated { part } => {
+                let elsewhere = sessions
+                    .iter()
+                    .any(|(id, s)| id != sid && s.messages.contains_key(&part.message_id));
+                let m = sessions
+                    .get_mut(sid)
+                    .and_then(|s| s.messages.get_mut(&part.message_id));
+                match m {
+                    Some(m) => {
+                        m.parts.insert(part.id.clone(), part.clone());
+                    }
+                    None if elsewhere => return Err(Rejection::Conflict),
+                    None => return Err(Rejection::NotFound),
+                }
+            }
+            SyncEvent::PartRemoved {
+                message_id,
+                part_id,
+                ..
+            } => {
+                if let Some(m) = sessions
+                    .get_mut(sid)
+                    .and_then(|s| s.messages.get_mut(message_id))
+                {
+                    m.parts.remove(part_id);
+                }
+            }
+        }
+        if let Some(s) = sessions.get_mut(sid) {
+            s.seq = s.seq.max(e.seq);
+        }
+        Ok(())
+    }
+
+    /// The sessions of a tenant in id order.
+    pub fn sessions(&self, tenant: &TenantId) -> Vec<SessionState> {
+        self.tenants
+            .get(tenant)
+            .into_iter()
+            .flat_map(|s| s.values())
+            .map(|s| SessionState {
+                info: s.info.clone(),
+                seq: s.seq,
+            })
+            .collect()
+    }
+
+    /// One session.
+    pub fn session(&self, tenant: &TenantId, id: &SessionId) -> Option<SessionState> {
+        self.get(tenant, id).map(|s| SessionState {
+            info: s.info.clone(),
+            seq: s.seq,
+        })
+    }
+
+    fn get(&self, tenant: &TenantId, id: &SessionId) -> Option<&RefSession> {
+        self.tenants.get(tenant).and_then(|s| s.get(id))
+    }
+
+    /// One message with its parts in id order.
+    pub fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Option<MessageWithParts> {
+        self.get(tenant, session)
+            .and_then(|s| s.messages.get(id))
+            .map(with_parts)
+    }
+
+    /// A session's whole history, oldest → newest.
+    pub fn history(&self, tenant: &TenantId, session: &SessionId) -> Vec<MessageWithParts> {
+        self.get(tenant, session)
+            .map(|s| s.messages.values().map(with_parts).collect())
+            .unwrap_or_default()
+    }
+
+    /// What is open, in (session, message, part) id order.
+    pub fn open_items(&self, tenant: &TenantId, session: Option<&SessionId>) -> OpenItems {
+        let mut out = OpenItems::default();
+        for (sid, s) in self.tenants.get(tenant).into_iter().flatten() {
+            if session.is_some_and(|want| want != sid) {
+                continue;
+            }
+            for m in s.messages.values() {
+                if m.info.is_open() {
+                    out.messages.push(m.info.clone());
+                }
+                out.parts
+                    .extend(m.parts.values().filter(|p| p.is_open()).cloned());
+            }
+        }
+        out
+    }
+}
+
+fn with_parts(m: &RefMessage) -> MessageWithParts {
+    MessageWithParts {
+        info: m.info.clone(),
+        parts: m.parts.values().cloned().collect(),
+    }
+}
+
+/// `open` sorted by id, so two listings can be compared whatever order a store uses.
+pub fn sorted(mut open: OpenItems) -> OpenItems {
+    open.messages
+        .sort_by(|a, b| (&a.session_id, &a.id).cmp(&(&b.session_id, &b.id)));
+    open.parts.sort_by(|a, b| {
+        (&a.session_id, &a.message_id, &a.id).cmp(&(&b.session_id, &b.message_id, &b.id))
+    });
+    open
+}

@@ -1,0 +1,284 @@
+//! Arbitrary sessions, messages and parts: every field of every kind, unknown roles,
+//! unknown part kinds and unknown fields at every level.
+//!
+//! One thing is deliberately not generated because the JSON model itself cannot carry
+//! it, whatever the backend: `Some(null)` in an optional JSON field (it reads back as
+//! `None`). Floats inside JSON values take any normal value (the workspace enables
+//! serde_json's `float_roundtrip`); the model's own `f64` fields (costs) take short
+//! decimals.
+
+use forge_core::model::{
+    AssistantMessage, AssistantTime, CacheTokens, ErrorData, ErrorName, JsonMap, MessageBody,
+    MessageError, ModelRef, PathInfo, SessionTime, Tokens, UserMessage, UserTime,
+};
+use forge_core::{Message, MessageId, Session, SessionId};
+use proptest::collection::vec;
+use proptest::option::of;
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// Text of every shape: plain, empty, whitespace, multi-line, any printable Unicode.
+pub fn arb_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "[a-zA-Z0-9 .,:]{0,24}",
+        2 => "\\PC{0,16}",
+        1 => prop::sample::select(vec![
+            String::new(),
+            "  trailing space  ".to_owned(),
+            "line\nbreak\r\n".to_owned(),
+            "tab\tand \"quotes\" and \\backslash".to_owned(),
+            "emoji 🦀 and ñ, 中文".to_owned(),
+            "\u{7f}\u{200b}\u{feff}".to_owned(),
+        ]),
+    ]
+}
+
+pub(super) fn time() -> impl Strategy<Value = i64> {
+    0i64..4_102_444_800_000
+}
+
+pub(super) fn small_f64() -> impl Strategy<Value = f64> {
+    (-1_000_000i64..1_000_000, 0u32..4).prop_map(|(n, scale)| n as f64 / 10f64.powi(scale as i32))
+}
+
+fn key() -> impl Strategy<Value = String> {
+    "x[a-zA-Z0-9_]{0,8}"
+}
+
+/// Any JSON value (bounded depth), numbers that round-trip through text.
+pub fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        small_f64().prop_map(Value::from),
+        proptest::num::f64::NORMAL.prop_map(Value::from),
+        arb_text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            vec(("[a-zA-Z0-9_ -]{0,6}", inner), 0..4)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+pub(super) fn json_some() -> impl Strategy<Value = Value> {
+    arb_json().prop_filter("null in an optional field reads back as None", |v| {
+        !v.is_null()
+    })
+}
+
+/// Unknown fields: keys no version of the model uses (they start with `x`).
+pub fn arb_unknown_fields() -> impl Strategy<Value = JsonMap> {
+    vec((key(), arb_json()), 0..3).prop_map(|kv| kv.into_iter().collect())
+}
+
+pub(super) fn model_ref() -> impl Strategy<Value = ModelRef> {
+    (arb_text(), arb_text(), arb_unknown_fields()).prop_map(|(provider_id, model_id, extra)| {
+        ModelRef {
+            provider_id,
+            model_id,
+            extra,
+        }
+    })
+}
+
+pub(super) fn tokens() -> impl Strategy<Value = Tokens> {
+    let n = || 0u64..(1 << 53);
+    (
+        n(),
+        n(),
+        n(),
+        n(),
+        n(),
+        arb_unknown_fields(),
+        arb_unknown_fields(),
+    )
+        .prop_map(
+            |(input, output, reasoning, read, write, extra, cache_extra)| Tokens {
+                input,
+                output,
+                reasoning,
+                cache: CacheTokens {
+                    read,
+                    write,
+                    extra: cache_extra,
+                },
+                extra,
+            },
+        )
+}
+
+/// Any message error, including a name this version does not know.
+pub fn arb_message_error() -> impl Strategy<Value = MessageError> {
+    let name = prop_oneof![
+        Just(ErrorName::Aborted),
+        Just(ErrorName::OutputLength),
+        Just(ErrorName::Api),
+        Just(ErrorName::Auth),
+        Just(ErrorName::ContextOverflow),
+        Just(ErrorName::Unknown),
+        "X[a-zA-Z]{0,10}Error".prop_map(ErrorName::Other),
+    ];
+    (name, of(arb_text()), arb_unknown_fields()).prop_map(|(name, message, extra)| MessageError {
+        name,
+        data: ErrorData { message, extra },
+    })
+}
+
+/// Any session with the given id.
+pub fn arb_session(id: SessionId) -> impl Strategy<Value = Session> {
+    (
+        of("ses_[a-z0-9]{1,8}"),
+        arb_text(),
+        time(),
+        time(),
+        arb_unknown_fields(),
+        arb_unknown_fields(),
+    )
+        .prop_map(
+            move |(parent, title, created, updated, time_extra, extra)| Session {
+                id: id.clone(),
+                parent_id: parent.map(SessionId::from),
+                title,
+                time: SessionTime {
+                    created,
+                    updated,
+                    extra: time_extra,
+                },
+                extra,
+            },
+        )
+}
+
+fn user() -> impl Strategy<Value = MessageBody> {
+    (
+        time(),
+        arb_unknown_fields(),
+        arb_text(),
+        of(model_ref()),
+        of(arb_text()),
+        of(vec((key(), any::<bool>().prop_map(Value::Bool)), 0..3)),
+        arb_unknown_fields(),
+    )
+        .prop_map(
+            |(created, time_extra, agent, model, system, tools, extra)| {
+                MessageBody::User(UserMessage {
+                    time: UserTime {
+                        created,
+                        extra: time_extra,
+                    },
+                    agent,
+                    model,
+                    system,
+                    tools: tools.map(|t| t.into_iter().collect()),
+                    extra,
+                })
+            },
+        )
+}
+
+fn assistant(parent: MessageId) -> impl Strategy<Value = MessageBody> {
+    let time =
+        (time(), of(time()), arb_unknown_fields()).prop_map(|(created, completed, extra)| {
+            AssistantTime {
+                created,
+                completed,
+                extra,
+            }
+        });
+    let path = of((arb_text(), arb_text(), arb_unknown_fields())
+        .prop_map(|(cwd, root, extra)| PathInfo { cwd, root, extra }));
+    (
+        (time, of(arb_message_error()), arb_text(), arb_text()),
+        (of(arb_text()), path, of(any::<bool>()), small_f64()),
+        (tokens(), of(arb_text()), arb_unknown_fields()),
+    )
+        .prop_map(
+            move |(
+                (time, error, model_id, provider_id),
+                (agent, path, summary, cost),
+                (tokens, finish, extra),
+            )| {
+                MessageBody::Assistant(AssistantMessage {
+                    time,
+                    error,
+                    parent_id: parent.clone(),
+                    model_id,
+                    provider_id,
+                    agent,
+                    path,
+                    summary,
+                    cost,
+                    tokens,
+                    finish,
+                    extra,
+                })
+            },
+        )
+}
+
+fn unknown_role() -> impl Strategy<Value = MessageBody> {
+    (
+        "[a-z]{1,10}".prop_filter("an unknown role", |r| r != "user" && r != "assistant"),
+        arb_unknown_fields(),
+    )
+        .prop_map(|(role, fields)| MessageBody::Unknown { role, fields })
+}
+
+/// Any message of any role (including an unknown one) with the given ids.
+pub fn arb_message(session: SessionId, id: MessageId) -> impl Strategy<Value = Message> {
+    let parent = MessageId::from("msg_parent");
+    prop_oneof![
+        2 => user(),
+        3 => assistant(parent),
+        1 => unknown_role(),
+    ]
+    .prop_map(move |body| Message {
+        id: id.clone(),
+        session_id: session.clone(),
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategies::arbitrary_parts::arb_part;
+    use forge_core::{Part, PartId};
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    /// What the generators make must survive JSON itself, or a backend could not be
+    /// blamed for losing it.
+    #[test]
+    fn generated_values_survive_json() {
+        let mut runner = TestRunner::deterministic();
+        let s = SessionId::from("ses_1");
+        let m = MessageId::from("msg_1");
+        for _ in 0..500 {
+            let part = arb_part(s.clone(), m.clone(), PartId::from("prt_1"))
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            let back: Part = serde_json::from_str(&serde_json::to_string(&part).unwrap()).unwrap();
+            assert_eq!(back, part);
+            let msg = arb_message(s.clone(), m.clone())
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            let back: Message =
+                serde_json::from_str(&serde_json::to_string(&msg).unwrap()).unwrap();
+            assert_eq!(back, msg);
+            let ses = arb_session(s.clone())
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            let back: Session =
+                serde_json::from_str(&serde_json::to_string(&ses).unwrap()).unwrap();
+            assert_eq!(back, ses);
+        }
+    }
+}

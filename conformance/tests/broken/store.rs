@@ -1,0 +1,289 @@
+//! Deliberately broken wrappers of `MemoryStore`, one bug each.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use forge_core::model::{MessageBody, PartBody};
+use forge_core::{
+    Capabilities, Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts, OpenItems,
+    Page, Part, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+};
+use parking_lot::Mutex;
+
+/// The bug a [`BrokenStore`] has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreBug {
+    /// An upsert of an existing id keeps the first write.
+    KeepsFirstWrite,
+    /// Every page after the first leaves out its first (newest) message.
+    SkipsFirstOfLaterPages,
+    /// Removing a message (or session) leaves its children; they come back when the id
+    /// is written again.
+    NoCascade,
+    /// Every tenant reads and writes the same rows.
+    TenantLeak,
+    /// `open_items` does not report tools, so recover leaves them running.
+    HidesTools,
+    /// Pages report failed summaries as successful, so `filter_compacted` cuts there.
+    FailedSummaryLooksFinished,
+    /// Unknown part kinds are dropped and unknown message fields cleared.
+    DropsUnknownFields,
+    /// Two overlapping `apply` calls: the second fails with "database is locked".
+    LockedUnderConcurrency,
+    /// `apply` returns before the batch is visible (write-behind queue).
+    WriteBehind,
+    /// A failing batch leaves its earlier events applied.
+    NotAtomic,
+}
+
+/// `MemoryStore` with one bug.
+#[derive(Debug)]
+pub struct BrokenStore {
+    inner: Arc<MemoryStore>,
+    bug: StoreBug,
+    ghosts: Mutex<HashMap<(TenantId, SessionId, MessageId), Vec<Part>>>,
+    busy: tokio::sync::Mutex<()>,
+}
+
+impl BrokenStore {
+    pub fn new(bug: StoreBug) -> Self {
+        Self {
+            inner: Arc::new(MemoryStore::new()),
+            bug,
+            ghosts: Mutex::new(HashMap::new()),
+            busy: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn tenant<'a>(&self, t: &'a TenantId, shared: &'a TenantId) -> &'a TenantId {
+        if self.bug == StoreBug::TenantLeak {
+            shared
+        } else {
+            t
+        }
+    }
+
+    async fn keep_first(&self, batch: &[Envelope<SyncEvent>]) -> Vec<Envelope<SyncEvent>> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for e in batch {
+            let (t, s) = (&e.tenant, &e.session_id);
+            let exists = match &e.event {
+                SyncEvent::SessionUpdated { info } => {
+                    !seen.insert(format!("s{}", info.id))
+                        || self.inner.session(t, s).await.ok().flatten().is_some()
+                }
+                SyncEvent::MessageUpdated { info } => {
+                    !seen.insert(format!("m{}", info.id))
+                        || self
+                            .inner
+                            .message(t, s, &info.id)
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_some()
+                }
+                SyncEvent::PartUpdated { part } => {
+                    !seen.insert(format!("p{}", part.id))
+                        || self
+                            .inner
+                            .message(t, s, &part.message_id)
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_some_and(|m| m.parts.iter().any(|p| p.id == part.id))
+                }
+                _ => false,
+            };
+            if !exists {
+                out.push(e.clone());
+            }
+        }
+        out
+    }
+
+    async fn no_cascade(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let mut removed = Vec::new();
+        for e in batch {
+            let (t, s) = (&e.tenant, &e.session_id);
+            match &e.event {
+                SyncEvent::MessageRemoved { message_id, .. } => {
+                    if let Some(m) = self.inner.message(t, s, message_id).await? {
+                        removed.push((t.clone(), s.clone(), message_id.clone(), m.parts));
+                    }
+                }
+                SyncEvent::SessionDeleted { .. } => {
+                    for m in forge_core::read_all(self.inner.as_ref(), t, s, 1000).await? {
+                        removed.push((t.clone(), s.clone(), m.info.id.clone(), m.parts));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.inner.apply(batch).await?;
+        let back = {
+            let mut ghosts = self.ghosts.lock();
+            for (t, s, m, parts) in removed {
+                ghosts.insert((t, s, m), parts);
+            }
+            let mut back = Vec::new();
+            for e in batch {
+                if let SyncEvent::MessageUpdated { info } = &e.event {
+                    let key = (e.tenant.clone(), e.session_id.clone(), info.id.clone());
+                    for part in ghosts.remove(&key).unwrap_or_default() {
+                        back.push(Envelope {
+                            event: SyncEvent::PartUpdated { part },
+                            ..e.clone()
+                        });
+                    }
+                }
+            }
+            back
+        };
+        if !back.is_empty() {
+            // Resurrect where the parent exists; a real no-cascade store would too.
+            let _ = self.inner.apply(&back).await;
+        }
+        Ok(())
+    }
+}
+
+fn drop_unknown(batch: &[Envelope<SyncEvent>]) -> Vec<Envelope<SyncEvent>> {
+    batch
+        .iter()
+        .filter(|e| {
+            !matches!(&e.event, SyncEvent::PartUpdated { part } if matches!(part.body, PartBody::Unknown { .. }))
+        })
+        .cloned()
+        .map(|mut e| {
+            if let SyncEvent::MessageUpdated { info } = &mut e.event {
+                match &mut info.body {
+                    MessageBody::User(u) => u.extra.clear(),
+                    MessageBody::Assistant(a) => a.extra.clear(),
+                    MessageBody::Unknown { fields, .. } => fields.clear(),
+                }
+            }
+            e
+        })
+        .collect()
+}
+
+#[async_trait]
+impl Store for BrokenStore {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let shared = TenantId::default();
+        match self.bug {
+            StoreBug::KeepsFirstWrite => {
+                let kept = self.keep_first(batch).await;
+                self.inner.apply(&kept).await
+            }
+            StoreBug::NoCascade => self.no_cascade(batch).await,
+            StoreBug::TenantLeak => {
+                let leaked: Vec<_> = batch
+                    .iter()
+                    .map(|e| Envelope {
+                        tenant: shared.clone(),
+                        ..e.clone()
+                    })
+                    .collect();
+                self.inner.apply(&leaked).await
+            }
+            StoreBug::DropsUnknownFields => self.inner.apply(&drop_unknown(batch)).await,
+            StoreBug::LockedUnderConcurrency => {
+                let Ok(_guard) = self.busy.try_lock() else {
+                    return Err(Error::backend("broken", true, "database is locked"));
+                };
+                tokio::task::yield_now().await;
+                self.inner.apply(batch).await
+            }
+            StoreBug::WriteBehind => {
+                let (inner, batch) = (Arc::clone(&self.inner), batch.to_vec());
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    let _ = inner.apply(&batch).await;
+                });
+                Ok(())
+            }
+            StoreBug::NotAtomic => {
+                for e in batch {
+                    self.inner.apply(std::slice::from_ref(e)).await?;
+                }
+                Ok(())
+            }
+            _ => self.inner.apply(batch).await,
+        }
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        let shared = TenantId::default();
+        self.inner.session(self.tenant(tenant, &shared), id).await
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        let shared = TenantId::default();
+        self.inner.sessions(self.tenant(tenant, &shared)).await
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        let shared = TenantId::default();
+        self.inner
+            .message(self.tenant(tenant, &shared), session, id)
+            .await
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        let shared = TenantId::default();
+        let mut page = self
+            .inner
+            .messages(self.tenant(tenant, &shared), session, before, limit)
+            .await?;
+        match self.bug {
+            StoreBug::SkipsFirstOfLaterPages if before.is_some() => {
+                page.messages.pop();
+            }
+            StoreBug::FailedSummaryLooksFinished => {
+                for m in &mut page.messages {
+                    if let Some(a) = m.info.as_assistant_mut() {
+                        if a.summary == Some(true) {
+                            a.error = None;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(page)
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        let shared = TenantId::default();
+        let mut open = self
+            .inner
+            .open_items(self.tenant(tenant, &shared), session)
+            .await?;
+        if self.bug == StoreBug::HidesTools {
+            open.parts.retain(|p| p.kind() != "tool");
+        }
+        Ok(open)
+    }
+}

@@ -1,0 +1,314 @@
+//! A third-party forge-store backend: one JSON file per session.
+//!
+//! It exists to show (and to keep honest) the way a platform team plugs its own storage
+//! into forge-store: implement [`forge_core::Store`], then run the conformance suite
+//! from `tests/conformance.rs` with one macro call.
+//!
+//! Layout: `<root>/t-<hex tenant>/s-<hex session>.json`, each file holding the session,
+//! its seq, and its messages with their parts. Ids are hex-encoded, so no id (`../x`,
+//! `a\0b`, `..`) can name another file; ids too long for a file name are rejected.
+//! Writes are serialized by a mutex; each batch is applied in memory first and only
+//! written (temp file + rename) when every event of it succeeded, so a failing batch
+//! leaves nothing behind and readers never see a half-written file. It is an example:
+//! it does blocking file I/O on the async caller's thread and does not fsync.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use forge_core::store::clamp_limit;
+use forge_core::{
+    Capabilities, Cursor, Envelope, Error, Message, MessageId, MessageWithParts, OpenItems, Page,
+    Part, PartId, Result, Session, SessionId, SessionState, Store, SyncEvent, TenantId,
+};
+use serde::{Deserialize, Serialize};
+
+const NAME: &str = "json-files";
+/// Longest id, in bytes, that still fits a file name once hex-encoded.
+const MAX_ID_BYTES: usize = 120;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SessionFile {
+    info: Session,
+    seq: u64,
+    messages: BTreeMap<MessageId, StoredMessage>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StoredMessage {
+    info: Message,
+    parts: BTreeMap<PartId, Part>,
+}
+
+impl StoredMessage {
+    fn with_parts(&self) -> MessageWithParts {
+        MessageWithParts {
+            info: self.info.clone(),
+            parts: self.parts.values().cloned().collect(),
+        }
+    }
+}
+
+/// A [`Store`] keeping one JSON file per session under a root directory.
+#[derive(Debug)]
+pub struct JsonFilesStore {
+    root: PathBuf,
+    writer: tokio::sync::Mutex<()>,
+}
+
+fn hex(s: &str) -> String {
+    s.bytes()
+        .fold(String::with_capacity(s.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+fn io_error(e: io::Error) -> Error {
+    Error::backend(NAME, false, e)
+}
+
+impl JsonFilesStore {
+    /// A store rooted at `root` (created if missing).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the directory cannot be created.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        std::fs::create_dir_all(root.as_ref()).map_err(io_error)?;
+        Ok(Self {
+            root: root.as_ref().to_path_buf(),
+            writer: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn tenant_dir(&self, tenant: &TenantId) -> PathBuf {
+        self.root.join(format!("t-{}", hex(tenant.as_str())))
+    }
+
+    fn path(&self, tenant: &TenantId, session: &SessionId) -> Result<PathBuf> {
+        if session.as_str().len() > MAX_ID_BYTES {
+            return Err(Error::invalid(format!(
+                "session id of {} bytes: this backend stores at most {MAX_ID_BYTES}",
+                session.as_str().len()
+            )));
+        }
+        Ok(self
+            .tenant_dir(tenant)
+            .join(format!("s-{}.json", hex(session.as_str()))))
+    }
+
+    fn load(path: &Path) -> Result<Option<SessionFile>> {
+        match std::fs::read(path) {
+            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(e)),
+        }
+    }
+
+    fn save(path: &Path, file: Option<&SessionFile>) -> Result<()> {
+        let Some(file) = file else {
+            return match std::fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(e)),
+                _ => Ok(()),
+            };
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io_error)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(file)?).map_err(io_error)?;
+        std::fs::rename(&tmp, path).map_err(io_error)
+    }
+
+    fn session_file(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<SessionFile>> {
+        match self.path(tenant, session) {
+            Ok(p) => Self::load(&p),
+            // An id this backend cannot store was never stored.
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn all_sessions(&self, tenant: &TenantId) -> Result<Vec<SessionFile>> {
+        let dir = match std::fs::read_dir(self.tenant_dir(tenant)) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error(e)),
+        };
+        let mut out = Vec::new();
+        for entry in dir {
+            let path = entry.map_err(io_error)?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                out.extend(Self::load(&path)?);
+            }
+        }
+        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+        Ok(out)
+    }
+}
+
+/// Applies one event to the in-memory copy of its session file.
+fn apply_one(file: &mut Option<SessionFile>, event: &SyncEvent) -> Result<()> {
+    match event {
+        SyncEvent::SessionUpdated { info } => match file {
+            Some(f) => f.info = info.clone(),
+            None => {
+                *file = Some(SessionFile {
+                    info: info.clone(),
+                    seq: 0,
+                    messages: BTreeMap::new(),
+                });
+            }
+        },
+        SyncEvent::SessionDeleted { .. } => *file = None,
+        SyncEvent::MessageUpdated { info } => {
+            let f = file
+                .as_mut()
+                .ok_or_else(|| Error::not_found("session", &info.session_id))?;
+            f.messages
+                .entry(info.id.clone())
+                .and_modify(|m| m.info = info.clone())
+                .or_insert_with(|| StoredMessage {
+                    info: info.clone(),
+                    parts: BTreeMap::new(),
+                });
+        }
+        SyncEvent::MessageRemoved { message_id, .. } => {
+            if let Some(f) = file {
+                f.messages.remove(message_id);
+            }
+        }
+        SyncEvent::PartUpdated { part } => {
+            let m = file
+                .as_mut()
+                .and_then(|f| f.messages.get_mut(&part.message_id))
+                .ok_or_else(|| Error::not_found("message", &part.message_id))?;
+            m.parts.insert(part.id.clone(), part.clone());
+        }
+        SyncEvent::PartRemoved {
+            message_id,
+            part_id,
+            ..
+        } => {
+            if let Some(m) = file.as_mut().and_then(|f| f.messages.get_mut(message_id)) {
+                m.parts.remove(part_id);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for JsonFilesStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(NAME)
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        let mut touched: BTreeMap<PathBuf, Option<SessionFile>> = BTreeMap::new();
+        for env in batch {
+            if env.event.session_id() != &env.session_id {
+                return Err(Error::invalid("event and envelope name different sessions"));
+            }
+            let path = self.path(&env.tenant, &env.session_id)?;
+            if !touched.contains_key(&path) {
+                let loaded = Self::load(&path)?;
+                touched.insert(path.clone(), loaded);
+            }
+            let file = touched.entry(path).or_default();
+            apply_one(file, &env.event)?;
+            if let Some(f) = file {
+                f.seq = f.seq.max(env.seq);
+            }
+        }
+        for (path, file) in &touched {
+            Self::save(path, file.as_ref())?;
+        }
+        Ok(())
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        Ok(self.session_file(tenant, id)?.map(|f| SessionState {
+            info: f.info,
+            seq: f.seq,
+        }))
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        Ok(self
+            .all_sessions(tenant)?
+            .into_iter()
+            .map(|f| SessionState {
+                info: f.info,
+                seq: f.seq,
+            })
+            .collect())
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        Ok(self
+            .session_file(tenant, session)?
+            .and_then(|f| f.messages.get(id).map(StoredMessage::with_parts)))
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        let limit = clamp_limit(limit);
+        let Some(f) = self.session_file(tenant, session)? else {
+            return Ok(Page {
+                messages: Vec::new(),
+                next: None,
+            });
+        };
+        let older: Vec<&StoredMessage> = match before {
+            Some(c) => f
+                .messages
+                .range(..c.message_id().clone())
+                .map(|(_, m)| m)
+                .collect(),
+            None => f.messages.values().collect(),
+        };
+        let start = older.len().saturating_sub(limit);
+        let messages: Vec<MessageWithParts> =
+            older[start..].iter().map(|m| m.with_parts()).collect();
+        let next = (start > 0)
+            .then(|| messages.first().map(|m| Cursor::before(m.info.id.clone())))
+            .flatten();
+        Ok(Page { messages, next })
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        let files = match session {
+            Some(s) => self.session_file(tenant, s)?.into_iter().collect(),
+            None => self.all_sessions(tenant)?,
+        };
+        let mut out = OpenItems::default();
+        for m in files.iter().flat_map(|f| f.messages.values()) {
+            if m.info.is_open() {
+                out.messages.push(m.info.clone());
+            }
+            out.parts
+                .extend(m.parts.values().filter(|p| p.is_open()).cloned());
+        }
+        Ok(out)
+    }
+}
