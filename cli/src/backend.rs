@@ -1,7 +1,8 @@
 //! Opening a backend by URL.
 //!
-//! `redb://PATH[?durability=immediate|none]` (the embedded default) and `memory://`
-//! (ephemeral: gone when the process exits). A new backend is one more arm in
+//! `redb://PATH[?durability=immediate|none]` (the embedded default), `sqlite://PATH`,
+//! `postgres://…` and `memory://` (ephemeral: gone when the process exits). A new
+//! backend is one more arm in
 //! [`open_store`] and one more line in [`SCHEMES`]. Errors are one line and name the
 //! URL through [`redact`], so a password never reaches a terminal or a CI log.
 
@@ -17,6 +18,11 @@ pub const DEFAULT_URL: &str = "redb://./forge.redb";
 /// The schemes this build understands, with the shape of their URLs (for errors and help).
 pub const SCHEMES: &[(&str, &str)] = &[
     ("redb", "redb://PATH[?durability=immediate|none]"),
+    ("sqlite", "sqlite://PATH[?synchronous=normal|full]"),
+    (
+        "postgres",
+        "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]",
+    ),
     (
         "memory",
         "memory:// (in-process, gone when the command exits)",
@@ -58,6 +64,8 @@ pub(crate) async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
             let (path, query) = (target.to_owned(), query.unwrap_or("").to_owned());
             tokio::task::spawn_blocking(move || open_redb(&path, &query)).await?
         }
+        "sqlite" => Ok(Arc::new(forge_sql::SqliteStore::open(url).await?)),
+        "postgres" | "postgresql" => Ok(Arc::new(forge_sql::PostgresStore::connect(url).await?)),
         other => bail!("unknown backend scheme {other:?}; {}", supported()),
     }
 }

@@ -1,6 +1,6 @@
 //! `forge-store conformance`: the conformance suite against a backend URL.
 //!
-//! Embedded file backends (`redb://`) run every case on a fresh temporary file opened
+//! Embedded file backends (`redb://`, `sqlite://`) run every case on a fresh temporary file opened
 //! with the URL's options, so the user's file is never touched. `memory://` gets a fresh
 //! store per case. Server backends are opened once and shared: the suite writes only
 //! under its own fresh tenants and deletes what it created.
@@ -10,7 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use forge_conformance::{junit_xml, run_async, BackendFactory, Config, FnFactory};
+use async_trait::async_trait;
+use forge_conformance::{guarded, junit_xml, run_async, BackendFactory, Config};
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_core::{Bus, LocalBus, MemoryStore, Store};
 
@@ -28,40 +29,87 @@ pub struct Options<'a> {
     pub only: Option<String>,
 }
 
-/// The bus the CLI deploys with: in-process, with a replay buffer.
-fn bus() -> Arc<dyn Bus> {
-    Arc::new(LocalBus::with_replay(DEFAULT_REPLAY_PER_SESSION))
+/// Where each case's store comes from.
+enum Source {
+    /// A fresh in-memory store per case.
+    Memory,
+    /// A fresh redb file per case, with the URL's options.
+    Redb(forge_redb::RedbOptions),
+    /// A fresh SQLite file per case, with the URL's query.
+    Sqlite(String),
+    /// The named server, opened once; the suite keeps to its own tenants.
+    Shared(Arc<dyn Store>),
 }
 
-async fn factory(url: &str) -> Result<FnFactory> {
+struct UrlFactory {
+    name: String,
+    source: Source,
+}
+
+fn temp_dir(backend: &'static str) -> forge_core::Result<tempfile::TempDir> {
+    tempfile::tempdir().map_err(|e| forge_core::Error::backend(backend, false, e))
+}
+
+#[async_trait]
+impl BackendFactory for UrlFactory {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn store(&self) -> forge_core::Result<Arc<dyn Store>> {
+        Ok(match &self.source {
+            Source::Memory => Arc::new(MemoryStore::new()),
+            Source::Redb(opts) => {
+                let dir = temp_dir("redb")?;
+                let store =
+                    forge_redb::RedbStore::open_with(dir.path().join("conformance.redb"), *opts)?;
+                guarded(Arc::new(store), dir)
+            }
+            Source::Sqlite(query) => {
+                let dir = temp_dir("sqlite")?;
+                let mut url = format!("sqlite://{}", dir.path().join("conformance.db").display());
+                if !query.is_empty() {
+                    url = format!("{url}?{query}");
+                }
+                let store = forge_sql::SqliteStore::open(&url).await?;
+                guarded(Arc::new(store), dir)
+            }
+            Source::Shared(store) => Arc::clone(store),
+        })
+    }
+
+    async fn bus(&self) -> forge_core::Result<Option<Arc<dyn Bus>>> {
+        Ok(Some(Arc::new(LocalBus::with_replay(
+            DEFAULT_REPLAY_PER_SESSION,
+        ))))
+    }
+}
+
+async fn factory(url: &str) -> Result<UrlFactory> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-    let name = format!("{} ", redact(url));
-    Ok(match scheme.as_deref() {
-        Some("memory") => FnFactory::new(name + "(fresh store per case)", || {
-            Ok(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
-        }),
+    let query = url.split_once('?').map_or("", |(_, q)| q).to_owned();
+    let (how, source) = match scheme.as_deref() {
+        Some("memory") => ("fresh store per case", Source::Memory),
         Some("redb") => {
-            let query = url.split_once('?').map_or("", |(_, q)| q).to_owned();
             let opts = forge_redb::RedbOptions::from_query(&query)
                 .with_context(|| format!("cannot open backend {}", redact(url)))?;
-            FnFactory::new(name + "(fresh temporary file per case)", move || {
-                let dir = tempfile::tempdir()
-                    .map_err(|e| forge_core::Error::backend("redb", false, e))?;
-                let store =
-                    forge_redb::RedbStore::open_with(dir.path().join("conformance.redb"), opts)?;
-                Ok(forge_conformance::guarded(Arc::new(store), dir))
-            })
+            ("fresh temporary file per case", Source::Redb(opts))
         }
+        Some("sqlite") => ("fresh temporary file per case", Source::Sqlite(query)),
         _ => {
             let store = backend::open_store(url)
                 .await
                 .with_context(|| format!("cannot open backend {}", redact(url)))?;
-            FnFactory::new(name + "(shared; suite tenants only)", move || {
-                Ok(Arc::clone(&store))
-            })
+            (
+                "shared; the suite's own tenants only",
+                Source::Shared(store),
+            )
         }
-    }
-    .with_bus(|| Some(bus())))
+    };
+    Ok(UrlFactory {
+        name: format!("{} ({how})", redact(url)),
+        source,
+    })
 }
 
 /// Runs the suite, prints the report, writes JUnit XML; fails when a property failed.

@@ -1,0 +1,241 @@
+//! Mapping sqlx errors into [`forge_core::Error`]: one function per dialect, the sqlx
+//! error kept as the source.
+//!
+//! | native error | forge error |
+//! |---|---|
+//! | unique / foreign-key violation | [`Error::Conflict`] (the database's message and constraint named) |
+//! | lost connection, pool timeout, busy / locked (SQLite), serialization failure, deadlock, shutdown, too many connections (Postgres) | [`Error::Backend`] with `retryable: true` |
+//! | anything else | [`Error::Backend`] with `retryable: false` |
+//!
+//! `Error::Conflict` carries a message only (forge-core gives it no source field), so the
+//! database's message, code and constraint are written into it.
+
+use std::fmt;
+
+use forge_core::Error;
+
+/// The stored data contradicts itself (e.g. a part without its message): changed behind
+/// the store's back, or a bug.
+#[derive(Debug)]
+pub(crate) struct Inconsistent(pub(crate) String);
+
+impl fmt::Display for Inconsistent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "inconsistent forge-store data: {}", self.0)
+    }
+}
+
+impl std::error::Error for Inconsistent {}
+
+fn conflict(backend: &str, db: &dyn sqlx::error::DatabaseError) -> Error {
+    let code = db
+        .code()
+        .map(std::borrow::Cow::into_owned)
+        .unwrap_or_default();
+    let constraint = db
+        .constraint()
+        .map(|c| format!(", constraint {c}"))
+        .unwrap_or_default();
+    Error::conflict(format!(
+        "{backend}: {} (code {code}{constraint})",
+        db.message()
+    ))
+}
+
+/// Errors of the pool and the connection, the same for both dialects: `None` for a
+/// database error, which the dialect classifies.
+fn common_retryable(err: &sqlx::Error) -> Option<bool> {
+    match err {
+        sqlx::Error::Database(_) => None,
+        // The connection broke or could not be had in time: another try may get one.
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => Some(true),
+        _ => Some(false),
+    }
+}
+
+/// Maps a SQLite error.
+///
+/// `SQLITE_BUSY` / `SQLITE_LOCKED` (and their extended codes) are retryable: another
+/// process holds the file's write lock longer than the busy timeout.
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite(err: sqlx::Error) -> Error {
+    const BACKEND: &str = "sqlite";
+    if let sqlx::Error::Database(db) = &err {
+        use sqlx::error::ErrorKind;
+        if matches!(
+            db.kind(),
+            ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
+        ) {
+            return conflict(BACKEND, db.as_ref());
+        }
+        // Extended result codes keep the primary code in the low byte.
+        let primary = db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .map(|c| c & 0xff);
+        let retryable = matches!(primary, Some(5 | 6));
+        return Error::backend(BACKEND, retryable, err);
+    }
+    let retryable = common_retryable(&err).unwrap_or(false);
+    Error::backend(BACKEND, retryable, err)
+}
+
+/// Maps a Postgres error.
+///
+/// Retryable SQLSTATEs: class 08 (connection exception), 40001 (serialization failure),
+/// 40P01 (deadlock), 55P03 (lock not available), 53300 (too many connections), 57P01–03
+/// (server shutting down or not yet accepting connections).
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres(err: sqlx::Error) -> Error {
+    const BACKEND: &str = "postgres";
+    if let sqlx::Error::Database(db) = &err {
+        use sqlx::error::ErrorKind;
+        if matches!(
+            db.kind(),
+            ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
+        ) {
+            return conflict(BACKEND, db.as_ref());
+        }
+        let code = db.code().unwrap_or_default();
+        let retryable = code.starts_with("08")
+            || matches!(
+                code.as_ref(),
+                "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03"
+            );
+        return Error::backend(BACKEND, retryable, err);
+    }
+    let retryable = common_retryable(&err).unwrap_or(false);
+    Error::backend(BACKEND, retryable, err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn connection_loss_is_retryable_and_keeps_its_source() {
+        let mut maps: Vec<fn(sqlx::Error) -> Error> = Vec::new();
+        #[cfg(feature = "sqlite")]
+        maps.push(sqlite);
+        #[cfg(feature = "postgres")]
+        maps.push(postgres);
+        for map in maps {
+            let err = map(sqlx::Error::Io(std::io::Error::other("cable cut")));
+            assert!(err.is_retryable(), "{err}");
+            assert!(err.to_string().contains("cable cut"), "{err}");
+            let source = err.source().expect("source kept");
+            assert!(source.downcast_ref::<sqlx::Error>().is_some());
+            assert!(map(sqlx::Error::PoolTimedOut).is_retryable());
+            assert!(!map(sqlx::Error::RowNotFound).is_retryable());
+            assert!(!map(sqlx::Error::PoolClosed).is_retryable());
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_errors_map_to_conflict_and_retryable_busy() {
+        use sqlx::sqlite::SqliteConnectOptions;
+        use sqlx::{ConnectOptions, Connection};
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let options = SqliteConnectOptions::new()
+                .filename(dir.path().join("e.db"))
+                .create_if_missing(true)
+                .busy_timeout(std::time::Duration::ZERO);
+            let mut one = options.connect().await.unwrap();
+            let mut two = options.connect().await.unwrap();
+            sqlx::raw_sql(
+                "CREATE TABLE p (id INTEGER PRIMARY KEY);
+                 CREATE TABLE c (id INTEGER PRIMARY KEY, p INTEGER REFERENCES p (id));
+                 INSERT INTO p VALUES (1);",
+            )
+            .execute(&mut one)
+            .await
+            .unwrap();
+            let dup = sqlx::query("INSERT INTO p VALUES (1)")
+                .execute(&mut one)
+                .await
+                .unwrap_err();
+            assert!(matches!(sqlite(dup), Error::Conflict(m) if m.contains("UNIQUE")));
+            let orphan = sqlx::query("INSERT INTO c VALUES (1, 2)")
+                .execute(&mut one)
+                .await
+                .unwrap_err();
+            assert!(matches!(sqlite(orphan), Error::Conflict(m) if m.contains("FOREIGN KEY")));
+
+            // Another connection holds the write lock: busy, retryable, source kept.
+            let held = one.begin_with("BEGIN IMMEDIATE").await.unwrap();
+            let busy = two.begin_with("BEGIN IMMEDIATE").await.unwrap_err();
+            let err = sqlite(busy);
+            assert!(err.is_retryable(), "{err:?}");
+            assert!(err.source().is_some());
+            held.rollback().await.unwrap();
+            let bad = sqlx::query("SELEC 1").execute(&mut two).await.unwrap_err();
+            assert!(!sqlite(bad).is_retryable());
+        });
+    }
+
+    /// Runs only with `FORGE_TEST_POSTGRES_URL` (the integration tests say so loudly).
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_errors_map_to_conflict_and_retryable_connection_loss() {
+        use sqlx::{Connection, PgConnection};
+        let Ok(url) = std::env::var("FORGE_TEST_POSTGRES_URL") else {
+            assert!(
+                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_POSTGRES_URL is not set"
+            );
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"SKIPPED: FORGE_TEST_POSTGRES_URL not set (postgres error mapping)\n",
+            );
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut conn = PgConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(
+                "CREATE TEMP TABLE p (id int PRIMARY KEY);
+                 CREATE TEMP TABLE c (id int PRIMARY KEY, p int REFERENCES p (id));
+                 INSERT INTO p VALUES (1);",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            let dup = sqlx::query("INSERT INTO p VALUES (1)")
+                .execute(&mut conn)
+                .await
+                .unwrap_err();
+            assert!(matches!(postgres(dup), Error::Conflict(m) if m.contains("23505")));
+            let orphan = sqlx::query("INSERT INTO c VALUES (1, 2)")
+                .execute(&mut conn)
+                .await
+                .unwrap_err();
+            assert!(matches!(postgres(orphan), Error::Conflict(m) if m.contains("23503")));
+            let bad = sqlx::query("SELEC 1").execute(&mut conn).await.unwrap_err();
+            assert!(!postgres(bad).is_retryable());
+            // The server ends the session: the connection is lost, which is retryable.
+            let gone = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
+                .execute(&mut conn)
+                .await
+                .unwrap_err();
+            let err = postgres(gone);
+            assert!(err.is_retryable(), "{err:?}");
+            // And the next statement on the dead connection fails as retryable too.
+            let dead = sqlx::query("SELECT 1")
+                .execute(&mut conn)
+                .await
+                .unwrap_err();
+            let err = postgres(dead);
+            assert!(err.is_retryable(), "{err:?}");
+        });
+    }
+}

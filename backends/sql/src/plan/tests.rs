@@ -1,0 +1,208 @@
+//! The simulation against hand-written batches.
+
+use super::*;
+use serde_json::json;
+
+fn tenant() -> TenantId {
+    TenantId::new("a").unwrap()
+}
+
+fn env(seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
+    Envelope {
+        tenant: tenant(),
+        session_id: event.session_id().clone(),
+        seq,
+        event,
+    }
+}
+
+fn put_session(s: &str, seq: u64) -> Envelope<SyncEvent> {
+    let info =
+        serde_json::from_value(json!({"id": s, "time": {"created": 1, "updated": 1}})).unwrap();
+    env(seq, SyncEvent::SessionUpdated { info })
+}
+
+fn put_message(s: &str, m: &str, seq: u64) -> Envelope<SyncEvent> {
+    let info = serde_json::from_value(json!({
+        "id": m, "sessionID": s, "role": "user", "time": {"created": 1}, "agent": "a",
+    }))
+    .unwrap();
+    env(seq, SyncEvent::MessageUpdated { info })
+}
+
+fn put_part(s: &str, m: &str, p: &str, seq: u64) -> Envelope<SyncEvent> {
+    let part = serde_json::from_value(json!({
+        "id": p, "sessionID": s, "messageID": m, "type": "text", "text": "x",
+        "time": {"start": 1},
+    }))
+    .unwrap();
+    env(seq, SyncEvent::PartUpdated { part })
+}
+
+fn remove_message(s: &str, m: &str, seq: u64) -> Envelope<SyncEvent> {
+    env(
+        seq,
+        SyncEvent::MessageRemoved {
+            session_id: s.into(),
+            message_id: m.into(),
+        },
+    )
+}
+
+fn stored(sessions: &[(&str, u64)], messages: &[(&str, &str)]) -> Loaded {
+    Loaded {
+        sessions: sessions
+            .iter()
+            .map(|(s, seq)| {
+                (
+                    (tenant(), SessionId::from(*s)),
+                    StoredSession {
+                        seq: *seq,
+                        body: format!("{{\"id\":\"{s}\"}}"),
+                    },
+                )
+            })
+            .collect(),
+        messages: messages
+            .iter()
+            .map(|(s, m)| (tenant(), SessionId::from(*s), MessageId::from(*m)))
+            .collect(),
+    }
+}
+
+#[test]
+fn repeated_upserts_collapse_to_the_last_version_of_each_row() {
+    let batch = [
+        put_message("s", "m", 4),
+        put_part("s", "m", "p", 5),
+        put_part("s", "m", "p", 6),
+        put_part("s", "m", "q", 7),
+    ];
+    let b = Batch::prepare(&batch);
+    let needs = b.needs();
+    // The message is written first, so its stored existence does not matter.
+    assert!(needs.messages.is_empty());
+    let plan = b.simulate(&stored(&[("s", 3)], &[])).unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert_eq!(ops.put_parts.len(), 2);
+    assert_eq!(ops.put_messages.len(), 1);
+    assert_eq!(ops.put_sessions[0].seq, 7);
+    assert_eq!(ops.put_sessions[0].body, "{\"id\":\"s\"}");
+    assert!(ops.delete_messages.is_empty() && ops.delete_parts.is_empty());
+}
+
+#[test]
+fn a_part_for_a_message_removed_earlier_in_the_batch_is_not_found() {
+    let batch = [remove_message("s", "m", 2), put_part("s", "m", "p", 3)];
+    let b = Batch::prepare(&batch);
+    assert!(b.needs().messages.is_empty());
+    let err = b.simulate(&stored(&[("s", 1)], &[("s", "m")])).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotFound {
+                what: "message",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_recreated_message_deletes_the_stored_one_first() {
+    let batch = [
+        put_part("s", "m", "old", 2),
+        remove_message("s", "m", 3),
+        put_message("s", "m", 4),
+        put_part("s", "m", "new", 5),
+    ];
+    let b = Batch::prepare(&batch);
+    assert_eq!(b.needs().messages[&tenant()].len(), 1);
+    let plan = b.simulate(&stored(&[("s", 1)], &[("s", "m")])).unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert_eq!(ops.delete_messages, vec![("s".into(), "m".into())]);
+    let parts: Vec<&str> = ops.put_parts.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(parts, ["new"]);
+}
+
+#[test]
+fn a_deleted_and_recreated_session_restarts_its_seq() {
+    let del = env(
+        9,
+        SyncEvent::SessionDeleted {
+            session_id: "s".into(),
+        },
+    );
+    let batch = [del, put_session("s", 2), put_part("s", "m", "p", 3)];
+    let b = Batch::prepare(&batch);
+    // The session was deleted before the part: its stored messages are gone.
+    assert!(b.needs().messages.is_empty());
+    let err = b.simulate(&stored(&[("s", 5)], &[("s", "m")])).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotFound {
+                what: "message",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let del = env(
+        9,
+        SyncEvent::SessionDeleted {
+            session_id: "s".into(),
+        },
+    );
+    let plan = Batch::prepare(&[del, put_session("s", 2)])
+        .simulate(&stored(&[("s", 5)], &[]))
+        .unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert_eq!(ops.delete_sessions, vec![SessionId::from("s")]);
+    assert_eq!(ops.put_sessions[0].seq, 2);
+}
+
+#[test]
+fn the_first_failing_event_decides_and_removals_of_absent_rows_are_no_ops() {
+    let mut mismatched = put_session("other", 1);
+    mismatched.session_id = "s".into();
+    let batch = [
+        remove_message("s", "nope", 1),
+        put_message("missing", "m", 2),
+        mismatched,
+    ];
+    let err = Batch::prepare(&batch)
+        .simulate(&stored(&[("s", 0)], &[]))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotFound {
+                what: "session",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Only a seq bump is left of a removal of something absent.
+    let plan = Batch::prepare(&[remove_message("s", "nope", 8)])
+        .simulate(&stored(&[("s", 3)], &[]))
+        .unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert_eq!(ops.put_sessions[0].seq, 8);
+    // A lower seq leaves the session alone; the (harmless) delete is all there is.
+    let plan = Batch::prepare(&[remove_message("s", "nope", 2)])
+        .simulate(&stored(&[("s", 3)], &[]))
+        .unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert!(ops.put_sessions.is_empty(), "{plan:?}");
+    assert_eq!(ops.delete_messages.len(), 1);
+    // A removal in a session that does not exist does nothing at all.
+    let plan = Batch::prepare(&[remove_message("s", "nope", 2)])
+        .simulate(&stored(&[], &[]))
+        .unwrap();
+    assert!(plan.tenants.is_empty(), "{plan:?}");
+}

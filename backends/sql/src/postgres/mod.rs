@@ -1,0 +1,12 @@
+//! The Postgres backend: a schema per deployment, tenants isolated by row-level
+//! security, queries run as a non-superuser application role.
+
+mod config;
+mod schema;
+mod store;
+pub mod testing;
+mod write;
+
+pub use config::{PostgresOptions, DEFAULT_APP_ROLE};
+pub use schema::SCHEMA_VERSION;
+pub use store::PostgresStore;

@@ -1,0 +1,240 @@
+//! The Postgres schema, its embedded migrations, and the application role.
+//!
+//! Ids are `bytea` (the UTF-8 bytes): bytea compares bytewise, which is the order of
+//! Rust strings and so of ids, independent of any collation, and it carries any id, also
+//! one with a NUL (which `text` cannot hold). Rows are `json`, not `jsonb`: jsonb rejects
+//! `\u0000` inside strings (a tool output may hold one) and rewrites numbers, while
+//! `json` keeps the exact text we wrote, still validated and usable with `->`/`->>`.
+//!
+//! Every table has row-level security enabled and forced, so it applies to the table
+//! owner too. The tenant tables' policy admits exactly the rows whose `tenant` equals
+//! the transaction's `forge.tenant` setting; with no setting no row is visible or
+//! writable.
+
+use forge_core::{Error, Result};
+use sqlx::{AssertSqlSafe, PgConnection, Row};
+
+use super::config::PostgresOptions;
+use crate::error::postgres as map;
+
+/// The schema version this release writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Serializes migrations of every forge-store schema on the server (an advisory lock
+/// key; any constant unlikely to be used by others).
+const MIGRATION_LOCK: i64 = 0x666f_7267_655f_6d69; // "forge_mi"
+
+/// Migration `n` (index `n - 1`) brings a schema from version `n - 1` to `n`. They run
+/// with `search_path` set to the target schema.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE sessions (
+    tenant  text COLLATE "C" NOT NULL,
+    id      bytea  NOT NULL,
+    seq     bigint NOT NULL,
+    body    json   NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+
+CREATE TABLE messages (
+    tenant  text COLLATE "C" NOT NULL,
+    session bytea   NOT NULL,
+    id      bytea   NOT NULL,
+    open    boolean NOT NULL,
+    body    json    NOT NULL,
+    PRIMARY KEY (tenant, session, id),
+    FOREIGN KEY (tenant, session) REFERENCES sessions (tenant, id) ON DELETE CASCADE
+);
+
+CREATE INDEX messages_open ON messages (tenant, session, id) WHERE open;
+
+CREATE TABLE parts (
+    tenant  text COLLATE "C" NOT NULL,
+    session bytea   NOT NULL,
+    message bytea   NOT NULL,
+    id      bytea   NOT NULL,
+    open    boolean NOT NULL,
+    body    json    NOT NULL,
+    PRIMARY KEY (tenant, session, message, id),
+    FOREIGN KEY (tenant, session, message)
+        REFERENCES messages (tenant, session, id) ON DELETE CASCADE
+);
+
+CREATE INDEX parts_open ON parts (tenant, session, message, id) WHERE open;
+
+ALTER TABLE sessions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE sessions FORCE ROW LEVEL SECURITY;
+ALTER TABLE messages ENABLE ROW LEVEL SECURITY;
+ALTER TABLE messages FORCE ROW LEVEL SECURITY;
+ALTER TABLE parts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE parts FORCE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON sessions
+    USING (tenant = current_setting('forge.tenant', true))
+    WITH CHECK (tenant = current_setting('forge.tenant', true));
+CREATE POLICY tenant_isolation ON messages
+    USING (tenant = current_setting('forge.tenant', true))
+    WITH CHECK (tenant = current_setting('forge.tenant', true));
+CREATE POLICY tenant_isolation ON parts
+    USING (tenant = current_setting('forge.tenant', true))
+    WITH CHECK (tenant = current_setting('forge.tenant', true));
+"#];
+
+const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
+
+/// Creates `forge_meta`: the schema version, readable by everyone, written only by the
+/// role that creates it (RLS forced here too, so the owner is bound by the policies).
+const META: &str = r"
+CREATE TABLE forge_meta (key text PRIMARY KEY, value bigint NOT NULL);
+ALTER TABLE forge_meta ENABLE ROW LEVEL SECURITY;
+ALTER TABLE forge_meta FORCE ROW LEVEL SECURITY;
+CREATE POLICY forge_meta_read ON forge_meta FOR SELECT USING (true);
+CREATE POLICY forge_meta_owner ON forge_meta TO CURRENT_USER USING (true) WITH CHECK (true);
+";
+
+/// What the migration learned about the connecting user.
+pub(crate) struct Setup {
+    /// The URL's user is a superuser or has `BYPASSRLS`: queries must run as the
+    /// application role.
+    pub privileged: bool,
+}
+
+fn quoted(ident: &str) -> String {
+    // Identifiers were checked to be plain; quoting keeps their case.
+    format!("\"{ident}\"")
+}
+
+/// Creates the schema if missing, checks its version, applies missing migrations and,
+/// for a privileged user, sets up the application role. One transaction, serialized
+/// with every other forge-store migration on the server.
+///
+/// # Errors
+/// [`Error::Unsupported`] for a schema written by a newer version;
+/// [`Error::InvalidInput`] for a schema holding other tables but no forge-store
+/// version, or an application role that would bypass row-level security.
+pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) -> Result<Setup> {
+    let schema = quoted(&options.schema);
+    let role = quoted(&options.app_role);
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(map)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    let privileged: bool =
+        sqlx::query("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map)?
+            .try_get(0)
+            .map_err(map)?;
+
+    // Looked up first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the
+    // database even when the schema exists.
+    let schema_exists = sqlx::query("SELECT 1 FROM pg_namespace WHERE nspname = $1")
+        .bind(&options.schema)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?
+        .is_some();
+    if !schema_exists {
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
+    sqlx::raw_sql(AssertSqlSafe(format!("SET LOCAL search_path TO {schema}")))
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+
+    let tables: Vec<String> = sqlx::query(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
+    )
+    .bind(&options.schema)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(map)?
+    .iter()
+    .map(|r| r.try_get::<String, _>(0))
+    .collect::<Result<_, _>>()
+    .map_err(map)?;
+
+    let version = if tables.iter().any(|t| t == "forge_meta") {
+        sqlx::query("SELECT value FROM forge_meta WHERE key = 'schema_version'")
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map)?
+            .map(|r| r.try_get::<i64, _>(0))
+            .transpose()
+            .map_err(map)?
+            .unwrap_or(0)
+    } else if tables.is_empty() {
+        sqlx::raw_sql(META).execute(&mut *tx).await.map_err(map)?;
+        0
+    } else {
+        return Err(Error::invalid(format!(
+            "postgres schema {} holds tables but no forge-store schema version ({}); \
+             refusing to use it",
+            options.schema,
+            tables.join(", ")
+        )));
+    };
+    if version > SCHEMA_VERSION {
+        return Err(Error::Unsupported(format!(
+            "postgres schema {} has forge-store schema version {version}; this release reads \
+             up to version {SCHEMA_VERSION} (written by a newer forge-store?)",
+            options.schema
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(map)?;
+        sqlx::query(
+            "INSERT INTO forge_meta (key, value) VALUES ('schema_version', $1) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(i as i64 + 1)
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    }
+
+    if privileged {
+        // Roles are server-wide; another process may create it at the same time, which
+        // the migration lock above rules out for forge-store processes.
+        let exists =
+            sqlx::query("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1")
+                .bind(&options.app_role)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map)?
+                .map(|r| r.try_get::<bool, _>(0))
+                .transpose()
+                .map_err(map)?;
+        match exists {
+            None => {
+                sqlx::raw_sql(AssertSqlSafe(format!("CREATE ROLE {role} NOLOGIN")))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map)?;
+            }
+            Some(true) => {
+                return Err(Error::invalid(format!(
+                    "postgres application role {} is a superuser or has BYPASSRLS, so \
+                     row-level security would not apply to it; use a plain role",
+                    options.app_role
+                )))
+            }
+            Some(false) => {}
+        }
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "GRANT USAGE ON SCHEMA {schema} TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, parts TO {role};
+             GRANT SELECT ON forge_meta TO {role};"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    }
+    tx.commit().await.map_err(map)?;
+    Ok(Setup { privileged })
+}

@@ -1,0 +1,188 @@
+//! `sqlite://` URLs and the options they carry.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use forge_core::{Error, Result};
+
+/// When a commit reaches the disk (SQLite's `synchronous` in WAL mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Synchronous {
+    /// `NORMAL` (the default): a commit survives a crash of the process at once, and a
+    /// crash of the machine once the WAL is synced (at the next checkpoint). A power
+    /// loss may lose the last commits but never corrupts the file.
+    #[default]
+    Normal,
+    /// `FULL`: every commit syncs the WAL before it returns, so it survives a power loss.
+    Full,
+}
+
+impl Synchronous {
+    /// The URL value: `normal` or `full`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Full => "full",
+        }
+    }
+
+    pub(crate) fn to_sqlx(self) -> sqlx::sqlite::SqliteSynchronous {
+        match self {
+            Self::Normal => sqlx::sqlite::SqliteSynchronous::Normal,
+            Self::Full => sqlx::sqlite::SqliteSynchronous::Full,
+        }
+    }
+}
+
+impl fmt::Display for Synchronous {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Synchronous {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "normal" => Ok(Self::Normal),
+            "full" => Ok(Self::Full),
+            _ => Err(Error::invalid(format!(
+                "sqlite option synchronous={s:?} is not known; use synchronous=normal or synchronous=full"
+            ))),
+        }
+    }
+}
+
+/// How a [`crate::SqliteStore`] is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// The database file; created if missing.
+    pub path: PathBuf,
+    /// `synchronous` of the writer connection.
+    pub synchronous: Synchronous,
+    /// How long a connection waits for another process's lock before failing with a
+    /// retryable error (`busy_timeout`). Default 5 s.
+    pub busy_timeout: Duration,
+    /// Connections of the reader pool. Default 4.
+    pub readers: u32,
+}
+
+impl SqliteOptions {
+    /// Default options for the file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            synchronous: Synchronous::default(),
+            busy_timeout: Duration::from_secs(5),
+            readers: 4,
+        }
+    }
+
+    /// Parses `sqlite://PATH[?key=value&…]`.
+    ///
+    /// `PATH` is taken literally: `sqlite://forge.db` is relative to the working
+    /// directory, `sqlite:///var/lib/forge.db` absolute. Keys: `synchronous`
+    /// (`normal` | `full`), `busy_timeout_ms`, `readers`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming what is wrong: another scheme, an empty path, an
+    /// in-memory database (the writer and the readers are separate connections, which
+    /// cannot share one), an unknown key or value, a key given twice.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url.strip_prefix("sqlite://").ok_or_else(|| {
+            Error::invalid(format!(
+                "{url:?} is not a sqlite URL; expected sqlite://PATH[?synchronous=normal|full]"
+            ))
+        })?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(Error::invalid(format!("{url:?} names no database file")));
+        }
+        if path == ":memory:" || path.starts_with("file:") {
+            return Err(Error::invalid(format!(
+                "{url:?}: in-memory and URI databases are not supported; name a file"
+            )));
+        }
+        let mut out = Self::new(path);
+        let mut seen: Vec<&str> = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').ok_or_else(|| {
+                Error::invalid(format!(
+                    "sqlite option {pair:?} has no value; expected key=value, e.g. synchronous=full"
+                ))
+            })?;
+            if seen.contains(&key) {
+                return Err(Error::invalid(format!(
+                    "sqlite option {key} is given twice"
+                )));
+            }
+            seen.push(key);
+            let number = |what: &str| {
+                value.parse::<u64>().map_err(|_| {
+                    Error::invalid(format!(
+                        "sqlite option {what}={value:?} is not a whole number"
+                    ))
+                })
+            };
+            match key {
+                "synchronous" => out.synchronous = value.parse()?,
+                "busy_timeout_ms" => {
+                    out.busy_timeout = Duration::from_millis(number(key)?);
+                }
+                "readers" => {
+                    out.readers = u32::try_from(number(key)?)
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| {
+                            Error::invalid(format!("sqlite option readers={value} must be 1..=64"))
+                        })?;
+                }
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "sqlite option {key:?} is not known; the known options are \
+                         synchronous, busy_timeout_ms and readers"
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_paths_and_options_and_names_what_is_wrong() {
+        let o = SqliteOptions::from_url("sqlite://data/forge.db").unwrap();
+        assert_eq!(o, SqliteOptions::new("data/forge.db"));
+        assert_eq!(o.synchronous, Synchronous::Normal);
+        let o = SqliteOptions::from_url(
+            "sqlite:///tmp/x.db?synchronous=FULL&busy_timeout_ms=250&readers=2",
+        )
+        .unwrap();
+        assert_eq!(o.path, PathBuf::from("/tmp/x.db"));
+        assert_eq!(o.synchronous, Synchronous::Full);
+        assert_eq!(o.busy_timeout, Duration::from_millis(250));
+        assert_eq!(o.readers, 2);
+        for (bad, needle) in [
+            ("redb://x", "not a sqlite URL"),
+            ("sqlite://", "no database file"),
+            ("sqlite://:memory:", "in-memory"),
+            ("sqlite://x?synchronous=off", "\"off\""),
+            ("sqlite://x?journal=wal", "\"journal\""),
+            ("sqlite://x?synchronous", "no value"),
+            ("sqlite://x?readers=0", "1..=64"),
+            ("sqlite://x?busy_timeout_ms=soon", "whole number"),
+            ("sqlite://x?synchronous=full&synchronous=full", "twice"),
+        ] {
+            let err = SqliteOptions::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");
+            assert!(err.to_string().contains(needle), "{bad}: {err}");
+        }
+    }
+}

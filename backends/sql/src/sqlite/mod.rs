@@ -1,0 +1,10 @@
+//! The SQLite backend: one file in WAL mode, one writer connection, a reader pool.
+
+mod config;
+mod schema;
+mod store;
+mod write;
+
+pub use config::{SqliteOptions, Synchronous};
+pub use schema::SCHEMA_VERSION;
+pub use store::{SqliteSettings, SqliteStore};

@@ -1,0 +1,474 @@
+//! `PostgresStore` against the server of `FORGE_TEST_POSTGRES_URL`, each test in a fresh
+//! schema that it drops: equal to `MemoryStore` for random batches, atomic per batch,
+//! safe under concurrent writers, refusing newer schema versions, exact for JSON values,
+//! and tenant isolation enforced by the database under the application role.
+//!
+//! Without the variable every test prints `SKIPPED: FORGE_TEST_POSTGRES_URL not set` and
+//! passes, unless `FORGE_TEST_REQUIRE_SERVICES=1`, where it fails.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::concurrency::hammer;
+use common::scenarios::assert_scenarios_match_reference;
+use common::*;
+use forge_core::{Envelope, Store, SyncEvent};
+use forge_sql::postgres::testing::TestSchema;
+use forge_sql::{PostgresStore, DEFAULT_APP_ROLE};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use sqlx::{Connection, PgConnection, Row};
+
+/// A fresh schema and a store on it, or `None` when the service is not configured.
+async fn fresh(test: &str) -> Option<(TestSchema, PostgresStore)> {
+    let url = postgres_url(test)?;
+    let schema = TestSchema::create(&url)
+        .await
+        .unwrap_or_else(|e| panic!("FORGE_TEST_POSTGRES_URL is set but unusable: {e}"));
+    let store = PostgresStore::connect(&schema.url()).await.unwrap();
+    Some((schema, store))
+}
+
+async fn done(schema: TestSchema, store: PostgresStore) {
+    store.close().await;
+    schema.drop().await.unwrap();
+}
+
+/// A plain connection as the URL's user with the schema on the search path.
+async fn raw(schema: &TestSchema) -> PgConnection {
+    let url = postgres_url("raw").unwrap();
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SET search_path TO \"{}\"",
+        schema.name()
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn
+}
+
+// ---------------------------------------------------------------------------------------
+// Differential: PostgresStore equals MemoryStore
+
+#[test]
+fn random_batches_leave_postgres_equal_to_the_memory_reference() {
+    // Checked once, not per case: without a server there is nothing to generate for.
+    if postgres_url("random_batches").is_none() {
+        return;
+    }
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: proptest_cases(8),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&differential::batches(), |batches| {
+        runtime().block_on(async {
+            let (schema, db) = fresh("random_batches").await.expect("checked above");
+            let result = differential::run(&db, &batches).await;
+            done(schema, db).await;
+            result
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Atomicity
+
+#[test]
+fn a_failing_batch_leaves_nothing_of_itself_behind() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("a_failing_batch").await else {
+            return;
+        };
+        let base = vec![vec![
+            put_session("a", "ses_1", 1),
+            put_message("a", "ses_1", "msg_1", 1, 2),
+            put_part("a", "ses_1", "msg_1", "prt_1", 1, 3),
+            put_session("b", "ses_2", 1),
+        ]];
+        apply_all(&store, &base).await;
+        let before = store.write_stats();
+        let failing: Vec<(Vec<Envelope<SyncEvent>>, &str)> = vec![
+            (
+                vec![
+                    put_session("a", "ses_1", 50),
+                    put_message("a", "ses_1", "msg_2", 1, 52),
+                    env(
+                        "b",
+                        "ses_2",
+                        54,
+                        SyncEvent::SessionDeleted {
+                            session_id: "ses_2".into(),
+                        },
+                    ),
+                    put_part("a", "ses_1", "msg_9", "prt_1", 0, 55),
+                ],
+                "NotFound",
+            ),
+            (
+                vec![
+                    env(
+                        "a",
+                        "ses_1",
+                        60,
+                        SyncEvent::MessageRemoved {
+                            session_id: "ses_1".into(),
+                            message_id: "msg_1".into(),
+                        },
+                    ),
+                    put_part("a", "ses_1", "msg_1", "prt_2", 0, 61),
+                ],
+                "NotFound",
+            ),
+        ];
+        for (batch, kind) in &failing {
+            let got = outcome(&store.apply(batch).await);
+            assert!(got.starts_with(kind), "{got}");
+        }
+        assert_eq!(store.write_stats(), before, "a failed batch committed");
+        assert_same_reads(&reference(&base).await, &store)
+            .await
+            .unwrap();
+        // A new connection (a new pool) sees the same: nothing was left half-written.
+        let again = PostgresStore::connect(&schema.url()).await.unwrap();
+        assert_same_reads(&reference(&base).await, &again)
+            .await
+            .unwrap();
+        again.close().await;
+        done(schema, store).await;
+    });
+}
+
+#[test]
+fn batches_see_their_own_earlier_events() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("in_batch_scenarios").await else {
+            return;
+        };
+        assert_scenarios_match_reference(&store).await;
+        done(schema, store).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Schema versions
+
+#[test]
+fn a_schema_of_a_newer_version_is_refused() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("newer_schema_version").await else {
+            return;
+        };
+        apply_all(&store, &sample_history()).await;
+        store.close().await;
+        // Opening again at the current version is fine and changes nothing.
+        let again = PostgresStore::connect(&schema.url()).await.unwrap();
+        assert_matches_reference(&again, &sample_history()).await;
+        again.close().await;
+
+        let mut conn = raw(&schema).await;
+        sqlx::query("UPDATE forge_meta SET value = value + 1 WHERE key = 'schema_version'")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let err = PostgresStore::connect(&schema.url()).await.unwrap_err();
+        assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("schema version 2") && msg.contains("newer"),
+            "{msg}"
+        );
+
+        // A schema of someone else's tables is refused and left alone.
+        sqlx::query("DROP TABLE forge_meta, parts, messages, sessions")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE invoices (id int PRIMARY KEY)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let err = PostgresStore::connect(&schema.url()).await.unwrap_err();
+        assert!(matches!(err, forge_core::Error::InvalidInput(_)), "{err:?}");
+        assert!(err.to_string().contains("invoices"), "{err}");
+        conn.close().await.unwrap();
+        schema.drop().await.unwrap();
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Tenant isolation by row-level security
+
+async fn count_rows(conn: &mut PgConnection, tenant_setting: Option<&str>) -> Vec<(String, i64)> {
+    let mut tx = conn.begin().await.unwrap();
+    if let Some(t) = tenant_setting {
+        sqlx::query("SELECT set_config('forge.tenant', $1, true)")
+            .bind(t)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    for table in ["sessions", "messages", "parts"] {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT tenant::text, count(*) FROM {table} GROUP BY tenant ORDER BY tenant"
+        )))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        for r in rows {
+            out.push((
+                format!("{table}/{}", r.get::<String, _>(0)),
+                r.get::<i64, _>(1),
+            ));
+        }
+    }
+    tx.commit().await.unwrap();
+    out
+}
+
+#[test]
+fn row_level_security_hides_other_tenants_from_the_application_role() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("row_level_security").await else {
+            return;
+        };
+        apply_all(&store, &sample_history()).await;
+        // The store itself runs as the application role, not as the URL's superuser.
+        assert_eq!(store.current_role().await.unwrap(), DEFAULT_APP_ROLE);
+
+        let mut conn = raw(&schema).await;
+        // The URL's user bypasses RLS: it sees both tenants (so the rows exist).
+        let all = count_rows(&mut conn, None).await;
+        assert!(all.iter().any(|(k, _)| k.ends_with("/a")), "{all:?}");
+        assert!(all.iter().any(|(k, _)| k.ends_with("/b")), "{all:?}");
+
+        // Plain SQL as the application role.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET ROLE {DEFAULT_APP_ROLE}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let who = sqlx::query(
+            "SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles \
+             WHERE rolname = current_user",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(who.get::<String, _>(0), DEFAULT_APP_ROLE);
+        assert!(
+            !who.get::<bool, _>(1) && !who.get::<bool, _>(2),
+            "role bypasses RLS"
+        );
+
+        // Without the setting no row is visible.
+        assert_eq!(count_rows(&mut conn, None).await, vec![]);
+        // With tenant a's setting, only tenant a's rows.
+        let a = count_rows(&mut conn, Some("a")).await;
+        assert!(
+            !a.is_empty() && a.iter().all(|(k, _)| k.ends_with("/a")),
+            "{a:?}"
+        );
+        assert_eq!(
+            a,
+            all.iter()
+                .filter(|(k, _)| k.ends_with("/a"))
+                .cloned()
+                .collect::<Vec<_>>()
+        );
+        let b = count_rows(&mut conn, Some("b")).await;
+        assert!(
+            !b.is_empty() && b.iter().all(|(k, _)| k.ends_with("/b")),
+            "{b:?}"
+        );
+
+        // Nor can tenant a's setting write or change tenant b's rows.
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("SELECT set_config('forge.tenant', 'a', true)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let touched = sqlx::query("UPDATE sessions SET seq = seq + 100 WHERE tenant = 'b'")
+            .execute(&mut *tx)
+            .await
+            .unwrap()
+            .rows_affected();
+        assert_eq!(touched, 0);
+        let denied = sqlx::query(
+            "INSERT INTO sessions (tenant, id, seq, body) VALUES ('b', 'x'::bytea, 1, '{}')",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+        assert!(
+            denied.to_string().contains("row-level security"),
+            "{denied}"
+        );
+        tx.rollback().await.unwrap();
+
+        // The store agrees: every read of tenant b is what the reference says.
+        assert_matches_reference(&store, &sample_history()).await;
+        conn.close().await.unwrap();
+        done(schema, store).await;
+    });
+}
+
+#[test]
+fn a_plain_owner_role_is_bound_by_row_level_security_too() {
+    // A deployment whose URL user is an ordinary role owning the schema: no SET ROLE,
+    // the tables belong to that user, and FORCE makes the policies bind their owner.
+    runtime().block_on(async {
+        let Some(url) = postgres_url("plain_owner") else {
+            return;
+        };
+        // Declared before the schema, so that it is dropped after it, also on a panic.
+        let role = DroppedRole {
+            url: url.clone(),
+            name: forge_core::id::ascending("forge_owner").to_lowercase(),
+        };
+        let schema = TestSchema::create(&url).await.unwrap();
+        let role = role.name.clone();
+        let mut admin = PgConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE \"{role}\" LOGIN; ALTER SCHEMA \"{}\" OWNER TO \"{role}\"",
+            schema.name()
+        )))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+
+        let mut options = forge_sql::PostgresOptions::from_url(&schema.url()).unwrap();
+        options.connect = options.connect.username(&role);
+        let store = PostgresStore::connect_with(options.clone()).await.unwrap();
+        assert_eq!(store.current_role().await.unwrap(), role);
+        apply_all(&store, &sample_history()).await;
+        assert_matches_reference(&store, &sample_history()).await;
+
+        let mut conn = PgConnection::connect_with(&options.connect).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET search_path TO \"{}\"",
+            schema.name()
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(count_rows(&mut conn, None).await, vec![]);
+        let a = count_rows(&mut conn, Some("a")).await;
+        assert!(
+            !a.is_empty() && a.iter().all(|(k, _)| k.ends_with("/a")),
+            "{a:?}"
+        );
+        conn.close().await.unwrap();
+
+        store.close().await;
+        admin.close().await.unwrap();
+        schema.drop().await.unwrap();
+    });
+}
+
+/// A role dropped when the value is (after the schema it owns).
+struct DroppedRole {
+    url: String,
+    name: String,
+}
+
+impl Drop for DroppedRole {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            runtime().block_on(async {
+                let mut conn = PgConnection::connect(&url).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP ROLE IF EXISTS \"{name}\""
+                )))
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop role {}: {dropped:?}", self.name);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Concurrency
+
+#[test]
+fn concurrent_writers_lose_no_update() {
+    parallel_runtime().block_on(async {
+        let Some((schema, store)) = fresh("concurrent_writers").await else {
+            return;
+        };
+        let db = Arc::new(store);
+        hammer(&[Arc::clone(&db) as Arc<dyn Store>], 12, 15, true).await;
+        let db = Arc::into_inner(db).unwrap();
+        done(schema, db).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Values
+
+#[test]
+fn json_numbers_nul_characters_and_unknown_fields_read_back_exactly() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("exact_values").await else {
+            return;
+        };
+        let (batch, msg, prt) = exact_values_batch(&HARD_FLOATS);
+        store.apply(&batch).await.unwrap();
+        let got = store
+            .message(&tenant("a"), &"ses_\0nul".into(), &"msg_\0".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            got.info.as_assistant().unwrap().cost.to_bits(),
+            HARD_FLOATS[0].to_bits()
+        );
+        assert_eq!(got.info, msg);
+        assert_eq!(got.parts, vec![prt]);
+        done(schema, store).await;
+    });
+}
+
+#[test]
+fn capabilities_report_row_level_security() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("capabilities").await else {
+            return;
+        };
+        let caps = store.capabilities();
+        assert_eq!(caps.name, "postgres");
+        assert!(caps.durable && caps.transactions && caps.concurrent_writers);
+        assert_eq!(caps.tenancy, forge_core::Tenancy::RowLevelSecurity);
+        done(schema, store).await;
+    });
+}
+
+#[test]
+fn w1_turn_costs_are_measured() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("w1").await else {
+            return;
+        };
+        let db = Arc::new(store);
+        let stats = {
+            let db = Arc::clone(&db);
+            move || db.write_stats()
+        };
+        let per_turn = w1::run(db.clone(), stats, 5).await.unwrap();
+        w1::print("postgres", 5, &per_turn);
+        assert!(per_turn.transactions >= 1.0 && per_turn.rows >= per_turn.transactions);
+        db.close().await;
+        schema.drop().await.unwrap();
+    });
+}
