@@ -138,12 +138,18 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// A coherent batch: (maybe) the session, a message of it, and parts of that message,
 /// so state builds up and later removes, overwrites and re-creations hit real rows.
+/// Some batches then remove what they just wrote and re-create the message in the same
+/// batch: the parts written earlier in the batch must be gone with it.
 fn chain() -> impl Strategy<Value = Vec<Op>> {
     (
         (0..SESSIONS, 0..MESSAGES, 0u8..6, 0u8..4),
-        (message_kind(), vec((0..PARTS, part_kind(), 0u8..4), 0..=2)),
+        (
+            message_kind(),
+            vec((0..PARTS, part_kind(), 0u8..4), 0..=2),
+            0u8..6,
+        ),
     )
-        .prop_map(|((s, m, start, v), (kind, parts))| {
+        .prop_map(|((s, m, start, v), (kind, parts, end))| {
             // start: 0-1 message only, 2-3 session too, 4 remove the message first,
             // 5 delete the session first.
             let mut ops = match start {
@@ -160,6 +166,28 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
                     .into_iter()
                     .map(|(p, kind, v)| Op::PutPart { s, m, p, kind, v }),
             );
+            // end: 0-2 nothing, 3 remove the message and re-create it, 4 delete the
+            // session and re-create it with the message, 5 remove the message and then
+            // write a part to it (rejected).
+            match end {
+                3 => ops.extend([Op::RemoveMessage { s, m }, Op::PutMessage { s, m, kind, v }]),
+                4 => ops.extend([
+                    Op::DeleteSession { s },
+                    Op::PutSession { s, v },
+                    Op::PutMessage { s, m, kind, v },
+                ]),
+                5 => ops.extend([
+                    Op::RemoveMessage { s, m },
+                    Op::PutPart {
+                        s,
+                        m,
+                        p: 0,
+                        kind: PartKind::Text,
+                        v,
+                    },
+                ]),
+                _ => {}
+            }
             ops
         })
 }
