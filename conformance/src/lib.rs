@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod config;
+pub mod differential;
 mod factory;
 mod harness;
 pub mod properties;

@@ -1,14 +1,16 @@
 //! The differential test, shared by both dialects: random batches of upserts and
 //! removals (ids repeating, parents missing, sessions deleted and recreated, events in
 //! the wrong envelope) applied to the backend and to `MemoryStore`; every batch must end
-//! the same way (same error kind and message) and every read must agree. Copied from
-//! forge-redb's `tests/store.rs` and adapted.
+//! the same way (same error kind and message) and every read must agree.
 
 use forge_core::{Envelope, MemoryStore, Store, SyncEvent};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::*;
+use super::{
+    assert_same_reads, env, outcome, put_message, put_part, session, MESSAGES, PARTS, SESSIONS,
+    TENANTS,
+};
 
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
