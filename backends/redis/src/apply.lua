@@ -1,0 +1,113 @@
+-- Applies one batch of sync events atomically. ARGV holds ops of 9 fields each:
+-- op, seq, base, sessions_key, session_id, message_id, part_id, value, open.
+-- Pass 1 validates the whole batch against the data plus an overlay of what earlier
+-- ops of the batch create and remove, and returns {'notfound', what, id} before any
+-- write. Pass 2 writes. Redis runs a script atomically, so the batch is all or nothing.
+local W = 9
+local n = #ARGV / W
+
+local function hex(s)
+  return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+
+-- seq strings are decimal u64 without leading zeros: compare by length, then bytes
+-- (Lua numbers are doubles and lose precision above 2^53).
+local function gt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+
+local sess, wiped, msgs = {}, {}, {}
+local function sess_exists(base)
+  local v = sess[base]
+  if v ~= nil then return v end
+  return redis.call('EXISTS', base .. ':info') == 1
+end
+local function msg_exists(base, mid)
+  local t = msgs[base]
+  if t ~= nil and t[mid] ~= nil then return t[mid] end
+  if wiped[base] then return false end
+  return redis.call('HEXISTS', base .. ':m', mid) == 1
+end
+local function set_msg(base, mid, v)
+  local t = msgs[base]
+  if t == nil then t = {}; msgs[base] = t end
+  t[mid] = v
+end
+
+for i = 0, n - 1 do
+  local o = i * W
+  local op, base, mid = ARGV[o + 1], ARGV[o + 3], ARGV[o + 6]
+  if op == 'su' then
+    sess[base] = true
+  elseif op == 'sd' then
+    sess[base] = false; wiped[base] = true; msgs[base] = {}
+  elseif op == 'mu' then
+    if not sess_exists(base) then return {'notfound', 'session', ARGV[o + 5]} end
+    set_msg(base, mid, true)
+  elseif op == 'mr' then
+    set_msg(base, mid, false)
+  elseif op == 'pu' then
+    if not msg_exists(base, mid) then return {'notfound', 'message', mid} end
+  end
+end
+
+local function del_message(base, mid)
+  local hm = hex(mid)
+  local pk = base .. ':p:' .. hm
+  for _, pid in ipairs(redis.call('HKEYS', pk)) do
+    redis.call('SREM', base .. ':op', hm .. ':' .. pid)
+  end
+  redis.call('DEL', pk)
+  redis.call('HDEL', base .. ':m', mid)
+  redis.call('ZREM', base .. ':mi', mid)
+  redis.call('SREM', base .. ':om', mid)
+end
+
+for i = 0, n - 1 do
+  local o = i * W
+  local op, seq, base, skey = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
+  local sid, mid, pid, val, open = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8], ARGV[o + 9]
+  local info = base .. ':info'
+  if op == 'su' then
+    if redis.call('EXISTS', info) == 0 then
+      redis.call('HSET', info, 'v', val, 'seq', '0')
+      redis.call('ZADD', skey, 0, sid)
+    else
+      redis.call('HSET', info, 'v', val)
+    end
+  elseif op == 'sd' then
+    if redis.call('EXISTS', info) == 1 then
+      for _, m in ipairs(redis.call('ZRANGE', base .. ':mi', 0, -1)) do
+        redis.call('DEL', base .. ':p:' .. hex(m))
+      end
+      redis.call('DEL', info, base .. ':m', base .. ':mi', base .. ':om', base .. ':op')
+      redis.call('ZREM', skey, sid)
+    end
+  elseif op == 'mu' then
+    redis.call('HSET', base .. ':m', mid, val)
+    redis.call('ZADD', base .. ':mi', 0, mid)
+    if open == '1' then
+      redis.call('SADD', base .. ':om', mid)
+    else
+      redis.call('SREM', base .. ':om', mid)
+    end
+  elseif op == 'mr' then
+    if redis.call('HEXISTS', base .. ':m', mid) == 1 then del_message(base, mid) end
+  elseif op == 'pu' then
+    redis.call('HSET', base .. ':p:' .. hex(mid), pid, val)
+    if open == '1' then
+      redis.call('SADD', base .. ':op', hex(mid) .. ':' .. pid)
+    else
+      redis.call('SREM', base .. ':op', hex(mid) .. ':' .. pid)
+    end
+  elseif op == 'pr' then
+    redis.call('HDEL', base .. ':p:' .. hex(mid), pid)
+    redis.call('SREM', base .. ':op', hex(mid) .. ':' .. pid)
+  end
+  if redis.call('EXISTS', info) == 1 then
+    local cur = redis.call('HGET', info, 'seq') or '0'
+    if gt(seq, cur) then redis.call('HSET', info, 'seq', seq) end
+  end
+end
+return {'ok'}

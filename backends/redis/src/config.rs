@@ -1,0 +1,129 @@
+//! Connection URL and options.
+
+use std::time::Duration;
+
+use forge_core::{Error, Result};
+
+use crate::keys::Keys;
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "forge";
+/// Default approximate retention of each stream, in entries.
+pub const DEFAULT_MAXLEN: usize = 100_000;
+
+/// Options of a Redis backend, parsed from its URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// The server URL without forge's own query parameters, handed to the redis client.
+    pub server: String,
+    /// Every key starts with `prefix:`.
+    pub prefix: String,
+    /// Approximate (`MAXLEN ~`) retention of each session and tenant stream.
+    pub maxlen: usize,
+    /// Response timeout of ordinary (non-blocking) commands.
+    pub response_timeout: Duration,
+    /// How long one blocking `XREAD` of a subscription waits before asking again.
+    pub block: Duration,
+}
+
+impl RedisOptions {
+    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…]`.
+    ///
+    /// Other query parameters (e.g. `protocol`) are passed on to the redis client.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a URL that is not `redis://` / `rediss://` /
+    /// `redis+unix://`, a bad prefix or a `maxlen` that is not a positive number.
+    pub fn from_url(url: &str) -> Result<Self> {
+        if !["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|s| url.starts_with(s))
+        {
+            return Err(Error::invalid(format!(
+                "not a redis URL: {url:?} (expected redis://host:port[/db][?prefix=…&maxlen=…])"
+            )));
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut opts = Self {
+            server: base.to_owned(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            maxlen: DEFAULT_MAXLEN,
+            response_timeout: Duration::from_secs(10),
+            block: Duration::from_secs(2),
+        };
+        let mut passed = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "prefix" => v.clone_into(&mut opts.prefix),
+                "maxlen" => {
+                    opts.maxlen = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        Error::invalid(format!("maxlen={v:?} in {url:?} is not a positive number"))
+                    })?;
+                }
+                _ => passed.push(pair),
+            }
+        }
+        Keys::new(&opts.prefix)?;
+        if !passed.is_empty() {
+            opts.server = format!("{base}?{}", passed.join("&"));
+        }
+        Ok(opts)
+    }
+
+    /// The keys of these options.
+    pub fn keys(&self) -> Keys {
+        // The prefix was validated by `from_url`; a hand-built invalid one falls back.
+        Keys::new(&self.prefix).unwrap_or_else(|_| Keys::new(DEFAULT_PREFIX).expect("valid"))
+    }
+
+    pub(crate) fn client(&self) -> Result<redis::Client> {
+        redis::Client::open(self.server.as_str())
+            .map_err(|e| Error::InvalidInput(format!("bad redis URL {:?}: {e}", self.server)))
+    }
+
+    pub(crate) async fn manager(&self) -> Result<redis::aio::ConnectionManager> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2);
+        self.client()?
+            .get_connection_manager_with_config(config)
+            .await
+            .map_err(crate::error::map)
+    }
+
+    /// A connection of its own for blocking reads: no response timeout, so a `BLOCK`
+    /// longer than the default 500 ms is not cut off, and it never stalls shared traffic.
+    pub(crate) async fn dedicated(&self) -> Result<redis::aio::MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(Duration::from_secs(5)));
+        self.client()?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(crate::error::map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_prefix_and_maxlen_and_passes_the_rest_on() {
+        let o =
+            RedisOptions::from_url("redis://h:1/2?prefix=app:x&maxlen=5&protocol=resp3").unwrap();
+        assert_eq!(o.server, "redis://h:1/2?protocol=resp3");
+        assert_eq!(o.prefix, "app:x");
+        assert_eq!(o.maxlen, 5);
+        let d = RedisOptions::from_url("redis://h").unwrap();
+        assert_eq!(
+            (d.prefix.as_str(), d.maxlen),
+            (DEFAULT_PREFIX, DEFAULT_MAXLEN)
+        );
+        assert!(RedisOptions::from_url("http://h").is_err());
+        assert!(RedisOptions::from_url("redis://h?maxlen=0").is_err());
+        assert!(RedisOptions::from_url("redis://h?prefix=a*b").is_err());
+    }
+}

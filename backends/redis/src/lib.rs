@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+
+mod bus;
+mod config;
+mod error;
+mod keys;
+mod store;
+mod worker;
+
+pub use bus::RedisBus;
+pub use config::RedisOptions;
+pub use keys::Keys;
+pub use store::RedisStore;
+pub use worker::{ProjectorWorker, WorkerOptions, WorkerStats};

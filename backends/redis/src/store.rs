@@ -1,0 +1,385 @@
+//! `RedisStore`: sessions, messages and parts in hashes with sorted-set indexes.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use forge_core::{
+    codec, store::clamp_limit, Capabilities, Cursor, Envelope, Error, Message, MessageId,
+    MessageWithParts, OpenItems, Page, Part, Result, Session, SessionId, SessionState, Store,
+    SyncEvent, TenantId,
+};
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+use crate::config::RedisOptions;
+use crate::error::map;
+use crate::keys::{hex, unhex, Keys};
+
+/// A row's JSON text inside the versioned binary value of [`forge_core::codec`].
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct JsonRow {
+    json: String,
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
+    codec::encode(&JsonRow {
+        json: serde_json::to_string(v)?,
+    })
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    let row: JsonRow = codec::decode(bytes).map_err(|e| match e {
+        Error::Codec { message, source } => Error::Codec {
+            message: format!("{what}: {message}"),
+            source,
+        },
+        other => other,
+    })?;
+    serde_json::from_str(&row.json).map_err(|e| Error::codec(format!("{what}: JSON"), e))
+}
+
+/// A store on Redis. Every `apply` batch is one Lua script (atomic on the server).
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    keys: Keys,
+    apply: Script,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.keys.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects with `redis://host:port[/db][?prefix=…]` (see [`RedisOptions::from_url`]).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::with_options(&RedisOptions::from_url(url)?).await
+    }
+
+    /// Connects with parsed options.
+    pub async fn with_options(opts: &RedisOptions) -> Result<Self> {
+        let mut conn = opts.manager().await?;
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(map)?;
+        Ok(Self {
+            conn,
+            keys: opts.keys(),
+            apply: Script::new(include_str!("apply.lua")),
+        })
+    }
+
+    /// The keys this store writes.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    async fn parts_of(&self, base: &str, ids: &[MessageId]) -> Result<Vec<Vec<Part>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hgetall(self.keys.parts(base, id));
+        }
+        let raw: Vec<Vec<(String, Vec<u8>)>> =
+            pipe.query_async(&mut self.conn()).await.map_err(map)?;
+        raw.into_iter()
+            .map(|mut rows| {
+                rows.sort_by(|a, b| a.0.cmp(&b.0));
+                rows.iter().map(|(_, v)| decode(v, "part")).collect()
+            })
+            .collect()
+    }
+
+    /// Messages (with parts) of one session by id, skipping ids that vanished.
+    async fn with_parts(&self, base: &str, ids: &[MessageId]) -> Result<Vec<MessageWithParts>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+            .arg(format!("{base}:m"))
+            .arg(ids.iter().map(MessageId::as_str).collect::<Vec<_>>())
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map)?;
+        let parts = self.parts_of(base, ids).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (row, parts) in rows.into_iter().zip(parts) {
+            if let Some(row) = row {
+                out.push(MessageWithParts {
+                    info: decode::<Message>(&row, "message")?,
+                    parts,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn sessions_of(
+        &self,
+        tenant: &TenantId,
+        ids: Vec<SessionId>,
+    ) -> Result<Vec<SessionState>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HMGET")
+                .arg(format!("{}:info", self.keys.session_base(tenant, id)))
+                .arg("v")
+                .arg("seq");
+        }
+        let rows: Vec<(Option<Vec<u8>>, Option<String>)> =
+            pipe.query_async(&mut self.conn()).await.map_err(map)?;
+        let mut out = Vec::new();
+        for (v, seq) in rows {
+            if let Some(v) = v {
+                let seq = seq
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(|e| Error::codec("session seq", e))?;
+                out.push(SessionState {
+                    info: decode::<Session>(&v, "session")?,
+                    seq,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Appends the 9 script fields of one event.
+    fn push_op(&self, args: &mut Vec<Vec<u8>>, env: &Envelope<SyncEvent>) -> Result<()> {
+        if env.event.session_id() != &env.session_id {
+            return Err(Error::invalid(format!(
+                "{} for session {} carried in an envelope of session {}",
+                env.event.name(),
+                env.event.session_id(),
+                env.session_id
+            )));
+        }
+        let base = self.keys.session_base(&env.tenant, &env.session_id);
+        let (op, mid, pid, val, open): (&str, &str, &str, Vec<u8>, bool) = match &env.event {
+            SyncEvent::SessionUpdated { info } => ("su", "", "", encode(info)?, false),
+            SyncEvent::SessionDeleted { .. } => ("sd", "", "", Vec::new(), false),
+            SyncEvent::MessageUpdated { info } => {
+                ("mu", info.id.as_str(), "", encode(info)?, info.is_open())
+            }
+            SyncEvent::MessageRemoved { message_id, .. } => {
+                ("mr", message_id.as_str(), "", Vec::new(), false)
+            }
+            SyncEvent::PartUpdated { part } => (
+                "pu",
+                part.message_id.as_str(),
+                part.id.as_str(),
+                encode(part)?,
+                part.is_open(),
+            ),
+            SyncEvent::PartRemoved {
+                message_id,
+                part_id,
+                ..
+            } => (
+                "pr",
+                message_id.as_str(),
+                part_id.as_str(),
+                Vec::new(),
+                false,
+            ),
+        };
+        args.extend([
+            op.as_bytes().to_vec(),
+            env.seq.to_string().into_bytes(),
+            base.into_bytes(),
+            self.keys.sessions(&env.tenant).into_bytes(),
+            env.session_id.as_str().as_bytes().to_vec(),
+            mid.as_bytes().to_vec(),
+            pid.as_bytes().to_vec(),
+            val,
+            if open { b"1".to_vec() } else { b"0".to_vec() },
+        ]);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("redis")
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut args = Vec::with_capacity(batch.len() * 9);
+        for env in batch {
+            self.push_op(&mut args, env)?;
+        }
+        let mut inv = self.apply.prepare_invoke();
+        for a in &args {
+            inv.arg(a.as_slice());
+        }
+        let reply: Vec<String> = inv.invoke_async(&mut self.conn()).await.map_err(map)?;
+        match reply.as_slice() {
+            [ok] if ok == "ok" => Ok(()),
+            [nf, what, id] if nf == "notfound" => Err(Error::NotFound {
+                what: if what == "session" {
+                    "session"
+                } else {
+                    "message"
+                },
+                id: id.clone(),
+            }),
+            other => Err(Error::backend(
+                crate::error::BACKEND,
+                false,
+                format!("unexpected apply script reply {other:?}"),
+            )),
+        }
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        Ok(self.sessions_of(tenant, vec![id.clone()]).await?.pop())
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.sessions(tenant))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map)?;
+        self.sessions_of(tenant, ids.into_iter().map(SessionId::from).collect())
+            .await
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        let base = self.keys.session_base(tenant, session);
+        Ok(self
+            .with_parts(&base, std::slice::from_ref(id))
+            .await?
+            .pop())
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        let limit = clamp_limit(limit);
+        let base = self.keys.session_base(tenant, session);
+        let max = match before {
+            Some(c) => {
+                let mut m = b"(".to_vec();
+                m.extend_from_slice(c.message_id().as_str().as_bytes());
+                m
+            }
+            None => b"+".to_vec(),
+        };
+        let newest_first: Vec<String> = redis::cmd("ZREVRANGEBYLEX")
+            .arg(format!("{base}:mi"))
+            .arg(max)
+            .arg("-")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit + 1)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map)?;
+        let more = newest_first.len() > limit;
+        let ids: Vec<MessageId> = newest_first
+            .into_iter()
+            .take(limit)
+            .rev()
+            .map(MessageId::from)
+            .collect();
+        let messages = self.with_parts(&base, &ids).await?;
+        let next = if more {
+            ids.first().map(|id| Cursor::before(id.clone()))
+        } else {
+            None
+        };
+        Ok(Page { messages, next })
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        let sessions: Vec<SessionId> = match session {
+            Some(s) => vec![s.clone()],
+            None => {
+                let ids: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(self.keys.sessions(tenant))
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut self.conn())
+                    .await
+                    .map_err(map)?;
+                ids.into_iter().map(SessionId::from).collect()
+            }
+        };
+        let mut out = OpenItems::default();
+        for sid in sessions {
+            let base = self.keys.session_base(tenant, &sid);
+            let (mut om, op): (Vec<String>, Vec<String>) = redis::pipe()
+                .smembers(format!("{base}:om"))
+                .smembers(format!("{base}:op"))
+                .query_async(&mut self.conn())
+                .await
+                .map_err(map)?;
+            om.sort();
+            if !om.is_empty() {
+                let rows: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+                    .arg(format!("{base}:m"))
+                    .arg(&om)
+                    .query_async(&mut self.conn())
+                    .await
+                    .map_err(map)?;
+                for row in rows.into_iter().flatten() {
+                    out.messages.push(decode(&row, "message")?);
+                }
+            }
+            let mut refs: Vec<(String, String)> = op
+                .iter()
+                .filter_map(|m| {
+                    let (h, pid) = m.split_once(':')?;
+                    Some((unhex(h)?, pid.to_owned()))
+                })
+                .collect();
+            refs.sort();
+            if !refs.is_empty() {
+                let mut pipe = redis::pipe();
+                for (mid, pid) in &refs {
+                    pipe.hget(format!("{base}:p:{}", hex(mid)), pid);
+                }
+                let rows: Vec<Option<Vec<u8>>> =
+                    pipe.query_async(&mut self.conn()).await.map_err(map)?;
+                for row in rows.into_iter().flatten() {
+                    out.parts.push(decode(&row, "part")?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,335 @@
+//! `ProjectorWorker`: projects the sync events of a tenant's Redis stream into any
+//! [`Store`], through a consumer group.
+//!
+//! Guarantees:
+//! - At least once: entries are ACKed only after the store committed them; a worker
+//!   that dies leaves them pending, and the next lease holder claims them (`XAUTOCLAIM`).
+//! - In order: one worker per (tenant, group) is active at a time, holding a lease key
+//!   it refreshes every round; standby workers take over when it expires. Per-session
+//!   order therefore stays the stream order even with several replicas running workers.
+//! - Idempotent: an event whose `seq` is not above the seq the store recorded for its
+//!   session was already applied and is skipped, so redelivery changes nothing.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::{Envelope, Error, Event, Result, SessionId, Store, TenantId};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use redis::Script;
+
+use crate::bus::decode_entry;
+use crate::config::RedisOptions;
+use crate::error::map;
+use crate::keys::Keys;
+
+const LEASE_SCRIPT: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0";
+
+/// What a worker has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Sync events committed to the store.
+    pub applied: u64,
+    /// Sync events skipped because the store already had them (redelivery).
+    pub skipped: u64,
+    /// Sync events the store refused (`NotFound` / `InvalidInput`), ACKed anyway so
+    /// one bad event cannot stall the tenant.
+    pub rejected: u64,
+    /// Stream entries ACKed (sync and bus-only).
+    pub acked: u64,
+    /// Pending entries taken over from other consumers.
+    pub claimed: u64,
+}
+
+/// Timing of a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerOptions {
+    /// How long the active worker's lease lasts without a refresh.
+    pub lease: Duration,
+    /// Entries read per round.
+    pub count: usize,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(5),
+            count: 256,
+        }
+    }
+}
+
+/// Projects one tenant's events from Redis into a store. See the module docs.
+pub struct ProjectorWorker {
+    conn: ConnectionManager,
+    reader: MultiplexedConnection,
+    keys: Keys,
+    store: Arc<dyn Store>,
+    tenant: TenantId,
+    group: String,
+    consumer: String,
+    options: WorkerOptions,
+    lease: Script,
+    group_ready: bool,
+    holding: bool,
+    stats: WorkerStats,
+}
+
+impl fmt::Debug for ProjectorWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProjectorWorker")
+            .field("tenant", &self.tenant)
+            .field("group", &self.group)
+            .field("consumer", &self.consumer)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProjectorWorker {
+    /// A worker of consumer `consumer` in group `group`, reading the stream of `tenant`
+    /// on the server of `url` and applying to `store`.
+    pub async fn connect(
+        url: &str,
+        store: Arc<dyn Store>,
+        tenant: TenantId,
+        group: &str,
+        consumer: &str,
+        options: WorkerOptions,
+    ) -> Result<Self> {
+        if group.is_empty() || consumer.is_empty() {
+            return Err(Error::invalid(
+                "worker group and consumer names must not be empty",
+            ));
+        }
+        let opts = RedisOptions::from_url(url)?;
+        Ok(Self {
+            conn: opts.manager().await?,
+            reader: opts.dedicated().await?,
+            keys: opts.keys(),
+            store,
+            tenant,
+            group: group.to_owned(),
+            consumer: consumer.to_owned(),
+            options,
+            lease: Script::new(LEASE_SCRIPT),
+            group_ready: false,
+            holding: false,
+            stats: WorkerStats::default(),
+        })
+    }
+
+    /// What the worker has done so far.
+    pub fn stats(&self) -> WorkerStats {
+        self.stats
+    }
+
+    /// Whether this worker held the lease in its last round.
+    pub fn is_active(&self) -> bool {
+        self.holding
+    }
+
+    fn stream(&self) -> String {
+        self.keys.tenant_stream(&self.tenant)
+    }
+
+    fn lease_key(&self) -> String {
+        format!(
+            "{}:proj:{}:lease",
+            self.stream(),
+            crate::keys::hex(&self.group)
+        )
+    }
+
+    /// Runs rounds until `stop` completes or a round fails.
+    pub async fn run_until(&mut self, stop: impl Future<Output = ()>) -> Result<WorkerStats> {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return Ok(self.stats),
+                r = self.step() => { r?; }
+            }
+        }
+    }
+
+    /// One round: keep (or wait for) the lease, claim what dead workers left pending,
+    /// read, apply, ACK. Returns the number of stream entries handled.
+    pub async fn step(&mut self) -> Result<usize> {
+        let key = self.stream();
+        if !self.group_ready {
+            let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&key)
+                .arg(&self.group)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut self.conn)
+                .await;
+            match created {
+                Ok(()) => {}
+                Err(e) if e.code() == Some("BUSYGROUP") => {}
+                Err(e) => return Err(map(e)),
+            }
+            self.group_ready = true;
+        }
+        let lease_ms = self.options.lease.as_millis() as u64;
+        let held: i64 = self
+            .lease
+            .key(self.lease_key())
+            .arg(&self.consumer)
+            .arg(lease_ms)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(map)?;
+        if held == 0 {
+            self.holding = false;
+            tokio::time::sleep(self.options.lease / 4).await;
+            return Ok(0);
+        }
+        if !self.holding {
+            // Newly active: whoever held the lease before is gone; take its pending.
+            self.claim_all(&key).await?;
+            self.holding = true;
+        }
+        // Own pending entries first (left by a failed round or just claimed), then new.
+        let mut entries = self.read(&key, "0", None).await?;
+        if entries.is_empty() {
+            entries = self.read(&key, ">", Some(lease_ms / 3)).await?;
+        }
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        self.apply(&entries).await?;
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        let acked: u64 = redis::cmd("XACK")
+            .arg(&key)
+            .arg(&self.group)
+            .arg(&ids)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(map)?;
+        self.stats.acked += acked;
+        Ok(entries.len())
+    }
+
+    async fn claim_all(&mut self, key: &str) -> Result<()> {
+        let mut start = "0-0".to_owned();
+        loop {
+            let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+                .arg(key)
+                .arg(&self.group)
+                .arg(&self.consumer)
+                .arg(0)
+                .arg(&start)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("JUSTID")
+                .query_async(&mut self.conn)
+                .await
+                .map_err(map)?;
+            self.stats.claimed += reply.claimed.len() as u64;
+            if reply.next_stream_id == "0-0" {
+                return Ok(());
+            }
+            start = reply.next_stream_id;
+        }
+    }
+
+    async fn read(
+        &mut self,
+        key: &str,
+        from: &str,
+        block_ms: Option<u64>,
+    ) -> Result<Vec<StreamId>> {
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(&self.group)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(self.options.count);
+        if let Some(ms) = block_ms {
+            cmd.arg("BLOCK").arg(ms.max(1));
+        }
+        cmd.arg("STREAMS").arg(key).arg(from);
+        let conn = if block_ms.is_some() {
+            &mut self.reader
+        } else {
+            // Non-blocking: the shared connection is fine.
+            let reply: Option<StreamReadReply> =
+                cmd.query_async(&mut self.conn).await.map_err(map)?;
+            return Ok(flatten(reply));
+        };
+        let reply: Option<StreamReadReply> = cmd.query_async(conn).await.map_err(map)?;
+        Ok(flatten(reply))
+    }
+
+    async fn apply(&mut self, entries: &[StreamId]) -> Result<()> {
+        let mut batch = Vec::new();
+        for entry in entries {
+            if entry.map.is_empty() {
+                continue; // trimmed away while pending
+            }
+            let env = decode_entry(entry)?;
+            if let Event::Sync(event) = &env.event {
+                batch.push(Envelope {
+                    tenant: env.tenant.clone(),
+                    session_id: env.session_id.clone(),
+                    seq: env.seq,
+                    event: event.clone(),
+                });
+            }
+        }
+        // Skip what the store already has: at or below its recorded seq.
+        let mut stored: HashMap<SessionId, u64> = HashMap::new();
+        for env in &batch {
+            if !stored.contains_key(&env.session_id) {
+                let seq = self
+                    .store
+                    .session(&env.tenant, &env.session_id)
+                    .await?
+                    .map_or(0, |s| s.seq);
+                stored.insert(env.session_id.clone(), seq);
+            }
+        }
+        let before = batch.len();
+        batch.retain(|e| e.seq > stored[&e.session_id]);
+        self.stats.skipped += (before - batch.len()) as u64;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match self.store.apply(&batch).await {
+            Ok(()) => self.stats.applied += batch.len() as u64,
+            Err(Error::NotFound { .. } | Error::InvalidInput(_)) => {
+                // Apply one by one so only the refused events are dropped.
+                for env in &batch {
+                    match self.store.apply(std::slice::from_ref(env)).await {
+                        Ok(()) => self.stats.applied += 1,
+                        Err(Error::NotFound { .. } | Error::InvalidInput(_)) => {
+                            self.stats.rejected += 1;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+}
+
+fn flatten(reply: Option<StreamReadReply>) -> Vec<StreamId> {
+    reply
+        .into_iter()
+        .flat_map(|r| r.keys)
+        .flat_map(|k| k.ids)
+        .collect()
+}

@@ -1,0 +1,148 @@
+//! Test helpers: the Redis URL from `FORGE_TEST_REDIS_URL`, a fresh key prefix per
+//! test, and cleanup of everything under it.
+#![allow(dead_code)]
+
+use forge_redis::RedisOptions;
+use redis::Commands as _;
+
+/// The server URL, or `None` (after a loud skip notice) when it is not set.
+///
+/// With `FORGE_TEST_REQUIRE_SERVICES=1` a missing URL or an unreachable server fails.
+pub fn redis_url() -> Option<String> {
+    let required = std::env::var("FORGE_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1");
+    let Some(url) = std::env::var("FORGE_TEST_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            !required,
+            "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_REDIS_URL is not set"
+        );
+        eprintln!("SKIPPED: FORGE_TEST_REDIS_URL not set");
+        return None;
+    };
+    let reachable = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(3)))
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+    if let Err(e) = reachable {
+        panic!("FORGE_TEST_REDIS_URL={url} is not reachable: {e}");
+    }
+    Some(url)
+}
+
+/// A fresh `forge-test-…` prefix.
+pub fn fresh_prefix() -> String {
+    format!("forge-test-{:016x}", rand::random::<u64>())
+}
+
+/// `url` with `prefix` (and any extra query parameters) added.
+pub fn with_prefix(url: &str, prefix: &str, extra: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}prefix={prefix}{extra}")
+}
+
+/// Deletes every key under `prefix:` (SCAN + DEL), synchronously.
+pub fn delete_prefix(url: &str, prefix: &str) -> usize {
+    let server = RedisOptions::from_url(url).expect("url").server;
+    let Ok(mut conn) = redis::Client::open(server.as_str()).and_then(|c| c.get_connection()) else {
+        return 0;
+    };
+    let keys: Vec<String> = match conn.scan_match::<_, String>(format!("{prefix}:*")) {
+        Ok(iter) => iter.filter_map(Result::ok).collect(),
+        Err(_) => return 0,
+    };
+    for chunk in keys.chunks(500) {
+        let _ = redis::cmd("DEL").arg(chunk).query::<()>(&mut conn);
+    }
+    keys.len()
+}
+
+/// Counts the keys under `prefix:`.
+pub fn count_prefix(url: &str, prefix: &str) -> usize {
+    let server = RedisOptions::from_url(url).expect("url").server;
+    let mut conn = redis::Client::open(server.as_str())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    let iter = conn
+        .scan_match::<_, String>(format!("{prefix}:*"))
+        .expect("scan");
+    iter.count()
+}
+
+/// Deletes the prefix's keys when dropped (also when the test panics).
+pub struct Cleanup {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        delete_prefix(&self.url, &self.prefix);
+    }
+}
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use forge_core::id::now_ms;
+use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
+use forge_core::{
+    BusEvent, Envelope, Event, Message, MessageId, Part, PartDelta, PartId, SessionId, TenantId,
+};
+
+/// A delta event for `session` with `seq`.
+pub fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
+    Arc::new(Envelope {
+        tenant: tenant.clone(),
+        session_id: session.clone(),
+        seq,
+        event: Event::PartDelta(PartDelta {
+            message_id: "msg_1".into(),
+            part_id: "prt_1".into(),
+            field: Cow::Borrowed("text"),
+            delta: format!("d{seq} "),
+        }),
+    })
+}
+
+/// A user message with one text part.
+pub fn user_message(session: &SessionId, id: &str, part: &str, text: &str) -> (Message, Part) {
+    let msg = Message {
+        id: MessageId::from(id),
+        session_id: session.clone(),
+        body: MessageBody::User(UserMessage {
+            time: UserTime {
+                created: now_ms(),
+                extra: JsonMap::new(),
+            },
+            agent: "build".into(),
+            model: None,
+            system: None,
+            tools: None,
+            extra: JsonMap::new(),
+        }),
+    };
+    let part = Part {
+        id: PartId::from(part),
+        session_id: session.clone(),
+        message_id: msg.id.clone(),
+        body: PartBody::Text(TextPart {
+            text: text.into(),
+            synthetic: None,
+            ignored: None,
+            time: None,
+            metadata: None,
+            extra: JsonMap::new(),
+        }),
+    };
+    (msg, part)
+}
+
+/// The text of a text or reasoning part.
+pub fn text_of(p: &Part) -> Option<&str> {
+    match &p.body {
+        PartBody::Text(t) => Some(&t.text),
+        PartBody::Reasoning(r) => Some(&r.text),
+        _ => None,
+    }
+}

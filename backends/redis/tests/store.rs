@@ -1,0 +1,239 @@
+//! RedisStore against a real server: key isolation with hostile ids, atomic batches,
+//! URL and connection errors.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{count_prefix, fresh_prefix, user_message, with_prefix, Cleanup};
+use forge_core::model::Session;
+use forge_core::{Envelope, Error, Store, SyncEvent, TenantId};
+use forge_redis::RedisStore;
+
+fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
+    Envelope {
+        tenant: tenant.clone(),
+        session_id: event.session_id().clone(),
+        seq,
+        event,
+    }
+}
+
+fn session(id: &str) -> Session {
+    let mut s = Session::new("t", 1);
+    s.id = id.into();
+    s
+}
+
+/// Ids built to collide under naive `prefix:tenant:session:message` keys.
+const HOSTILE: [&str; 10] = [
+    "a", "a:b", "b", "a:m", "", ":", "*", "61", "a\u{0}", "a:p:62",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_cannot_collide_or_reach_another_tenant() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisStore::connect(&with_prefix(&server, &prefix, ""))
+        .await
+        .unwrap();
+    let tenants = [
+        TenantId::new("a").unwrap(),
+        TenantId::new("a.b").unwrap(),
+        TenantId::new("a-b").unwrap(),
+    ];
+    // Every (tenant, session, message, part) combination of hostile ids, with content
+    // naming its own coordinates.
+    let mut batch = Vec::new();
+    for t in &tenants {
+        for s in HOSTILE {
+            batch.push(env(t, 1, SyncEvent::SessionUpdated { info: session(s) }));
+            for m in HOSTILE {
+                let text = format!("{t}|{s}|{m}");
+                let (msg, part) = user_message(&s.into(), m, m, &text);
+                batch.push(env(t, 2, SyncEvent::MessageUpdated { info: msg }));
+                batch.push(env(t, 3, SyncEvent::PartUpdated { part }));
+            }
+        }
+    }
+    store.apply(&batch).await.unwrap();
+
+    for t in &tenants {
+        let sessions = store.sessions(t).await.unwrap();
+        let mut want: Vec<&str> = HOSTILE.to_vec();
+        want.sort_unstable();
+        let got: Vec<&str> = sessions.iter().map(|s| s.info.id.as_str()).collect();
+        assert_eq!(got, want, "tenant {t}");
+        for s in HOSTILE {
+            let all = forge_core::read_all(&store, t, &s.into(), 3).await.unwrap();
+            assert_eq!(all.len(), HOSTILE.len());
+            for m in &all {
+                assert_eq!(m.parts.len(), 1);
+                let text = common::text_of(&m.parts[0]).unwrap();
+                assert_eq!(text, format!("{t}|{s}|{}", m.info.id), "crossed rows");
+            }
+        }
+    }
+    // Removing one hostile session of one tenant leaves every other row.
+    store
+        .apply(&[env(
+            &tenants[0],
+            9,
+            SyncEvent::SessionDeleted {
+                session_id: "a".into(),
+            },
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.sessions(&tenants[0]).await.unwrap().len(),
+        HOSTILE.len() - 1
+    );
+    for s in HOSTILE {
+        let n = forge_core::read_all(&store, &tenants[0], &s.into(), 50)
+            .await
+            .unwrap()
+            .len();
+        assert_eq!(n, if s == "a" { 0 } else { HOSTILE.len() }, "session {s:?}");
+    }
+    for t in &tenants[1..] {
+        assert_eq!(store.sessions(t).await.unwrap().len(), HOSTILE.len());
+    }
+    // Every key is under the prefix and names its tenant in a fixed position.
+    let mut conn = redis::Client::open(server.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> =
+        redis::Commands::scan_match::<_, String>(&mut conn, format!("{prefix}:*"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .collect();
+    for k in &keys {
+        let rest = k.strip_prefix(&format!("{prefix}:t:")).expect("layout");
+        let tenant = rest.split(':').next().unwrap();
+        assert!(tenants.iter().any(|t| t.as_str() == tenant), "{k}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_batch_writes_nothing() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = Arc::new(
+        RedisStore::connect(&with_prefix(&server, &prefix, ""))
+            .await
+            .unwrap(),
+    );
+    let t = TenantId::new("t").unwrap();
+    let (msg, part) = user_message(&"s".into(), "m1", "p1", "x");
+    // The part's message is removed earlier in the same batch: NotFound, nothing kept.
+    let batch = vec![
+        env(&t, 1, SyncEvent::SessionUpdated { info: session("s") }),
+        env(&t, 2, SyncEvent::MessageUpdated { info: msg.clone() }),
+        env(
+            &t,
+            3,
+            SyncEvent::MessageRemoved {
+                session_id: "s".into(),
+                message_id: "m1".into(),
+            },
+        ),
+        env(&t, 4, SyncEvent::PartUpdated { part: part.clone() }),
+    ];
+    let err = store.apply(&batch).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotFound {
+                what: "message",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        count_prefix(&server, &prefix),
+        0,
+        "a failed batch left keys"
+    );
+
+    // A session deleted and re-created in one batch comes back empty.
+    store.apply(&batch[..2]).await.unwrap();
+    let (m2, _) = user_message(&"s".into(), "m2", "p2", "y");
+    let recreate = vec![
+        env(
+            &t,
+            5,
+            SyncEvent::SessionDeleted {
+                session_id: "s".into(),
+            },
+        ),
+        env(&t, 6, SyncEvent::SessionUpdated { info: session("s") }),
+        env(&t, 7, SyncEvent::PartUpdated { part }),
+    ];
+    assert!(store.apply(&recreate).await.is_err());
+    assert!(store
+        .message(&t, &"s".into(), &"m1".into())
+        .await
+        .unwrap()
+        .is_some());
+    store.apply(&recreate[..2]).await.unwrap();
+    assert!(store
+        .message(&t, &"s".into(), &"m1".into())
+        .await
+        .unwrap()
+        .is_none());
+    let state = store.session(&t, &"s".into()).await.unwrap().unwrap();
+    assert_eq!(state.seq, 6);
+    // A message for a missing session, and an envelope naming another session.
+    let missing = env(
+        &t,
+        8,
+        SyncEvent::MessageUpdated {
+            info: {
+                let mut m = m2.clone();
+                m.session_id = "nope".into();
+                m
+            },
+        },
+    );
+    assert!(matches!(
+        store.apply(&[missing]).await,
+        Err(Error::NotFound {
+            what: "session",
+            ..
+        })
+    ));
+    let mut crossed = env(&t, 9, SyncEvent::MessageUpdated { info: m2 });
+    crossed.session_id = "other".into();
+    assert!(matches!(
+        store.apply(&[crossed]).await,
+        Err(Error::InvalidInput(_))
+    ));
+}
+
+#[tokio::test]
+async fn bad_urls_are_invalid_input_and_unreachable_servers_retryable() {
+    for url in ["http://x", "redis://h?maxlen=x", "redis://h?prefix=a*"] {
+        let err = RedisStore::connect(url).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput(_)), "{url}: {err:?}");
+    }
+    let err = RedisStore::connect("redis://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(std::error::Error::source(&err).is_some(), "source kept");
+}

@@ -1,0 +1,226 @@
+//! ProjectorWorker: a consumer group projecting a Redis stream into another store,
+//! at least once, idempotent, with takeover of a dead worker's pending entries.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{fresh_prefix, user_message, with_prefix, Cleanup};
+use forge_core::id::now_ms;
+use forge_core::processor::assistant_message;
+use forge_core::{
+    Bus, Capabilities, Cursor, Engine, Envelope, Error, MemoryStore, MessageId, MessageWithParts,
+    OpenItems, Outcome, Page, ProcessorOptions, Result, Session, SessionId, SessionState, Store,
+    StreamEvent, SyncEvent, TenantId,
+};
+use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+
+const OPTS: WorkerOptions = WorkerOptions {
+    lease: Duration::from_millis(400),
+    count: 7, // small, so a run takes several rounds
+};
+
+/// Writes one finished turn and one turn interrupted mid-text through an engine on
+/// Redis; returns the engine, the session and the number of events published.
+async fn source(url: &str, tenant: &TenantId) -> (Engine, SessionId) {
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
+    let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
+    let engine = Engine::new(store, bus);
+    let session = Session::new("replicated", now_ms());
+    let sid = session.id.clone();
+    let scope = engine.put_session(tenant, session).await.unwrap();
+    for turn in 0..2 {
+        let (user, part) = user_message(&sid, &format!("msg_{turn}a"), &format!("prt_{turn}"), "q");
+        engine
+            .put_message(&scope, user.clone(), vec![part])
+            .await
+            .unwrap();
+        let mut m = assistant_message(sid.clone(), user.id.clone(), "p", "m", now_ms());
+        m.id = format!("msg_{turn}b").into();
+        let mut p = engine
+            .processor(scope.clone(), m, ProcessorOptions::default())
+            .await
+            .unwrap();
+        for line in [
+            r#"{"type":"text-start","id":"t"}"#,
+            r#"{"type":"text-delta","id":"t","text":"one "}"#,
+            r#"{"type":"text-delta","id":"t","text":"two"}"#,
+            r#"{"type":"text-end","id":"t"}"#,
+            r#"{"type":"tool-call","toolCallId":"c","toolName":"x","input":{"a":1}}"#,
+        ] {
+            p.handle(StreamEvent::from_json(line).unwrap())
+                .await
+                .unwrap();
+        }
+        if turn == 0 {
+            p.finalize(Outcome::Finished).await.unwrap();
+        }
+    }
+    engine.bus.flush().await.unwrap();
+    (engine, sid)
+}
+
+async fn history(store: &dyn Store, t: &TenantId, s: &SessionId) -> Vec<MessageWithParts> {
+    forge_core::read_all(store, t, s, 100).await.unwrap()
+}
+
+/// Steps until a round handles nothing twice in a row.
+async fn drain(w: &mut ProjectorWorker) {
+    let mut idle = 0;
+    while idle < 2 {
+        let n = tokio::time::timeout(Duration::from_secs(10), w.step())
+            .await
+            .expect("step hung")
+            .unwrap();
+        idle = if n == 0 && w.is_active() { idle + 1 } else { 0 };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_projects_the_stream_into_another_store_idempotently() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: prefix.clone(),
+    };
+    let url = with_prefix(&server, &prefix, "");
+    let tenant = TenantId::new("t1").unwrap();
+    let (engine, sid) = source(&url, &tenant).await;
+
+    let target = Arc::new(MemoryStore::new());
+    let mut w = ProjectorWorker::connect(&url, target.clone(), tenant.clone(), "g", "w1", OPTS)
+        .await
+        .unwrap();
+    drain(&mut w).await;
+    let want = history(engine.store.as_ref(), &tenant, &sid).await;
+    assert_eq!(want.len(), 4);
+    assert_eq!(history(target.as_ref(), &tenant, &sid).await, want);
+    assert_eq!(
+        target.session(&tenant, &sid).await.unwrap(),
+        engine.store.session(&tenant, &sid).await.unwrap()
+    );
+    let stats = w.stats();
+    assert!(
+        stats.applied > 0 && stats.skipped == 0 && stats.rejected == 0,
+        "{stats:?}"
+    );
+
+    // Redeliver everything: nothing is applied twice, the store is unchanged.
+    let mut conn = redis::Client::open(server.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let stream = format!("{prefix}:t:t1:bus");
+    let _: () = redis::cmd("XGROUP")
+        .arg("SETID")
+        .arg(&stream)
+        .arg("g")
+        .arg("0")
+        .query(&mut conn)
+        .unwrap();
+    drain(&mut w).await;
+    assert_eq!(w.stats().applied, stats.applied);
+    assert_eq!(w.stats().skipped, stats.applied);
+    assert_eq!(history(target.as_ref(), &tenant, &sid).await, want);
+}
+
+/// A target store whose commits fail: the worker reads, cannot commit, and dies.
+#[derive(Debug)]
+struct Broken(MemoryStore);
+
+#[async_trait]
+impl Store for Broken {
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn apply(&self, _: &[Envelope<SyncEvent>]) -> Result<()> {
+        Err(Error::backend("test", true, "target store down"))
+    }
+    async fn session(&self, t: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        self.0.session(t, id).await
+    }
+    async fn sessions(&self, t: &TenantId) -> Result<Vec<SessionState>> {
+        self.0.sessions(t).await
+    }
+    async fn message(
+        &self,
+        t: &TenantId,
+        s: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        self.0.message(t, s, id).await
+    }
+    async fn messages(
+        &self,
+        t: &TenantId,
+        s: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.0.messages(t, s, before, limit).await
+    }
+    async fn open_items(&self, t: &TenantId, s: Option<&SessionId>) -> Result<OpenItems> {
+        self.0.open_items(t, s).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_worker_claims_what_a_dead_worker_left_pending() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: prefix.clone(),
+    };
+    let url = with_prefix(&server, &prefix, "");
+    let tenant = TenantId::new("t1").unwrap();
+    let (engine, sid) = source(&url, &tenant).await;
+
+    let mut dead = ProjectorWorker::connect(
+        &url,
+        Arc::new(Broken(MemoryStore::new())),
+        tenant.clone(),
+        "g",
+        "dead",
+        OPTS,
+    )
+    .await
+    .unwrap();
+    assert!(dead.step().await.is_err(), "the commit fails");
+    assert!(dead.is_active());
+    drop(dead); // dies holding the lease and 7 pending entries
+
+    let target = Arc::new(MemoryStore::new());
+    let mut standby =
+        ProjectorWorker::connect(&url, target.clone(), tenant.clone(), "g", "standby", OPTS)
+            .await
+            .unwrap();
+    assert_eq!(standby.step().await.unwrap(), 0);
+    assert!(
+        !standby.is_active(),
+        "the dead worker's lease has not expired yet"
+    );
+    drain(&mut standby).await;
+    assert_eq!(standby.stats().claimed, 7, "{:?}", standby.stats());
+    assert_eq!(
+        history(target.as_ref(), &tenant, &sid).await,
+        history(engine.store.as_ref(), &tenant, &sid).await
+    );
+    let mut conn = redis::Client::open(server.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+        .arg(format!("{prefix}:t:t1:bus"))
+        .arg("g")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(pending.0, 0, "everything ACKed");
+}
