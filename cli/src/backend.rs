@@ -1,7 +1,7 @@
 //! Opening a backend by URL.
 //!
 //! `redb://PATH[?durability=immediate|none]` (the embedded default), `sqlite://PATH`,
-//! `postgres://…` and `memory://` (ephemeral: gone when the process exits). A new
+//! `postgres://…`, `redis://…` (store and durable Streams bus) and `memory://` (ephemeral: gone when the process exits). A new
 //! backend is one more arm in
 //! [`open_store`] and one more line in [`SCHEMES`]. Errors are one line and name the
 //! URL through [`redact`], so a password never reaches a terminal or a CI log.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
-use forge_core::{Engine, LocalBus, MemoryStore, Store};
+use forge_core::{Bus, Engine, LocalBus, MemoryStore, Store};
 
 /// The backend used when neither `--backend` nor `FORGE_BACKEND` is given.
 pub const DEFAULT_URL: &str = "redb://./forge.redb";
@@ -22,6 +22,10 @@ pub const SCHEMES: &[(&str, &str)] = &[
     (
         "postgres",
         "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]",
+    ),
+    (
+        "redis",
+        "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N] (store + Streams bus)",
     ),
     (
         "memory",
@@ -36,13 +40,24 @@ pub const SCHEMES: &[(&str, &str)] = &[
 /// One line naming the redacted URL: unknown scheme, malformed URL, or the backend's
 /// own error when it cannot be opened.
 pub async fn open(url: &str) -> Result<Engine> {
-    let store = open_store(url)
-        .await
-        .map_err(|e| anyhow!("cannot open backend {}: {}", redact(url), one_line(&e)))?;
-    Ok(Engine::new(
-        store,
-        Arc::new(LocalBus::with_replay(DEFAULT_REPLAY_PER_SESSION)),
-    ))
+    let fail = |e: anyhow::Error| anyhow!("cannot open backend {}: {}", redact(url), one_line(&e));
+    let store = open_store(url).await.map_err(fail)?;
+    let bus: Arc<dyn Bus> = if is_redis(url) {
+        Arc::new(
+            forge_redis::RedisBus::connect(url)
+                .await
+                .map_err(|e| fail(e.into()))?,
+        )
+    } else {
+        Arc::new(LocalBus::with_replay(DEFAULT_REPLAY_PER_SESSION))
+    };
+    Ok(Engine::new(store, bus))
+}
+
+/// Whether `url` names a Redis server (store and durable Streams bus).
+pub fn is_redis(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(s, _)| matches!(s.to_ascii_lowercase().as_str(), "redis" | "rediss"))
 }
 
 pub(crate) async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
@@ -66,6 +81,7 @@ pub(crate) async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
         }
         "sqlite" => Ok(Arc::new(forge_sql::SqliteStore::open(url).await?)),
         "postgres" | "postgresql" => Ok(Arc::new(forge_sql::PostgresStore::connect(url).await?)),
+        "redis" | "rediss" => Ok(Arc::new(forge_redis::RedisStore::connect(url).await?)),
         other => bail!("unknown backend scheme {other:?}; {}", supported()),
     }
 }

@@ -44,6 +44,8 @@ enum Source {
 struct UrlFactory {
     name: String,
     source: Source,
+    /// For `redis://`: the Streams bus the store is deployed with.
+    redis_bus: Option<String>,
 }
 
 fn temp_dir(backend: &'static str) -> forge_core::Result<tempfile::TempDir> {
@@ -79,6 +81,9 @@ impl BackendFactory for UrlFactory {
     }
 
     async fn bus(&self) -> forge_core::Result<Option<Arc<dyn Bus>>> {
+        if let Some(url) = &self.redis_bus {
+            return Ok(Some(Arc::new(forge_redis::RedisBus::connect(url).await?)));
+        }
         Ok(Some(Arc::new(LocalBus::with_replay(
             DEFAULT_REPLAY_PER_SESSION,
         ))))
@@ -109,6 +114,7 @@ async fn factory(url: &str) -> Result<UrlFactory> {
     Ok(UrlFactory {
         name: format!("{} ({how})", redact(url)),
         source,
+        redis_bus: backend::is_redis(url).then(|| url.to_owned()),
     })
 }
 

@@ -9,6 +9,7 @@
 mod backend;
 mod conformance;
 mod demo;
+mod project;
 mod replay;
 mod show;
 mod transfer;
@@ -125,6 +126,24 @@ enum Command {
     },
     /// Replay the shipped example streams and show history, view and recovery.
     Demo,
+    /// Project a tenant's Redis event stream into a store (a projector worker).
+    Project {
+        /// The Redis server whose streams are read.
+        #[arg(long)]
+        from: String,
+        /// The store to project into (any backend URL).
+        #[arg(long)]
+        to: String,
+        /// Consumer group (one active worker per group and tenant).
+        #[arg(long, default_value = "forge-projector")]
+        group: String,
+        /// This worker's consumer name.
+        #[arg(long, default_value = "worker-1")]
+        consumer: String,
+        /// Stop once the stream has nothing new instead of running until Ctrl-C.
+        #[arg(long)]
+        until_idle: bool,
+    },
     /// Run the conformance suite against the backend (embedded files: on fresh
     /// temporary files with the URL's options; servers: under the suite's own tenants).
     Conformance {
@@ -186,18 +205,45 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         };
         return conformance::run(opts, out).await;
     }
+    if let Command::Project {
+        from,
+        to,
+        group,
+        consumer,
+        until_idle,
+    } = &cli.command
+    {
+        let opts = project::Options {
+            from,
+            to,
+            tenant: &cli.tenant,
+            group,
+            consumer,
+            until_idle: *until_idle,
+        };
+        return project::run(opts, out).await;
+    }
     let engine = backend::open(&cli.backend).await?;
+    let result = run_on(&engine, cli, out).await;
+    // A bus that does I/O (Redis) queues what was published: deliver it before exiting,
+    // also after a failed command (what was committed must reach the stream).
+    let flushed = engine.bus.flush().await;
+    result?;
+    flushed.map_err(|e| anyhow::anyhow!("could not deliver the published events: {e}"))
+}
+
+async fn run_on(engine: &Engine, cli: Cli, out: &mut dyn Write) -> Result<()> {
     let tenant = &cli.tenant;
     match cli.command {
         Command::Replay {
             file,
             session,
             json,
-        } => replay(&engine, tenant, &file, session, json, out).await,
-        Command::Import { file, json } => import(&engine, tenant, &file, json, out).await,
+        } => replay(engine, tenant, &file, session, json, out).await,
+        Command::Import { file, json } => import(engine, tenant, &file, json, out).await,
         Command::Export { session, out: file } => {
             let sid = SessionId::from(session);
-            let doc = transfer::export(&engine, tenant, &sid).await?;
+            let doc = transfer::export(engine, tenant, &sid).await?;
             let text = serde_json::to_string_pretty(&doc)?;
             match file {
                 Some(path) => {
@@ -223,7 +269,7 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             json,
         } => {
             let sid = SessionId::from(session);
-            let state = require_session(&engine, tenant, &sid).await?;
+            let state = require_session(engine, tenant, &sid).await?;
             let page = if all {
                 Page {
                     messages: read_all(engine.store.as_ref(), tenant, &sid, MAX_PAGE_LIMIT).await?,
@@ -244,7 +290,7 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         }
         Command::View { session, json } => {
             let sid = SessionId::from(session);
-            let state = require_session(&engine, tenant, &sid).await?;
+            let state = require_session(engine, tenant, &sid).await?;
             let view = engine.view(tenant, &sid).await?;
             let stored = read_all(engine.store.as_ref(), tenant, &sid, MAX_PAGE_LIMIT)
                 .await?
@@ -266,7 +312,7 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             Ok(())
         }
         Command::Recover { session, json } => {
-            recover(&engine, tenant, session.map(SessionId::from), json, out).await
+            recover(engine, tenant, session.map(SessionId::from), json, out).await
         }
         Command::Sessions { json } => {
             let list = engine.store.sessions(tenant).await?;
@@ -276,8 +322,10 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             show::sessions(out, &list)?;
             Ok(())
         }
-        Command::Demo => demo::run(&engine, tenant, &cli.backend, out).await,
-        Command::Conformance { .. } => unreachable!("handled before the backend is opened"),
+        Command::Demo => demo::run(engine, tenant, &cli.backend, out).await,
+        Command::Conformance { .. } | Command::Project { .. } => {
+            unreachable!("handled before the backend is opened")
+        }
     }
 }
 

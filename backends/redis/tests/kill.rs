@@ -1,7 +1,9 @@
 //! Multi-replica test with real processes: replica A (a child process) streams a turn;
 //! a subscriber here (replica B) receives every event in order; A is SIGKILLed
 //! mid-text; B runs `recover` and the stored text equals everything A streamed; a
-//! projector worker's copy of the stream ends equal to the Redis store.
+//! projector worker's copy of the stream in Postgres (when `FORGE_TEST_POSTGRES_URL` is
+//! set; in memory otherwise, said loudly) ends equal to the Redis store and to a
+//! single-process run over the same stream up to the cut.
 //!
 //! The child is this test binary re-run with `FORGE_REDIS_REPLICA_CHILD` set, so no
 //! extra binary is needed.
@@ -20,6 +22,8 @@ use forge_core::{
     SyncEvent, TenantId, Topic,
 };
 use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+use forge_sql::postgres::testing::TestSchema;
+use forge_sql::PostgresStore;
 
 const CHILD: &str = "FORGE_REDIS_REPLICA_CHILD";
 
@@ -173,7 +177,14 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
 
     // A projector worker's copy (another store) ends equal to B's Redis store, and to
     // a single-process run over the same stream up to the cut.
-    let copy = Arc::new(MemoryStore::new());
+    let (copy, schema): (Arc<dyn Store>, _) = match postgres_url() {
+        Some(pg) => {
+            let schema = TestSchema::create(&pg).await.unwrap();
+            let store = PostgresStore::connect(&schema.url()).await.unwrap();
+            (Arc::new(store), Some(schema))
+        }
+        None => (Arc::new(MemoryStore::new()), None),
+    };
     let mut w = ProjectorWorker::connect(
         &url,
         copy.clone(),
@@ -195,7 +206,10 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
     let copied = forge_core::read_all(copy.as_ref(), &tenant, &sid, 100)
         .await
         .unwrap();
-    assert_eq!(copied, all);
+    assert_eq!(
+        copied, all,
+        "the worker's copy differs from the Redis store"
+    );
 
     let single = MemoryStore::new();
     let sync: Vec<_> = b
@@ -222,4 +236,27 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
         .await
         .unwrap();
     assert_eq!(single_all, all);
+    if let Some(schema) = schema {
+        schema.drop().await.unwrap();
+    }
+}
+
+/// The Postgres server for the worker's copy: `FORGE_TEST_POSTGRES_URL`. Unset, the copy
+/// goes to memory and the test says so — unless `FORGE_TEST_REQUIRE_SERVICES=1`.
+fn postgres_url() -> Option<String> {
+    use std::io::Write as _;
+    match std::env::var("FORGE_TEST_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_POSTGRES_URL is not set"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED (partly): FORGE_TEST_POSTGRES_URL not set; the worker projects into memory"
+            );
+            None
+        }
+    }
 }
