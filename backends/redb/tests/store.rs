@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use common::*;
-use forge_core::{Cursor, Envelope, MemoryStore, MessageId, SessionId, Store, SyncEvent};
+use forge_core::{Cursor, MemoryStore, MessageId, SessionId, Store, SyncEvent};
 use forge_redb::{Durability, RedbOptions, RedbStore};
 use proptest::prelude::*;
 use serde_json::json;
@@ -37,61 +37,9 @@ fn a_failing_batch_leaves_nothing_of_itself_behind() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("forge.redb");
-    let base = vec![vec![
-        put_session("a", "ses_1", 1),
-        put_message("a", "ses_1", "msg_1", 1, 2),
-        put_part("a", "ses_1", "msg_1", "prt_1", 1, 3),
-        put_session("b", "ses_2", 1),
-    ]];
+    let base = atomicity_base();
     let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
-    let failing: Vec<(Vec<Envelope<SyncEvent>>, &str)> = vec![
-        (
-            vec![
-                put_session("a", "ses_1", 50),
-                put_message("a", "ses_1", "msg_1", 2, 51),
-                put_message("a", "ses_1", "msg_2", 1, 52),
-                put_part("a", "ses_1", "msg_2", "prt_1", 4, 53),
-                env(
-                    "b",
-                    "ses_2",
-                    54,
-                    SyncEvent::SessionDeleted {
-                        session_id: "ses_2".into(),
-                    },
-                ),
-                // The message was never created: NotFound, and all of the above undone.
-                put_part("a", "ses_1", "msg_9", "prt_1", 0, 55),
-            ],
-            "NotFound",
-        ),
-        (
-            vec![
-                env(
-                    "a",
-                    "ses_1",
-                    60,
-                    SyncEvent::MessageRemoved {
-                        session_id: "ses_1".into(),
-                        message_id: "msg_1".into(),
-                    },
-                ),
-                // A part for the message removed earlier in the same batch.
-                put_part("a", "ses_1", "msg_1", "prt_2", 0, 61),
-            ],
-            "NotFound",
-        ),
-        (
-            vec![
-                put_message("a", "ses_1", "msg_3", 0, 70),
-                // An event of ses_10 in an envelope of ses_1.
-                Envelope {
-                    session_id: "ses_1".into(),
-                    ..put_session("a", "ses_10", 71)
-                },
-            ],
-            "InvalidInput",
-        ),
-    ];
+    let failing = failing_batches();
     rt.block_on(async {
         let store = RedbStore::open(&path).unwrap();
         apply_all(&store, &base).await;

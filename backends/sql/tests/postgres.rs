@@ -13,7 +13,7 @@ use std::sync::Arc;
 use common::concurrency::hammer;
 use common::scenarios::assert_scenarios_match_reference;
 use common::*;
-use forge_core::{Envelope, Store, SyncEvent};
+use forge_core::Store;
 use forge_sql::postgres::testing::TestSchema;
 use forge_sql::{PostgresStore, DEFAULT_APP_ROLE};
 use proptest::prelude::*;
@@ -85,47 +85,10 @@ fn a_failing_batch_leaves_nothing_of_itself_behind() {
         let Some((schema, store)) = fresh("a_failing_batch").await else {
             return;
         };
-        let base = vec![vec![
-            put_session("a", "ses_1", 1),
-            put_message("a", "ses_1", "msg_1", 1, 2),
-            put_part("a", "ses_1", "msg_1", "prt_1", 1, 3),
-            put_session("b", "ses_2", 1),
-        ]];
+        let base = atomicity_base();
         apply_all(&store, &base).await;
         let before = store.write_stats();
-        let failing: Vec<(Vec<Envelope<SyncEvent>>, &str)> = vec![
-            (
-                vec![
-                    put_session("a", "ses_1", 50),
-                    put_message("a", "ses_1", "msg_2", 1, 52),
-                    env(
-                        "b",
-                        "ses_2",
-                        54,
-                        SyncEvent::SessionDeleted {
-                            session_id: "ses_2".into(),
-                        },
-                    ),
-                    put_part("a", "ses_1", "msg_9", "prt_1", 0, 55),
-                ],
-                "NotFound",
-            ),
-            (
-                vec![
-                    env(
-                        "a",
-                        "ses_1",
-                        60,
-                        SyncEvent::MessageRemoved {
-                            session_id: "ses_1".into(),
-                            message_id: "msg_1".into(),
-                        },
-                    ),
-                    put_part("a", "ses_1", "msg_1", "prt_2", 0, 61),
-                ],
-                "NotFound",
-            ),
-        ];
+        let failing = failing_batches();
         for (batch, kind) in &failing {
             let got = outcome(&store.apply(batch).await);
             assert!(got.starts_with(kind), "{got}");

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::concurrency::hammer;
 use common::scenarios::assert_scenarios_match_reference;
 use common::*;
-use forge_core::{Cursor, Envelope, MemoryStore, MessageId, SessionId, Store, SyncEvent};
+use forge_core::{Cursor, MemoryStore, MessageId, SessionId, Store, SyncEvent};
 use forge_sql::{SqliteOptions, SqliteStore, Synchronous};
 use proptest::prelude::*;
 use sqlx::{Connection, Row, SqliteConnection};
@@ -52,66 +52,6 @@ proptest! {
 
 // ---------------------------------------------------------------------------------------
 // Atomicity and reopening
-
-fn failing_batches() -> Vec<(Vec<Envelope<SyncEvent>>, &'static str)> {
-    vec![
-        (
-            vec![
-                put_session("a", "ses_1", 50),
-                put_message("a", "ses_1", "msg_1", 2, 51),
-                put_message("a", "ses_1", "msg_2", 1, 52),
-                put_part("a", "ses_1", "msg_2", "prt_1", 4, 53),
-                env(
-                    "b",
-                    "ses_2",
-                    54,
-                    SyncEvent::SessionDeleted {
-                        session_id: "ses_2".into(),
-                    },
-                ),
-                // The message was never created: NotFound, and all of the above undone.
-                put_part("a", "ses_1", "msg_9", "prt_1", 0, 55),
-            ],
-            "NotFound",
-        ),
-        (
-            vec![
-                env(
-                    "a",
-                    "ses_1",
-                    60,
-                    SyncEvent::MessageRemoved {
-                        session_id: "ses_1".into(),
-                        message_id: "msg_1".into(),
-                    },
-                ),
-                // A part for the message removed earlier in the same batch.
-                put_part("a", "ses_1", "msg_1", "prt_2", 0, 61),
-            ],
-            "NotFound",
-        ),
-        (
-            vec![
-                put_message("a", "ses_1", "msg_3", 0, 70),
-                // An event of ses_10 in an envelope of ses_1.
-                Envelope {
-                    session_id: "ses_1".into(),
-                    ..put_session("a", "ses_10", 71)
-                },
-            ],
-            "InvalidInput",
-        ),
-    ]
-}
-
-fn atomicity_base() -> Vec<Vec<Envelope<SyncEvent>>> {
-    vec![vec![
-        put_session("a", "ses_1", 1),
-        put_message("a", "ses_1", "msg_1", 1, 2),
-        put_part("a", "ses_1", "msg_1", "prt_1", 1, 3),
-        put_session("b", "ses_2", 1),
-    ]]
-}
 
 #[test]
 fn a_failing_batch_leaves_nothing_of_itself_behind() {

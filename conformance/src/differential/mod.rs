@@ -326,3 +326,67 @@ pub async fn assert_matches_reference(db: &dyn Store, batches: &[Vec<Envelope<Sy
 
 // ---------------------------------------------------------------------------------------
 // Exact values
+
+/// Batches that must fail as a whole, each with the error kind it must fail with, to
+/// apply after [`atomicity_base`]: a missing message after writes to two tenants, a part
+/// for a message removed earlier in the batch, an event in another session's envelope.
+pub fn failing_batches() -> Vec<(Vec<Envelope<SyncEvent>>, &'static str)> {
+    vec![
+        (
+            vec![
+                put_session("a", "ses_1", 50),
+                put_message("a", "ses_1", "msg_1", 2, 51),
+                put_message("a", "ses_1", "msg_2", 1, 52),
+                put_part("a", "ses_1", "msg_2", "prt_1", 4, 53),
+                env(
+                    "b",
+                    "ses_2",
+                    54,
+                    SyncEvent::SessionDeleted {
+                        session_id: "ses_2".into(),
+                    },
+                ),
+                // The message was never created: NotFound, and all of the above undone.
+                put_part("a", "ses_1", "msg_9", "prt_1", 0, 55),
+            ],
+            "NotFound",
+        ),
+        (
+            vec![
+                env(
+                    "a",
+                    "ses_1",
+                    60,
+                    SyncEvent::MessageRemoved {
+                        session_id: "ses_1".into(),
+                        message_id: "msg_1".into(),
+                    },
+                ),
+                // A part for the message removed earlier in the same batch.
+                put_part("a", "ses_1", "msg_1", "prt_2", 0, 61),
+            ],
+            "NotFound",
+        ),
+        (
+            vec![
+                put_message("a", "ses_1", "msg_3", 0, 70),
+                // An event of ses_10 in an envelope of ses_1.
+                Envelope {
+                    session_id: "ses_1".into(),
+                    ..put_session("a", "ses_10", 71)
+                },
+            ],
+            "InvalidInput",
+        ),
+    ]
+}
+
+/// The history [`failing_batches`] are applied on top of.
+pub fn atomicity_base() -> Vec<Vec<Envelope<SyncEvent>>> {
+    vec![vec![
+        put_session("a", "ses_1", 1),
+        put_message("a", "ses_1", "msg_1", 1, 2),
+        put_part("a", "ses_1", "msg_1", "prt_1", 1, 3),
+        put_session("b", "ses_2", 1),
+    ]]
+}
