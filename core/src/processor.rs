@@ -269,9 +269,8 @@ impl Processor {
             )));
         }
         match event {
-            StreamEvent::TextDelta { id, text } | StreamEvent::ReasoningDelta { id, text } => {
-                self.delta(&id, text)?;
-            }
+            StreamEvent::TextDelta { id, text } => self.delta(&id, text, "text")?,
+            StreamEvent::ReasoningDelta { id, text } => self.delta(&id, text, "reasoning")?,
             StreamEvent::TextStart { id } => {
                 let now = self.now();
                 self.open_block(
@@ -379,12 +378,18 @@ impl Processor {
     }
 
     /// The delta path: append to the open block and publish; no store I/O.
-    fn delta(&mut self, id: &str, text: String) -> Result<()> {
+    fn delta(&mut self, id: &str, text: String, kind: &'static str) -> Result<()> {
         let Some(part) = self.blocks.get_mut(id) else {
             return Err(Error::invalid(format!(
-                "delta for block {id:?}, which is not open"
+                "{kind}-delta for block {id:?}, which is not open"
             )));
         };
+        if part.kind() != kind {
+            return Err(Error::invalid(format!(
+                "{kind}-delta for block {id:?}, which is a {} block",
+                part.kind()
+            )));
+        }
         if let Some(buf) = text_of(part) {
             buf.push_str(&text);
         }
@@ -413,10 +418,22 @@ impl Processor {
     }
 
     async fn end_block(&mut self, id: &str, kind: &str) -> Result<()> {
+        match self.blocks.get(id) {
+            None => {
+                return Err(Error::invalid(format!(
+                    "{kind}-end for block {id:?}, which is not open"
+                )))
+            }
+            Some(p) if p.kind() != kind => {
+                return Err(Error::invalid(format!(
+                    "{kind}-end for block {id:?}, which is a {} block",
+                    p.kind()
+                )))
+            }
+            Some(_) => {}
+        }
         let Some(mut part) = self.blocks.remove(id) else {
-            return Err(Error::invalid(format!(
-                "{kind}-end for block {id:?}, which is not open"
-            )));
+            unreachable!("checked above")
         };
         let now = self.now();
         if let Some(text) = text_of(&mut part) {

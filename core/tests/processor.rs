@@ -368,6 +368,13 @@ async fn events_that_do_not_fit_the_stream_are_clear_errors() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("already open"), "{err}");
+    for line in [
+        r#"{"type":"reasoning-delta","id":"x","text":"a"}"#,
+        r#"{"type":"reasoning-end","id":"x"}"#,
+    ] {
+        let err = p.handle(ev(line)).await.unwrap_err();
+        assert!(err.to_string().contains("which is a text block"), "{err}");
+    }
     feed(&mut p, &[r#"{"type":"finish"}"#]).await;
     let err = p
         .handle(ev(r#"{"type":"text-start","id":"y"}"#))
