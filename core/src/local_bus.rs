@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 
 use crate::bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
 use crate::error::{Error, Result};
-use crate::event::BusEvent;
+use crate::event::{BusEvent, Event, SyncEvent};
 use crate::id::SessionId;
 use crate::tenant::TenantId;
 
@@ -35,6 +35,9 @@ struct Channel {
 /// ([`LocalBus::with_replay`]) it keeps the last N events of every session, so
 /// subscribe-from-seq and the durable-bus path of `recover` work in one process; it then
 /// reports itself durable — within that process and that retention.
+///
+/// A session's channel (and replay buffer) is dropped when its `session.deleted` is
+/// published; channels of sessions that live on stay for the life of the bus.
 #[derive(Debug)]
 pub struct LocalBus {
     replay_capacity: usize,
@@ -127,6 +130,14 @@ impl Bus for LocalBus {
             }
             // No receiver is not an error: nobody is listening.
             let _ = c.tx.send(Arc::clone(&event));
+        }
+        let deleted = matches!(event.event, Event::Sync(SyncEvent::SessionDeleted { .. }));
+        if deleted {
+            // The session is gone: drop its channel (its subscriptions end after this
+            // event) so a long-running process does not keep one per deleted session.
+            self.sessions
+                .write()
+                .remove(&(event.tenant.clone(), event.session_id.clone()));
         }
         if let Some(tx) = self.tenants.read().get(&event.tenant) {
             let _ = tx.send(event);

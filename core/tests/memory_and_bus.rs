@@ -287,3 +287,32 @@ async fn a_subscriber_that_falls_behind_is_told() {
         "{first:?}"
     );
 }
+
+#[tokio::test]
+async fn a_deleted_session_ends_its_subscriptions_and_frees_its_channel() {
+    let bus = LocalBus::with_replay(100);
+    let t = TenantId::default();
+    let s = SessionId::generate();
+    let mut sub = bus
+        .subscribe(&t, Topic::Session(s.clone()), None)
+        .await
+        .unwrap();
+    bus.publish(delta(&t, &s, 1)).unwrap();
+    bus.publish(Arc::new(Envelope {
+        tenant: t.clone(),
+        session_id: s.clone(),
+        seq: 2,
+        event: Event::Sync(SyncEvent::SessionDeleted {
+            session_id: s.clone(),
+        }),
+    }))
+    .unwrap();
+    assert_eq!(sub.next().await.unwrap().unwrap().seq, 1);
+    assert_eq!(sub.next().await.unwrap().unwrap().seq, 2);
+    assert!(
+        sub.next().await.is_none(),
+        "the subscription outlived its session"
+    );
+    assert_eq!(bus.last_seq(&t, &s).await.unwrap(), None);
+    assert!(bus.replay(&t, &s, 1).await.unwrap().events.is_empty());
+}
