@@ -48,6 +48,11 @@ pub struct Case {
     /// Share of the stream's events fed before the end, in per mille (0: none, 1000:
     /// all); proportional, so it stays meaningful while the stream shrinks.
     pub cut: u16,
+    /// When set and the stream opens tools, cut right after the `k % n`-th of its `n`
+    /// tool openings (`tool-input-start` / `tool-call`) instead, so tools left pending
+    /// or running at the end are common rather than lucky.
+    #[serde(default)]
+    pub cut_after_tool: Option<u8>,
     /// What happens then.
     pub end: End,
 }
@@ -65,7 +70,33 @@ pub fn case(crash_only: bool) -> impl Strategy<Value = Case> {
         ]
         .boxed()
     };
-    (stream_spec(), 0u16..=1000, end).prop_map(|(stream, cut, end)| Case { stream, cut, end })
+    (
+        stream_spec(),
+        0u16..=1000,
+        proptest::option::weighted(0.6, any::<u8>()),
+        end,
+    )
+        .prop_map(|(stream, cut, cut_after_tool, end)| Case {
+            stream,
+            cut,
+            cut_after_tool,
+            end,
+        })
+}
+
+/// How many events a case feeds before its end.
+fn cut_of(case: &Case, events: &[forge_core::StreamEvent]) -> usize {
+    use forge_core::StreamEvent::{ToolCall, ToolInputStart};
+    let openings: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ToolInputStart { .. } | ToolCall { .. }))
+        .map(|(i, _)| i + 1)
+        .collect();
+    match case.cut_after_tool {
+        Some(k) if !openings.is_empty() => openings[usize::from(k) % openings.len()],
+        _ => fed_events(events.len(), case.cut),
+    }
 }
 
 /// How many of `len` events a per-mille cut feeds.
@@ -205,7 +236,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let (projector, mut turn) =
             Turn::start(Arc::clone(&store), Arc::clone(&bus), tenant).await?;
         let events = case.stream.events();
-        let cut = fed_events(events.len(), case.cut);
+        let cut = cut_of(case, &events);
         for (k, e) in events[..cut].iter().enumerate() {
             turn.processor
                 .handle(e.clone())
