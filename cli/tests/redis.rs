@@ -6,17 +6,7 @@ mod common;
 use common::{example, Env};
 
 fn redis_url() -> Option<String> {
-    match std::env::var("FORGE_TEST_REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_REDIS_URL is not set"
-            );
-            eprintln!("SKIPPED: FORGE_TEST_REDIS_URL not set; the CLI's Redis test did not run");
-            None
-        }
-    }
+    forge_conformance::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
 }
 
 /// Deletes every key under `prefix` when dropped.

@@ -25,12 +25,9 @@ fn sqlite_urls_work_for_replay_history_and_recover() {
 
 #[test]
 fn postgres_urls_work_when_a_server_is_configured() {
-    let Ok(base) = std::env::var("FORGE_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_POSTGRES_URL is not set"
-        );
-        eprintln!("SKIPPED: FORGE_TEST_POSTGRES_URL not set; the CLI's Postgres test did not run");
+    let Some(base) =
+        forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", "the CLI's Postgres test")
+    else {
         return;
     };
     let schema = format!("forge_cli_{}", std::process::id());

@@ -8,6 +8,7 @@ pub mod properties;
 pub mod reference;
 mod report;
 mod runner;
+mod services;
 pub mod strategies;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use std::time::Instant;
 pub use config::{Config, DEFAULT_CASES};
 pub use factory::{guarded, BackendFactory, Divergence, FnFactory};
 pub use report::{junit_xml, Outcome, PropertyResult, Report};
+pub use services::{service_url, REQUIRE_SERVICES};
 
 /// One property of the contract (ARCHITECTURE §9). Each is its own test.
 ///

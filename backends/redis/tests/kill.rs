@@ -244,19 +244,8 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
 /// The Postgres server for the worker's copy: `FORGE_TEST_POSTGRES_URL`. Unset, the copy
 /// goes to memory and the test says so — unless `FORGE_TEST_REQUIRE_SERVICES=1`.
 fn postgres_url() -> Option<String> {
-    use std::io::Write as _;
-    match std::env::var("FORGE_TEST_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_POSTGRES_URL is not set"
-            );
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED (partly): FORGE_TEST_POSTGRES_URL not set; the worker projects into memory"
-            );
-            None
-        }
-    }
+    forge_conformance::service_url(
+        "FORGE_TEST_POSTGRES_URL",
+        "the worker projects into memory instead of Postgres",
+    )
 }

@@ -185,15 +185,9 @@ mod tests {
     #[test]
     fn postgres_errors_map_to_conflict_and_retryable_connection_loss() {
         use sqlx::{Connection, PgConnection};
-        let Ok(url) = std::env::var("FORGE_TEST_POSTGRES_URL") else {
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_POSTGRES_URL is not set"
-            );
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                b"SKIPPED: FORGE_TEST_POSTGRES_URL not set (postgres error mapping)\n",
-            );
+        let Some(url) =
+            forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", "postgres error mapping")
+        else {
             return;
         };
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -9,18 +9,7 @@ use redis::Commands as _;
 ///
 /// With `FORGE_TEST_REQUIRE_SERVICES=1` a missing URL or an unreachable server fails.
 pub fn redis_url() -> Option<String> {
-    let required = std::env::var("FORGE_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1");
-    let Some(url) = std::env::var("FORGE_TEST_REDIS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        assert!(
-            !required,
-            "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_REDIS_URL is not set"
-        );
-        eprintln!("SKIPPED: FORGE_TEST_REDIS_URL not set");
-        return None;
-    };
+    let url = forge_conformance::service_url("FORGE_TEST_REDIS_URL", "forge-redis tests")?;
     let reachable = redis::Client::open(url.as_str())
         .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(3)))
         .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));

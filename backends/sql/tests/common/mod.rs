@@ -12,8 +12,6 @@ pub mod w1;
 pub use forge_conformance::differential::random as differential;
 pub use forge_conformance::differential::*;
 
-use std::io::Write as _;
-
 use forge_core::{Envelope, SyncEvent};
 use serde_json::json;
 
@@ -35,22 +33,7 @@ pub fn parallel_runtime() -> tokio::runtime::Runtime {
 /// `FORGE_TEST_REQUIRE_SERVICES=1`, where a missing service is a failure. A set URL
 /// whose server cannot be reached fails the test either way (when the test connects).
 pub fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("FORGE_TEST_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
-        _ => {
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "FORGE_TEST_REQUIRE_SERVICES=1 but FORGE_TEST_POSTGRES_URL is not set ({test})"
-            );
-            // Straight to the stderr handle: libtest captures `eprintln!` of passing
-            // tests, and a skip must be seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: FORGE_TEST_POSTGRES_URL not set ({test})"
-            );
-            None
-        }
-    }
+    forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", test)
 }
 
 /// Floats whose shortest decimal form a fast float parser reads back one ulp off.
