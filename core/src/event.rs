@@ -81,6 +81,23 @@ impl SyncEvent {
         }
     }
 
+    /// Whether this event closes something a reader relies on: a text/reasoning block
+    /// with `time.end`, a tool `completed`/`error`, a step-finish or patch, a completed
+    /// message, a user message, and every session change and remove. The others — an
+    /// empty block just opened, a tool `pending`/`running`, a step-start, an assistant
+    /// message still streaming — are non-terminal: a
+    /// [`GroupCommitProjector`](crate::group::GroupCommitProjector) lets them ride along
+    /// with the session's next terminal commit.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Self::PartUpdated { part } => {
+                !part.is_open() && !matches!(part.body, crate::model::PartBody::StepStart(_))
+            }
+            Self::MessageUpdated { info } => !info.is_open(),
+            _ => true,
+        }
+    }
+
     /// The event's `type` name.
     pub fn name(&self) -> &'static str {
         match self {

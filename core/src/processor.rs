@@ -46,6 +46,10 @@ pub struct ProcessorOptions {
     pub clock: Clock,
     /// Applied to text (not reasoning) at `text-end`.
     pub text_hook: Option<TextHook>,
+    /// Also rewrite the whole part in its own commit on every delta. This is the
+    /// write pattern forge-store exists to avoid; it is here so benchmarks can measure
+    /// it on the same code path (`forge-store bench`, mode `per-delta`). Off by default.
+    pub persist_every_delta: bool,
 }
 
 impl Default for ProcessorOptions {
@@ -53,6 +57,7 @@ impl Default for ProcessorOptions {
         Self {
             clock: Arc::new(now_ms),
             text_hook: None,
+            persist_every_delta: false,
         }
     }
 }
@@ -269,8 +274,14 @@ impl Processor {
             )));
         }
         match event {
-            StreamEvent::TextDelta { id, text } => self.delta(&id, text, "text")?,
-            StreamEvent::ReasoningDelta { id, text } => self.delta(&id, text, "reasoning")?,
+            StreamEvent::TextDelta { id, text } => {
+                self.delta(&id, text, "text")?;
+                self.persist_delta(&id).await?;
+            }
+            StreamEvent::ReasoningDelta { id, text } => {
+                self.delta(&id, text, "reasoning")?;
+                self.persist_delta(&id).await?;
+            }
             StreamEvent::TextStart { id } => {
                 let now = self.now();
                 self.open_block(
@@ -402,6 +413,20 @@ impl Processor {
         self.projector.emit(&self.scope, Event::PartDelta(delta))?;
         self.stats.deltas += 1;
         Ok(())
+    }
+
+    /// With [`ProcessorOptions::persist_every_delta`]: rewrites the block's part.
+    async fn persist_delta(&mut self, id: &str) -> Result<()> {
+        if !self.opts.persist_every_delta {
+            return Ok(());
+        }
+        match self.blocks.get(id) {
+            Some(part) => {
+                let part = part.clone();
+                self.commit_part(part).await
+            }
+            None => Ok(()),
+        }
     }
 
     async fn open_block(&mut self, id: String, body: PartBody) -> Result<()> {

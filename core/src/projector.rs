@@ -97,6 +97,12 @@ pub trait Projector: fmt::Debug + Send + Sync + 'static {
     /// store.
     fn emit(&self, scope: &Scope, event: Event) -> Result<u64>;
 
+    /// Commits everything accepted so far that is not committed yet, and publishes
+    /// what that releases. A projector that commits in `commit` has nothing to do.
+    async fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The store it projects into.
     fn store(&self) -> &Arc<dyn Store>;
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::close;
 use crate::error::Result;
-use crate::event::{Event, SyncEvent};
+use crate::event::{Envelope, Event, SyncEvent};
 use crate::id::{PartId, SessionId};
 use crate::model::{MessageError, Part};
 use crate::projector::Projector;
@@ -27,12 +27,16 @@ pub struct RecoverReport {
     pub tools_closed: usize,
     /// Assistant messages given `time.completed`.
     pub messages_closed: usize,
+    /// Sync events found published on the durable bus but not in the store (a
+    /// [`GroupCommitProjector`](crate::group::GroupCommitProjector) publishes
+    /// non-terminal writes before their commit) and applied before closing.
+    pub events_replayed: usize,
 }
 
 impl RecoverReport {
     /// Whether anything was closed.
     pub fn is_empty(&self) -> bool {
-        self.sessions == 0
+        self.sessions == 0 && self.events_replayed == 0
     }
 }
 
@@ -69,6 +73,10 @@ pub async fn recover(
     session: Option<&SessionId>,
     now: i64,
 ) -> Result<RecoverReport> {
+    let mut report = RecoverReport::default();
+    if projector.bus().capabilities().durable {
+        report.events_replayed = replay_uncommitted(projector, tenant, session).await?;
+    }
     let open = projector.store().open_items(tenant, session).await?;
     let mut by_session: BTreeMap<SessionId, (Vec<_>, Vec<Part>)> = BTreeMap::new();
     for m in open.messages {
@@ -86,7 +94,6 @@ pub async fn recover(
             .push(p);
     }
     let durable = projector.bus().capabilities().durable;
-    let mut report = RecoverReport::default();
     for (sid, (messages, mut parts)) in by_session {
         let replay = if durable && parts.iter().any(is_block) {
             Some(projector.bus().replay(tenant, &sid, 1).await?)
@@ -123,6 +130,61 @@ pub async fn recover(
         report.sessions += 1;
     }
     Ok(report)
+}
+
+/// Applies the sync events a durable bus holds beyond each session's stored `seq`:
+/// published, never committed. Sessions whose bus is not ahead of the store are not
+/// replayed. Returns how many events were applied.
+async fn replay_uncommitted(
+    projector: &dyn Projector,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+) -> Result<usize> {
+    let store = projector.store();
+    let bus = projector.bus();
+    let sessions: Vec<(SessionId, u64)> = match session {
+        Some(sid) => store
+            .session(tenant, sid)
+            .await?
+            .map(|s| vec![(sid.clone(), s.seq)])
+            .unwrap_or_default(),
+        None => store
+            .sessions(tenant)
+            .await?
+            .into_iter()
+            .map(|s| (s.info.id.clone(), s.seq))
+            .collect(),
+    };
+    let mut applied = 0;
+    for (sid, stored) in sessions {
+        let ahead = bus
+            .last_seq(tenant, &sid)
+            .await?
+            .is_some_and(|l| l > stored);
+        if !ahead {
+            continue;
+        }
+        let replay = bus.replay(tenant, &sid, stored + 1).await?;
+        let batch: Vec<Envelope<SyncEvent>> = replay
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Sync(ev) => Some(Envelope {
+                    tenant: e.tenant.clone(),
+                    session_id: e.session_id.clone(),
+                    seq: e.seq,
+                    event: ev.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if batch.is_empty() {
+            continue;
+        }
+        store.apply(&batch).await?;
+        applied += batch.len();
+    }
+    Ok(applied)
 }
 
 fn is_block(p: &Part) -> bool {

@@ -451,3 +451,38 @@ async fn finalize_closes_everything_in_one_batch_for_each_outcome() {
         assert_eq!(h.counting.totals(), c1);
     }
 }
+
+#[tokio::test]
+async fn persist_every_delta_rewrites_the_part_once_per_delta() {
+    // The benchmark baseline: same Processor, every delta its own commit of the part.
+    let h = Harness::new(false).await;
+    let user = h.user("q").await;
+    let m = forge_core::processor::assistant_message(
+        h.session.clone(),
+        user.id.clone(),
+        "p",
+        "m",
+        forge_core::id::now_ms(),
+    );
+    let mut opts = options();
+    opts.persist_every_delta = true;
+    let mut p = h.engine.processor(h.scope.clone(), m, opts).await.unwrap();
+    let before = h.counting.totals().commits;
+    feed(
+        &mut p,
+        &[
+            r#"{"type":"text-start","id":"t"}"#,
+            r#"{"type":"text-delta","id":"t","text":"a"}"#,
+            r#"{"type":"text-delta","id":"t","text":"b"}"#,
+            r#"{"type":"text-delta","id":"t","text":"c"}"#,
+            r#"{"type":"text-end","id":"t"}"#,
+        ],
+    )
+    .await;
+    // start + 3 deltas + end.
+    assert_eq!(h.counting.totals().commits - before, 5);
+    let parts = h.parts().await;
+    let text = parts.last().unwrap();
+    assert_eq!(h.counting.part_writes(&text.id), 5);
+    assert_eq!(text_of(text), Some("abc"));
+}

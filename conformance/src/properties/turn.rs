@@ -66,6 +66,7 @@ impl Turn {
             ProcessorOptions {
                 clock: ticking_clock(),
                 text_hook: None,
+                persist_every_delta: false,
             },
         )
         .await

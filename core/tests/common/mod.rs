@@ -32,6 +32,7 @@ pub fn options() -> ProcessorOptions {
     ProcessorOptions {
         clock: ticking_clock(),
         text_hook: None,
+        persist_every_delta: false,
     }
 }
 

@@ -153,6 +153,7 @@ pub async fn run(
     let opts = ProcessorOptions {
         clock: Arc::new(move || tick.fetch_add(20, Ordering::Relaxed)),
         text_hook: None,
+        persist_every_delta: false,
     };
     let engine = Engine::new(store, Arc::new(LocalBus::new()));
     let tenant = TenantId::new("w1").unwrap();
