@@ -7,8 +7,10 @@
 //! one line on stderr and a non-zero exit code.
 
 mod backend;
+mod bench;
 mod conformance;
 mod demo;
+mod gen;
 mod project;
 mod replay;
 mod show;
@@ -144,6 +146,11 @@ enum Command {
         #[arg(long)]
         until_idle: bool,
     },
+    /// Write a benchmark workload as a replay file with event times (JSONL on stdout).
+    Gen(gen::GenArgs),
+    /// Measure write amplification and speed of every available backend: boundary
+    /// projection against per-delta persistence, commit policies, W1 and W1×N.
+    Bench(bench::BenchArgs),
     /// Run the conformance suite against the backend (embedded files: on fresh
     /// temporary files with the URL's options; servers: under the suite's own tenants).
     Conformance {
@@ -204,6 +211,12 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             only,
         };
         return conformance::run(opts, out).await;
+    }
+    if let Command::Gen(args) = &cli.command {
+        return gen::run(args, out);
+    }
+    if let Command::Bench(args) = &cli.command {
+        return bench::run(args, out).await;
     }
     if let Command::Project {
         from,
@@ -323,7 +336,10 @@ async fn run_on(engine: &Engine, cli: Cli, out: &mut dyn Write) -> Result<()> {
             Ok(())
         }
         Command::Demo => demo::run(engine, tenant, &cli.backend, out).await,
-        Command::Conformance { .. } | Command::Project { .. } => {
+        Command::Conformance { .. }
+        | Command::Project { .. }
+        | Command::Gen(_)
+        | Command::Bench(_) => {
             unreachable!("handled before the backend is opened")
         }
     }

@@ -145,7 +145,7 @@ impl Replayer<'_> {
             self.report.lines = n;
             let step = match parse_line(raw) {
                 Ok(None) => continue,
-                Ok(Some(line)) => self.apply(line).await,
+                Ok(Some((line, _t))) => self.apply(line).await,
                 Err(msg) => Err(anyhow!(msg)),
             };
             match step {

@@ -1,6 +1,7 @@
 //! `RedbStore`: the `Store` trait over one redb file.
 
 use std::fmt;
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -9,9 +10,11 @@ use forge_core::{
     Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Result,
     SessionId, SessionState, Store, SyncEvent, TenantId,
 };
-use redb::{Database, ReadTransaction, ReadableDatabase, TableError};
+use redb::backends::FileBackend;
+use redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableError};
 
 use crate::config::{Durability, RedbOptions};
+use crate::counting::{CountingBackend, IoCounters};
 use crate::error::{join, map, open as open_error, BACKEND};
 use crate::schema::{
     MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
@@ -60,6 +63,40 @@ impl RedbStore {
     pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
+        Self::from_database(db, path, options)
+    }
+
+    /// Opens the store at `path` like [`RedbStore::open_with`], through a
+    /// [`CountingBackend`]: the returned [`IoCounters`] count every byte redb writes to
+    /// and reads from the file, and every `sync_data`, from the moment the file is opened
+    /// (opening a new file already writes its header and schema).
+    ///
+    /// # Errors
+    /// As [`RedbStore::open`].
+    pub fn open_counted(
+        path: impl AsRef<Path>,
+        options: RedbOptions,
+    ) -> Result<(Self, IoCounters)> {
+        let path = path.as_ref().to_path_buf();
+        // The same file opening as `redb::Builder::create`.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| open_error(&path, e))?;
+        let backend =
+            CountingBackend::new(FileBackend::new(file).map_err(|e| open_error(&path, e))?);
+        let counters = backend.counters();
+        let db = Builder::new()
+            .create_with_backend(backend)
+            .map_err(|e| open_error(&path, e))?;
+        Ok((Self::from_database(db, path, options)?, counters))
+    }
+
+    /// Checks or creates the schema of the freshly opened `db`.
+    fn from_database(db: Database, path: PathBuf, options: RedbOptions) -> Result<Self> {
         init_schema(&db, &path)?;
         Ok(Self {
             db: Arc::new(db),

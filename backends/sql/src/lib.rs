@@ -13,7 +13,10 @@ pub mod sqlite;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore, DEFAULT_APP_ROLE};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteOptions, SqliteSettings, SqliteStore, Synchronous};
+pub use sqlite::{
+    SqliteOptions, SqliteSettings, SqliteStore, Synchronous,
+    DEFAULT_PAGE_SIZE as SQLITE_DEFAULT_PAGE_SIZE,
+};
 pub use stats::WriteStats;
 
 /// Rows per multi-row statement. The widest row binds 6 values, so a statement binds at

@@ -173,8 +173,26 @@ fn the_file_is_in_wal_mode_with_the_requested_synchronous_setting() {
             assert_eq!(settings.synchronous, want);
             assert!(settings.foreign_keys);
             assert_eq!(settings.busy_timeout_ms, 5000);
+            assert_eq!(settings.page_size, 1024, "new files get 1 KiB pages");
             store.close().await;
         }
+    });
+    // page_size applies to new files; an existing file keeps its own.
+    rt.block_on(async {
+        let fresh = dir.path().join("small-pages.db");
+        let url = format!("sqlite://{}?page_size=512", fresh.display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        assert_eq!(store.settings().await.unwrap().page_size, 512);
+        apply_all(&store, &sample_history()).await;
+        store.close().await;
+        let url = format!("sqlite://{}?page_size=4096", fresh.display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        assert_eq!(store.settings().await.unwrap().page_size, 512);
+        store.close().await;
+        let err = SqliteStore::open(&format!("sqlite://{}?page_size=1000", fresh.display()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("power of two"), "{err}");
     });
 }
 

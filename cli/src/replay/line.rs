@@ -93,9 +93,10 @@ pub enum Line {
     Stream(StreamEvent),
 }
 
-/// Parses one line; `None` for blank lines and `#` comments. The error says what is
+/// Parses one line into the line and its event time (`t`, ms since the start of the
+/// file, if given); `None` for blank lines and `#` comments. The error says what is
 /// wrong, without a position (the caller adds the line number).
-pub fn parse_line(text: &str) -> std::result::Result<Option<Line>, String> {
+pub fn parse_line(text: &str) -> std::result::Result<Option<(Line, Option<u64>)>, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return Ok(None);
@@ -113,43 +114,55 @@ pub fn parse_line(text: &str) -> std::result::Result<Option<Line>, String> {
         Some(other) => return Err(format!("`type` must be a string, got {other}")),
         None => return Err("missing `type`".to_owned()),
     };
+    // `t` is allowed on every kind of line; it is not part of what it describes.
+    let t = match map.remove("t") {
+        None => None,
+        Some(v) => match v.as_u64() {
+            Some(t) => Some(t),
+            None => {
+                return Err(format!(
+                    "`t` must be a non-negative integer (event time in ms), got {v}"
+                ))
+            }
+        },
+    };
+    parse_untimed(&kind, map).map(|line| Some((line, t)))
+}
+
+/// A line without `t`, its `type` read as `kind`.
+fn parse_untimed(kind: &str, mut map: JsonMap) -> std::result::Result<Line, String> {
     let framing = |map: JsonMap| -> std::result::Result<Line, serde_json::Error> {
         let mut map = map;
         map.remove("type");
         let v = Value::Object(map);
-        Ok(match kind.as_str() {
+        Ok(match kind {
             "session" => Line::Session(serde_json::from_value(v)?),
             "user" => Line::User(serde_json::from_value(v)?),
             _ => Line::Assistant(serde_json::from_value(v)?),
         })
     };
-    match kind.as_str() {
-        "session" | "user" | "assistant" => framing(map)
-            .map(Some)
-            .map_err(|e| format!("{kind} line: {e}")),
+    match kind {
+        "session" | "user" | "assistant" => framing(map).map_err(|e| format!("{kind} line: {e}")),
         "crash" => {
             map.remove("type");
             if let Some(k) = map.keys().next() {
                 return Err(format!("crash line: unknown field `{k}`"));
             }
-            Ok(Some(Line::Crash))
+            Ok(Line::Crash)
         }
-        _ => {
-            let v = Value::Object(std::mem::take(&mut map));
-            serde_json::from_value::<StreamEvent>(v)
-                .map(|e| Some(Line::Stream(e)))
-                .map_err(|e| {
-                    let msg = e.to_string();
-                    if msg.starts_with("unknown variant") {
-                        format!(
-                            "unknown event type {kind:?}: not a replay line (session, user, \
+        _ => serde_json::from_value::<StreamEvent>(Value::Object(map))
+            .map(Line::Stream)
+            .map_err(|e| {
+                let msg = e.to_string();
+                if msg.starts_with("unknown variant") {
+                    format!(
+                        "unknown event type {kind:?}: not a replay line (session, user, \
                              assistant, crash) nor an AI SDK stream event this version handles"
-                        )
-                    } else {
-                        format!("{kind} event: {msg}")
-                    }
-                })
-        }
+                    )
+                } else {
+                    format!("{kind} event: {msg}")
+                }
+            }),
     }
 }
 
@@ -175,24 +188,83 @@ mod tests {
     fn replay_lines_and_stream_events_parse() {
         assert!(matches!(
             parse_line(r#"{"type":"session","title":"t"}"#),
-            Ok(Some(Line::Session(_)))
+            Ok(Some((Line::Session(_), None)))
         ));
         assert!(matches!(
             parse_line(r#"{"type":"user","text":"hi","compaction":{"auto":true}}"#),
-            Ok(Some(Line::User(_)))
+            Ok(Some((Line::User(_), None)))
         ));
         assert!(matches!(
             parse_line(r#"{"type":"assistant","summary":true}"#),
-            Ok(Some(Line::Assistant(_)))
+            Ok(Some((Line::Assistant(_), None)))
         ));
         assert!(matches!(
             parse_line(r#"{"type":"crash"}"#),
-            Ok(Some(Line::Crash))
+            Ok(Some((Line::Crash, None)))
         ));
         assert!(matches!(
             parse_line(r#"{"type":"text-delta","id":"t","text":"x"}"#),
-            Ok(Some(Line::Stream(StreamEvent::TextDelta { .. })))
+            Ok(Some((Line::Stream(StreamEvent::TextDelta { .. }), None)))
         ));
+    }
+
+    #[test]
+    fn t_is_taken_from_framing_lines() {
+        assert!(matches!(
+            parse_line(r#"{"type":"session","title":"s","t":0}"#),
+            Ok(Some((Line::Session(_), Some(0))))
+        ));
+        let Ok(Some((Line::User(u), Some(1250)))) =
+            parse_line(r#"{"type":"user","t":1250,"text":"hi"}"#)
+        else {
+            panic!("user line with t")
+        };
+        assert_eq!(u.text.as_deref(), Some("hi"));
+        assert!(matches!(
+            parse_line(r#"{"type":"assistant","summary":true,"t":1300}"#),
+            Ok(Some((Line::Assistant(_), Some(1300))))
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"crash","t":9007199254740993}"#),
+            Ok(Some((Line::Crash, Some(9_007_199_254_740_993))))
+        ));
+    }
+
+    #[test]
+    fn t_is_taken_from_stream_events() {
+        let Ok(Some((Line::Stream(e), Some(20)))) =
+            parse_line(r#"{"type":"text-delta","id":"t","text":"x","t":20}"#)
+        else {
+            panic!("stream event with t")
+        };
+        assert_eq!(
+            e,
+            StreamEvent::TextDelta {
+                id: "t".into(),
+                text: "x".into()
+            }
+        );
+        assert!(matches!(
+            parse_line(r#"{"type":"finish","t":14900}"#),
+            Ok(Some((
+                Line::Stream(StreamEvent::Finish { .. }),
+                Some(14_900)
+            )))
+        ));
+    }
+
+    #[test]
+    fn bad_t_is_an_error_naming_it() {
+        for bad in [r#""5""#, "-1", "1.5", "null", "[1]"] {
+            for line in [
+                format!(r#"{{"type":"user","text":"hi","t":{bad}}}"#),
+                format!(r#"{{"type":"text-end","id":"t","t":{bad}}}"#),
+                format!(r#"{{"type":"crash","t":{bad}}}"#),
+            ] {
+                let e = err(&line);
+                assert!(e.contains("`t` must be a non-negative integer"), "{e}");
+            }
+        }
     }
 
     #[test]

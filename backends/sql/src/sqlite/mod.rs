@@ -5,6 +5,6 @@ mod schema;
 mod store;
 mod write;
 
-pub use config::{SqliteOptions, Synchronous};
+pub use config::{SqliteOptions, Synchronous, DEFAULT_PAGE_SIZE};
 pub use schema::SCHEMA_VERSION;
 pub use store::{SqliteSettings, SqliteStore};

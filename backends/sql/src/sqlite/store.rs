@@ -33,6 +33,8 @@ pub struct SqliteSettings {
     pub foreign_keys: bool,
     /// `PRAGMA busy_timeout`, in milliseconds.
     pub busy_timeout_ms: i64,
+    /// `PRAGMA page_size`.
+    pub page_size: i64,
 }
 
 /// A [`Store`] in one SQLite file (WAL mode), through sqlx.
@@ -85,6 +87,8 @@ impl SqliteStore {
         let writer_options = base
             .clone()
             .create_if_missing(true)
+            // Takes effect only while the file is empty (before WAL mode is set).
+            .page_size(options.page_size)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(options.synchronous.to_sqlx());
         let writer = SqlitePoolOptions::new()
@@ -150,6 +154,7 @@ impl SqliteStore {
             synchronous: int("PRAGMA synchronous").await?,
             foreign_keys: int("PRAGMA foreign_keys").await? == 1,
             busy_timeout_ms: int("PRAGMA busy_timeout").await?,
+            page_size: int("PRAGMA page_size").await?,
         })
     }
 

@@ -1,0 +1,137 @@
+//! `RedbStore::open_counted`: the counting storage backend sees every byte a commit
+//! writes and every `sync_data`, and non-durable commits sync less.
+
+mod common;
+
+use common::*;
+use forge_core::{Envelope, Part, Store, SyncEvent};
+use forge_redb::{Durability, IoCounts, RedbOptions, RedbStore};
+use serde_json::json;
+
+/// A text part whose JSON is about `len` bytes.
+fn big_part(s: &str, m: &str, p: &str, len: usize) -> Part {
+    serde_json::from_value(json!({
+        "type": "text", "text": "x".repeat(len), "time": {"start": 1, "end": 2},
+        "id": p, "sessionID": s, "messageID": m,
+    }))
+    .unwrap()
+}
+
+fn put(part: Part, seq: u64) -> Envelope<SyncEvent> {
+    env("a", "ses_1", seq, SyncEvent::PartUpdated { part })
+}
+
+/// Applies one session, one message, then `commits` batches of one part each; returns
+/// the counts of the part batches alone.
+async fn commit_parts(
+    store: &RedbStore,
+    counters: &forge_redb::IoCounters,
+    commits: u64,
+) -> IoCounts {
+    store
+        .apply(&[
+            put_session("a", "ses_1", 1),
+            put_message("a", "ses_1", "msg_1", 2, 2),
+        ])
+        .await
+        .unwrap();
+    let before = counters.snapshot();
+    for i in 0..commits {
+        let part = big_part("ses_1", "msg_1", &format!("prt_{i}"), 1_000);
+        store.apply(&[put(part, 3 + i)]).await.unwrap();
+    }
+    counters.snapshot().since(before)
+}
+
+#[test]
+fn a_durable_commit_writes_at_least_its_row_and_syncs() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    rt.block_on(async {
+        let (store, counters) = RedbStore::open_counted(&path, RedbOptions::default()).unwrap();
+        let opened = counters.snapshot();
+        assert!(opened.write_bytes > 0 && opened.syncs > 0, "{opened:?}");
+
+        store
+            .apply(&[
+                put_session("a", "ses_1", 1),
+                put_message("a", "ses_1", "msg_1", 2, 2),
+            ])
+            .await
+            .unwrap();
+        let part = big_part("ses_1", "msg_1", "prt_1", 20_000);
+        let row = serde_json::to_vec(&part).unwrap().len() as u64;
+        let before = counters.snapshot();
+        store.apply(&[put(part.clone(), 3)]).await.unwrap();
+        let commit = counters.snapshot().since(before);
+        eprintln!("one durable commit of a {row} B row: {commit:?}");
+        assert!(commit.write_bytes >= row, "{commit:?} < {row} B");
+        assert!(commit.writes >= 1, "{commit:?}");
+        assert!(commit.syncs >= 1, "{commit:?}");
+
+        let got = store
+            .message(&tenant("a"), &"ses_1".into(), &"msg_1".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.parts, vec![part]);
+    });
+
+    // Reopening an existing file reads it through the backend, and the data is there.
+    rt.block_on(async {
+        let (store, counters) = RedbStore::open_counted(&path, RedbOptions::default()).unwrap();
+        assert!(counters.snapshot().read_bytes > 0);
+        let got = store
+            .message(&tenant("a"), &"ses_1".into(), &"msg_1".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.parts.len(), 1);
+    });
+}
+
+#[test]
+fn non_durable_commits_sync_less_than_durable_ones() {
+    const COMMITS: u64 = 8;
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (durable, durable_counters) = RedbStore::open_counted(
+            dir.path().join("immediate.redb"),
+            RedbOptions {
+                durability: Durability::Immediate,
+            },
+        )
+        .unwrap();
+        let immediate = commit_parts(&durable, &durable_counters, COMMITS).await;
+
+        let (lazy, lazy_counters) = RedbStore::open_counted(
+            dir.path().join("none.redb"),
+            RedbOptions {
+                durability: Durability::None,
+            },
+        )
+        .unwrap();
+        let none = commit_parts(&lazy, &lazy_counters, COMMITS).await;
+
+        eprintln!("{COMMITS} commits of ~1 KB: immediate {immediate:?}, none {none:?}");
+        assert!(immediate.syncs >= COMMITS, "{immediate:?}");
+        assert!(
+            none.syncs < immediate.syncs,
+            "none {none:?}, immediate {immediate:?}"
+        );
+        assert!(
+            none.write_bytes < immediate.write_bytes,
+            "none {none:?}, immediate {immediate:?}"
+        );
+
+        // Non-durable commits stay in memory until a durable commit or a clean close;
+        // the counters outlive the store and see the close write them.
+        let before_close = lazy_counters.snapshot();
+        drop(lazy);
+        let closed = lazy_counters.snapshot().since(before_close);
+        eprintln!("closing after {COMMITS} non-durable commits: {closed:?}");
+        assert!(closed.write_bytes > 0 && closed.syncs > 0, "{closed:?}");
+    });
+}

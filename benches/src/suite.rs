@@ -1,0 +1,192 @@
+//! The benchmark plan: which workloads, backends, modes and policies `forge-store
+//! bench` measures, and running it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::run::{measure, Run, Target};
+use crate::workload::{w1, w1xn, Script};
+use crate::{Measurement, Mode, Policy};
+
+/// The default group-commit window of the boundary mode, ms (matches
+/// `forge_core::group::DEFAULT_WINDOW`).
+pub const DEFAULT_WINDOW_MS: u64 = 10;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Backends, in report order.
+    pub targets: Vec<Target>,
+    /// Single-session W1 at these turn counts.
+    pub turns: Vec<u32>,
+    /// W1×N at these session counts.
+    pub sessions: Vec<u32>,
+    /// Turns per session in W1×N.
+    pub sessions_turns: u32,
+    /// Group-commit windows measured on W1×N, ms.
+    pub windows: Vec<u64>,
+    /// Per-delta runs only up to this many turns (single session) …
+    pub per_delta_max_turns: u32,
+    /// … and up to this many sessions (W1×N): per-delta costs one transaction per delta.
+    pub per_delta_max_sessions: u32,
+    /// A user's recorded stream instead of the generated workloads.
+    pub input: Option<(String, Vec<Script>)>,
+    /// Seed of the generated content.
+    pub seed: u64,
+    /// Where files are created.
+    pub dir: PathBuf,
+}
+
+impl Plan {
+    /// The full plan of ARCHITECTURE §10: W1 at T = 10, 100, 1000; W1×64 and W1×1000;
+    /// windows 0, 10, 100 ms.
+    pub fn full(targets: Vec<Target>, dir: PathBuf) -> Self {
+        Self {
+            targets,
+            turns: vec![10, 100, 1000],
+            sessions: vec![64, 1000],
+            sessions_turns: 1,
+            windows: vec![0, 10, 100],
+            per_delta_max_turns: 100,
+            per_delta_max_sessions: 64,
+            input: None,
+            seed: 1,
+            dir,
+        }
+    }
+
+    /// A run of a minute or two: W1 at T = 10, W1×64.
+    pub fn quick(targets: Vec<Target>, dir: PathBuf) -> Self {
+        Self {
+            turns: vec![10],
+            sessions: vec![64],
+            per_delta_max_turns: 10,
+            ..Self::full(targets, dir)
+        }
+    }
+
+    /// Every run of the plan, with its workload, in order.
+    pub fn runs(&self) -> Vec<(Run, Workload)> {
+        let mut out = Vec::new();
+        let run = |target: &Target, mode, policy, workload: &str, turns, latency| Run {
+            target: target.clone(),
+            mode,
+            policy,
+            workload: workload.to_owned(),
+            turns,
+            latency,
+            dir: self.dir.clone(),
+        };
+        let single = [
+            (Mode::Boundary, Policy::EveryBoundary),
+            (
+                Mode::Boundary,
+                Policy::Terminal {
+                    window_ms: DEFAULT_WINDOW_MS,
+                },
+            ),
+            (Mode::PerDelta, Policy::EveryBoundary),
+        ];
+        if let Some((name, _)) = &self.input {
+            for target in &self.targets {
+                for (mode, policy) in single {
+                    out.push((run(target, mode, policy, name, 0, true), Workload::Input));
+                }
+            }
+            return out;
+        }
+        for &t in &self.turns {
+            for target in &self.targets {
+                for (mode, policy) in single {
+                    if mode == Mode::PerDelta && t > self.per_delta_max_turns {
+                        continue;
+                    }
+                    out.push((run(target, mode, policy, "W1", t, false), Workload::W1(t)));
+                }
+            }
+        }
+        // Latency: one turn of W1 with its deltas paced in wall time, default policy.
+        for target in &self.targets {
+            let policy = Policy::Terminal {
+                window_ms: DEFAULT_WINDOW_MS,
+            };
+            out.push((
+                run(target, Mode::Boundary, policy, "W1-paced", 1, true),
+                Workload::W1(1),
+            ));
+        }
+        for &n in &self.sessions {
+            let name = format!("W1x{n}");
+            let turns = self.sessions_turns;
+            for target in &self.targets {
+                let mut policies: Vec<(Mode, Policy)> =
+                    vec![(Mode::Boundary, Policy::EveryBoundary)];
+                policies.extend(
+                    self.windows
+                        .iter()
+                        .map(|&w| (Mode::Boundary, Policy::Terminal { window_ms: w })),
+                );
+                if n <= self.per_delta_max_sessions && turns <= self.per_delta_max_turns {
+                    policies.push((Mode::PerDelta, Policy::EveryBoundary));
+                }
+                for (mode, policy) in policies {
+                    out.push((
+                        run(target, mode, policy, &name, turns, false),
+                        Workload::W1xN(n, turns),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Measures every run in order; `progress` sees each result as it comes.
+    ///
+    /// # Errors
+    /// The first run that fails, naming it.
+    pub async fn execute(
+        &self,
+        mut progress: impl FnMut(&Measurement),
+    ) -> Result<Vec<Measurement>> {
+        let mut results = Vec::new();
+        let mut cache: Option<(Workload, Vec<Script>)> = None;
+        for (run, workload) in self.runs() {
+            let scripts: &[Script] = match (&workload, &self.input) {
+                (Workload::Input, Some((_, scripts))) => scripts,
+                _ => {
+                    if cache.as_ref().map(|(w, _)| w) != Some(&workload) {
+                        cache = Some((workload.clone(), workload.generate(self.seed)));
+                    }
+                    cache.as_ref().map_or(&[], |(_, s)| s.as_slice())
+                }
+            };
+            let m = measure(&run, scripts).await?;
+            progress(&m);
+            results.push(m);
+        }
+        Ok(results)
+    }
+}
+
+/// A workload of the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// One session of W1 with this many turns.
+    W1(u32),
+    /// N sessions of W1 with this many turns each.
+    W1xN(u32, u32),
+    /// The plan's input file.
+    Input,
+}
+
+impl Workload {
+    /// The scripts, one per session.
+    pub fn generate(&self, seed: u64) -> Vec<Script> {
+        match *self {
+            Self::W1(t) => vec![w1(t, seed)],
+            Self::W1xN(n, t) => w1xn(n, t, seed),
+            Self::Input => Vec::new(),
+        }
+    }
+}

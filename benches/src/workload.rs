@@ -1,0 +1,656 @@
+//! The W1 workload of ARCHITECTURE §10, with event times, and W1×N.
+//!
+//! A [`Script`] is one session: what it does at each event time. Content is seeded
+//! random lowercase letters (incompressible enough that no engine is flattered by
+//! compression), so the same seed always gives the same script.
+//!
+//! One W1 turn, in order (the gap before each event in brackets):
+//!
+//! - a user message with one 400 B text part (at the turn's start);
+//! - an assistant message [50 ms], `start-step` [50 ms];
+//! - reasoning: `reasoning-start` [50 ms], 250 deltas of 8 B [20 ms each],
+//!   `reasoning-end` [50 ms];
+//! - text: `text-start` [50 ms], 200 deltas of 8 B [20 ms each], `text-end` [50 ms];
+//! - 3 tools, one after the other: `tool-input-start` [50 ms], `tool-call` with 300 B
+//!   of input JSON [50 ms], `tool-result` with a 4,000 B output [1,000 ms: the tool runs];
+//! - `finish-step` (`tool-calls`, with usage) [50 ms];
+//! - `start-step` [50 ms], text of 100 deltas of 8 B as above, `finish-step` (`stop`)
+//!   [50 ms];
+//! - `finish` [50 ms].
+//!
+//! The next turn starts 50 ms after `finish`. Logical bytes per turn:
+//! 400 + 2,000 + 1,600 + 3 × (300 + 4,000) + 800 = 17,700.
+
+use std::io::{self, Write};
+
+use forge_core::model::{JsonMap, PartBody, TextPart};
+use forge_core::stream::Usage;
+use forge_core::{Part, StreamEvent};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+/// Logical bytes of one W1 turn.
+pub const W1_TURN_BYTES: u64 = 17_700;
+/// Text and reasoning deltas of one W1 turn.
+pub const W1_TURN_DELTAS: u64 = 550;
+/// Tool calls of one W1 turn.
+pub const W1_TURN_TOOLS: u64 = 3;
+/// Event time from the start of one W1 turn to the start of the next, ms.
+pub const W1_TURN_MS: u64 = 14_950;
+
+/// Bytes of one text or reasoning delta.
+const DELTA_BYTES: usize = 8;
+/// Gap before a delta, ms.
+const DELTA_GAP_MS: u64 = 20;
+/// Gap before every event that is neither a delta nor a tool result, ms.
+const EVENT_GAP_MS: u64 = 50;
+/// How long a tool runs (`tool-call` to `tool-result`), ms.
+const TOOL_MS: u64 = 1_000;
+/// Serialized length of a tool call's input JSON.
+const TOOL_INPUT_BYTES: usize = 300;
+/// Length of a tool's output.
+const TOOL_OUTPUT_BYTES: usize = 4_000;
+/// `{"path":""}`: the input JSON around the letters.
+const TOOL_INPUT_FRAME: &str = r#"{"path":""}"#;
+
+/// What a session does at one event time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// A user message with these parts (ids assigned by the runner), written in one
+    /// batch.
+    User {
+        /// The message's parts, in order.
+        parts: Vec<PartBody>,
+    },
+    /// Opens an assistant message answering the last user message.
+    Assistant {
+        /// The message is a compaction summary.
+        summary: bool,
+    },
+    /// A model stream event for the open assistant message.
+    Stream(StreamEvent),
+}
+
+/// An item at its event time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timed {
+    /// Event time, ms since the session's start (for W1×N: since the common start).
+    pub t_ms: u64,
+    /// What happens.
+    pub item: Item,
+}
+
+/// One session's items, `t_ms` non-decreasing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Script {
+    /// The items in order.
+    pub items: Vec<Timed>,
+}
+
+/// W1 with `turns` turns, its content drawn from `seed`.
+pub fn w1(turns: u32, seed: u64) -> Script {
+    let mut b = Builder {
+        rng: StdRng::seed_from_u64(seed),
+        t: 0,
+        context_bytes: 0,
+        items: Vec::with_capacity(turns as usize * 575),
+    };
+    for turn in 0..turns {
+        b.turn(turn);
+    }
+    Script { items: b.items }
+}
+
+/// `n` sessions of W1 with `turns` turns each, streaming at once: each has its own
+/// content and starts at a random offset in `[0, W1_TURN_MS)`, all drawn from `seed`.
+pub fn w1xn(n: u32, turns: u32, seed: u64) -> Vec<Script> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let session_seed: u64 = rng.random();
+            let offset = rng.random_range(0..W1_TURN_MS);
+            let mut script = w1(turns, session_seed);
+            for item in &mut script.items {
+                item.t_ms += offset;
+            }
+            script
+        })
+        .collect()
+}
+
+/// Every item of every session in event-time order, with its session's index. Ties
+/// are broken by session index, then by order within the session (deterministic).
+pub fn merge(scripts: &[Script]) -> Vec<(usize, &Timed)> {
+    let mut all: Vec<(usize, &Timed)> = scripts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.items.iter().map(move |t| (i, t)))
+        .collect();
+    // Stable: items of one session keep their order among equal times.
+    all.sort_by_key(|(i, t)| (t.t_ms, *i));
+    all
+}
+
+/// Content bytes of a script: user text, reasoning and text deltas, tool input JSON
+/// (its serialized length) and tool output.
+pub fn logical_bytes(script: &Script) -> u64 {
+    script
+        .items
+        .iter()
+        .map(|t| match &t.item {
+            Item::User { parts } => parts
+                .iter()
+                .map(|p| match p {
+                    PartBody::Text(t) => t.text.len(),
+                    _ => 0,
+                })
+                .sum(),
+            Item::Assistant { .. } => 0,
+            Item::Stream(e) => event_bytes(e),
+        })
+        .map(|n| n as u64)
+        .sum()
+}
+
+fn event_bytes(e: &StreamEvent) -> usize {
+    match e {
+        StreamEvent::TextDelta { text, .. } | StreamEvent::ReasoningDelta { text, .. } => {
+            text.len()
+        }
+        StreamEvent::ToolCall { input, .. } => json_len(input),
+        StreamEvent::ToolResult { output, .. } => match output {
+            Value::String(s) => s.len(),
+            Value::Object(m) => match m.get("output") {
+                Some(Value::String(s)) => s.len(),
+                _ => json_len(output),
+            },
+            other => json_len(other),
+        },
+        _ => 0,
+    }
+}
+
+fn json_len(v: &Value) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
+}
+
+/// Event time of the last item, ms (0 for an empty script).
+pub fn duration_ms(script: &Script) -> u64 {
+    script.items.iter().map(|t| t.t_ms).max().unwrap_or(0)
+}
+
+/// Writes the script in the replay format (docs/replay-format.md), one line per item,
+/// each with its event time as `"t"`.
+pub fn write_jsonl(script: &Script, out: &mut impl Write) -> io::Result<()> {
+    for timed in &script.items {
+        let mut line = item_json(&timed.item)?;
+        line.insert("t".to_owned(), Value::from(timed.t_ms));
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The replay line of an item, without `t`.
+fn item_json(item: &Item) -> io::Result<JsonMap> {
+    let mut line = JsonMap::new();
+    match item {
+        Item::User { parts } => {
+            line.insert("type".to_owned(), "user".into());
+            let mut rest = parts.as_slice();
+            if let Some((PartBody::Text(t), tail)) = rest.split_first() {
+                if is_plain_text(t) {
+                    line.insert("text".to_owned(), t.text.clone().into());
+                    rest = tail;
+                }
+            }
+            if !rest.is_empty() {
+                let parts = rest.iter().map(part_json).collect::<io::Result<Vec<_>>>()?;
+                line.insert("parts".to_owned(), Value::Array(parts));
+            }
+        }
+        Item::Assistant { summary } => {
+            line.insert("type".to_owned(), "assistant".into());
+            if *summary {
+                line.insert("summary".to_owned(), true.into());
+            }
+        }
+        Item::Stream(e) => match serde_json::to_value(e)? {
+            Value::Object(m) => line = m,
+            other => {
+                return Err(io::Error::other(format!(
+                    "stream event serialized as {other}, not an object"
+                )))
+            }
+        },
+    }
+    Ok(line)
+}
+
+/// A text part with nothing but its text: the `text` field of a user line.
+fn is_plain_text(t: &TextPart) -> bool {
+    t.synthetic.is_none()
+        && t.ignored.is_none()
+        && t.time.is_none()
+        && t.metadata.is_none()
+        && t.extra.is_empty()
+}
+
+/// A part in the opencode shape without `id`, `sessionID` and `messageID`.
+fn part_json(body: &PartBody) -> io::Result<Value> {
+    let part = Part {
+        id: "prt".into(),
+        session_id: "ses".into(),
+        message_id: "msg".into(),
+        body: body.clone(),
+    };
+    let mut v = serde_json::to_value(part)?;
+    if let Value::Object(m) = &mut v {
+        for key in ["id", "sessionID", "messageID"] {
+            m.remove(key);
+        }
+    }
+    Ok(v)
+}
+
+/// Builds one session's items, advancing event time.
+struct Builder {
+    rng: StdRng,
+    t: u64,
+    /// Content so far, for plausible input token counts (4 B a token).
+    context_bytes: usize,
+    items: Vec<Timed>,
+}
+
+enum Block {
+    Reasoning,
+    Text,
+}
+
+impl Builder {
+    fn push(&mut self, gap_ms: u64, item: Item) {
+        self.t += gap_ms;
+        self.items.push(Timed { t_ms: self.t, item });
+    }
+
+    fn event(&mut self, gap_ms: u64, e: StreamEvent) {
+        self.push(gap_ms, Item::Stream(e));
+    }
+
+    fn letters(&mut self, n: usize) -> String {
+        (0..n)
+            .map(|_| char::from(b'a' + self.rng.random_range(0..26u8)))
+            .collect()
+    }
+
+    fn turn(&mut self, turn: u32) {
+        let gap = if self.items.is_empty() {
+            0
+        } else {
+            EVENT_GAP_MS
+        };
+        let text = self.letters(400);
+        self.context_bytes += text.len();
+        self.push(
+            gap,
+            Item::User {
+                parts: vec![PartBody::Text(TextPart {
+                    text,
+                    synthetic: None,
+                    ignored: None,
+                    time: None,
+                    metadata: None,
+                    extra: JsonMap::new(),
+                })],
+            },
+        );
+        self.push(EVENT_GAP_MS, Item::Assistant { summary: false });
+
+        let input_tokens = self.context_bytes / 4;
+        self.event(EVENT_GAP_MS, StreamEvent::StartStep {});
+        self.block(&Block::Reasoning, "r", 2_000);
+        self.block(&Block::Text, "t1", 1_600);
+        for k in 0..W1_TURN_TOOLS {
+            self.tool(&format!("call_{turn}_{k}"));
+        }
+        // Output tokens: what the model wrote (reasoning, text, tool inputs), 4 B a token.
+        let written = 2_000 + 1_600 + W1_TURN_TOOLS as usize * TOOL_INPUT_BYTES;
+        self.finish_step("tool-calls", input_tokens, written / 4, 2_000 / 4);
+
+        let input_tokens = self.context_bytes / 4;
+        self.event(EVENT_GAP_MS, StreamEvent::StartStep {});
+        self.block(&Block::Text, "t2", 800);
+        self.finish_step("stop", input_tokens, 800 / 4, 0);
+        self.event(
+            EVENT_GAP_MS,
+            StreamEvent::Finish {
+                finish_reason: Some("stop".to_owned()),
+            },
+        );
+    }
+
+    /// Start, `bytes / 8` deltas, end.
+    fn block(&mut self, kind: &Block, id: &str, bytes: usize) {
+        let id = id.to_owned();
+        self.event(
+            EVENT_GAP_MS,
+            match kind {
+                Block::Reasoning => StreamEvent::ReasoningStart { id: id.clone() },
+                Block::Text => StreamEvent::TextStart { id: id.clone() },
+            },
+        );
+        for _ in 0..bytes / DELTA_BYTES {
+            let text = self.letters(DELTA_BYTES);
+            let id = id.clone();
+            self.event(
+                DELTA_GAP_MS,
+                match kind {
+                    Block::Reasoning => StreamEvent::ReasoningDelta { id, text },
+                    Block::Text => StreamEvent::TextDelta { id, text },
+                },
+            );
+        }
+        self.context_bytes += bytes;
+        self.event(
+            EVENT_GAP_MS,
+            match kind {
+                Block::Reasoning => StreamEvent::ReasoningEnd { id },
+                Block::Text => StreamEvent::TextEnd { id },
+            },
+        );
+    }
+
+    /// `tool-input-start`, `tool-call`, and the result one second later.
+    fn tool(&mut self, call_id: &str) {
+        let tool_name = "read".to_owned();
+        self.event(
+            EVENT_GAP_MS,
+            StreamEvent::ToolInputStart {
+                id: call_id.to_owned(),
+                tool_name: tool_name.clone(),
+            },
+        );
+        let path = self.letters(TOOL_INPUT_BYTES - TOOL_INPUT_FRAME.len());
+        let mut input = JsonMap::new();
+        input.insert("path".to_owned(), Value::String(path));
+        self.event(
+            EVENT_GAP_MS,
+            StreamEvent::ToolCall {
+                tool_call_id: call_id.to_owned(),
+                tool_name: tool_name.clone(),
+                input: Value::Object(input),
+            },
+        );
+        let output = self.letters(TOOL_OUTPUT_BYTES);
+        self.context_bytes += TOOL_INPUT_BYTES + TOOL_OUTPUT_BYTES;
+        self.event(
+            TOOL_MS,
+            StreamEvent::ToolResult {
+                tool_call_id: call_id.to_owned(),
+                tool_name,
+                output: Value::String(output),
+            },
+        );
+    }
+
+    fn finish_step(
+        &mut self,
+        reason: &str,
+        input_tokens: usize,
+        output_tokens: usize,
+        reasoning_tokens: usize,
+    ) {
+        self.event(
+            EVENT_GAP_MS,
+            StreamEvent::FinishStep {
+                finish_reason: reason.to_owned(),
+                usage: Usage {
+                    input_tokens: Some(input_tokens as u64),
+                    output_tokens: Some(output_tokens as u64),
+                    total_tokens: Some((input_tokens + output_tokens) as u64),
+                    reasoning_tokens: (reasoning_tokens > 0).then_some(reasoning_tokens as u64),
+                    cached_input_tokens: None,
+                },
+                cost: None,
+                snapshot: None,
+                patch: None,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(s: &Script) -> impl Iterator<Item = (u64, &StreamEvent)> {
+        s.items.iter().filter_map(|t| match &t.item {
+            Item::Stream(e) => Some((t.t_ms, e)),
+            _ => None,
+        })
+    }
+
+    fn count(s: &Script, kind: &str) -> usize {
+        events(s).filter(|(_, e)| e.kind() == kind).count()
+    }
+
+    #[test]
+    fn logical_bytes_are_17700_per_turn() {
+        for turns in [0, 1, 3, 10] {
+            assert_eq!(
+                logical_bytes(&w1(turns, 7)),
+                W1_TURN_BYTES * u64::from(turns)
+            );
+        }
+    }
+
+    #[test]
+    fn per_turn_counts_match_w1() {
+        let turns = 4;
+        let s = w1(turns, 1);
+        let t = turns as usize;
+        let deltas = count(&s, "text-delta") + count(&s, "reasoning-delta");
+        assert_eq!(deltas as u64, W1_TURN_DELTAS * u64::from(turns));
+        assert_eq!(count(&s, "reasoning-delta"), 250 * t);
+        assert_eq!(count(&s, "text-delta"), 300 * t);
+        for kind in ["tool-input-start", "tool-call", "tool-result"] {
+            assert_eq!(count(&s, kind) as u64, W1_TURN_TOOLS * u64::from(turns));
+        }
+        assert_eq!(count(&s, "start-step"), 2 * t);
+        assert_eq!(count(&s, "finish-step"), 2 * t);
+        assert_eq!(count(&s, "finish"), t);
+        let users = s
+            .items
+            .iter()
+            .filter(|i| matches!(i.item, Item::User { .. }))
+            .count();
+        let assistants = s
+            .items
+            .iter()
+            .filter(|i| matches!(i.item, Item::Assistant { summary: false }))
+            .count();
+        assert_eq!((users, assistants), (t, t));
+    }
+
+    #[test]
+    fn sizes_and_content_are_as_specified() {
+        let s = w1(2, 3);
+        for (_, e) in events(&s) {
+            match e {
+                StreamEvent::TextDelta { text, .. } | StreamEvent::ReasoningDelta { text, .. } => {
+                    assert_eq!(text.len(), DELTA_BYTES);
+                    assert!(text.bytes().all(|b| b.is_ascii_lowercase()));
+                }
+                StreamEvent::ToolCall { input, .. } => {
+                    assert_eq!(serde_json::to_string(input).unwrap().len(), 300);
+                }
+                StreamEvent::ToolResult { output, .. } => {
+                    assert_eq!(output.as_str().unwrap().len(), 4_000);
+                }
+                _ => {}
+            }
+        }
+        let Item::User { parts } = &s.items[0].item else {
+            panic!("a turn starts with the user message")
+        };
+        let [PartBody::Text(t)] = parts.as_slice() else {
+            panic!("one text part")
+        };
+        assert_eq!(t.text.len(), 400);
+        assert!(t.text.bytes().all(|b| b.is_ascii_lowercase()));
+    }
+
+    #[test]
+    fn event_times_follow_w1() {
+        let s = w1(3, 5);
+        assert_eq!(s.items[0].t_ms, 0);
+        assert!(s.items.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
+        let mut prev: Option<(u64, &StreamEvent)> = None;
+        let mut call_at = std::collections::HashMap::new();
+        for (t, e) in events(&s) {
+            match e {
+                StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. } => {
+                    let (pt, _) = prev.unwrap();
+                    assert_eq!(t - pt, DELTA_GAP_MS);
+                }
+                StreamEvent::ToolCall { tool_call_id, .. } => {
+                    call_at.insert(tool_call_id.clone(), t);
+                }
+                StreamEvent::ToolResult { tool_call_id, .. } => {
+                    assert_eq!(t - call_at[tool_call_id], TOOL_MS);
+                }
+                _ => {}
+            }
+            prev = Some((t, e));
+        }
+        // Each turn starts 50 ms after the previous finish.
+        let starts: Vec<u64> = s
+            .items
+            .iter()
+            .filter(|i| matches!(i.item, Item::User { .. }))
+            .map(|i| i.t_ms)
+            .collect();
+        assert_eq!(starts, [0, W1_TURN_MS, 2 * W1_TURN_MS]);
+        let finishes: Vec<u64> = events(&s)
+            .filter(|(_, e)| e.kind() == "finish")
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(finishes[0] + EVENT_GAP_MS, starts[1]);
+        assert_eq!(duration_ms(&s), 3 * W1_TURN_MS - EVENT_GAP_MS);
+        assert_eq!(duration_ms(&Script::default()), 0);
+    }
+
+    #[test]
+    fn same_seed_same_script_other_seed_other_content() {
+        assert_eq!(w1(2, 42), w1(2, 42));
+        let (a, b) = (w1(2, 42), w1(2, 43));
+        assert_ne!(a, b);
+        // Only the content differs, not the shape or the times.
+        assert_eq!(a.items.len(), b.items.len());
+        assert!(a.items.iter().zip(&b.items).all(|(x, y)| x.t_ms == y.t_ms));
+        assert_eq!(w1xn(3, 1, 9), w1xn(3, 1, 9));
+        assert_ne!(w1xn(3, 1, 9), w1xn(3, 1, 10));
+    }
+
+    #[test]
+    fn w1xn_sessions_differ_and_start_within_one_turn() {
+        let scripts = w1xn(8, 2, 11);
+        assert_eq!(scripts.len(), 8);
+        for s in &scripts {
+            assert!(s.items[0].t_ms < W1_TURN_MS);
+            assert_eq!(logical_bytes(s), 2 * W1_TURN_BYTES);
+        }
+        for (i, a) in scripts.iter().enumerate() {
+            for b in &scripts[i + 1..] {
+                assert_ne!(a.items[0].item, b.items[0].item, "own content per session");
+            }
+        }
+    }
+
+    #[test]
+    fn merge_is_ordered_complete_and_stable() {
+        let mut scripts = w1xn(5, 2, 3);
+        // Force ties across sessions: two sessions with the same start.
+        let base = scripts[0].items[0].t_ms;
+        let shift = scripts[1].items[0].t_ms;
+        for t in &mut scripts[1].items {
+            t.t_ms = t.t_ms - shift + base;
+        }
+        let merged = merge(&scripts);
+        let total: usize = scripts.iter().map(|s| s.items.len()).sum();
+        assert_eq!(merged.len(), total);
+        assert!(merged
+            .windows(2)
+            .all(|w| (w[0].1.t_ms, w[0].0) <= (w[1].1.t_ms, w[1].0)));
+        // Each session's items appear exactly once, in their original order.
+        let mut next = vec![0usize; scripts.len()];
+        for (i, t) in &merged {
+            let expected: &Timed = &scripts[*i].items[next[*i]];
+            assert!(std::ptr::eq(*t, expected));
+            next[*i] += 1;
+        }
+        assert!(next.iter().zip(&scripts).all(|(n, s)| *n == s.items.len()));
+        assert_eq!(merge(&scripts), merged);
+    }
+
+    #[test]
+    fn every_stream_event_round_trips_through_serde() {
+        for (_, e) in events(&w1(2, 8)) {
+            let json = serde_json::to_string(e).unwrap();
+            assert_eq!(&StreamEvent::from_json(&json).unwrap(), e, "{json}");
+        }
+    }
+
+    #[test]
+    fn jsonl_has_one_timed_line_per_item() {
+        let s = w1(2, 4);
+        let mut buf = Vec::new();
+        write_jsonl(&s, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), s.items.len());
+        for (line, timed) in lines.iter().zip(&s.items) {
+            let mut v: JsonMap = serde_json::from_str(line).unwrap();
+            assert_eq!(v.remove("t"), Some(Value::from(timed.t_ms)), "{line}");
+            match &timed.item {
+                Item::User { parts } => {
+                    let [PartBody::Text(t)] = parts.as_slice() else {
+                        panic!("one text part")
+                    };
+                    assert_eq!(v["type"], "user");
+                    assert_eq!(v["text"], t.text.as_str());
+                    assert_eq!(v.len(), 2, "{line}");
+                }
+                Item::Assistant { .. } => {
+                    assert_eq!(Value::Object(v), serde_json::json!({"type": "assistant"}));
+                }
+                Item::Stream(e) => {
+                    let back: StreamEvent = serde_json::from_value(Value::Object(v)).unwrap();
+                    assert_eq!(&back, e);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn jsonl_writes_other_user_parts_without_ids() {
+        let s = Script {
+            items: vec![Timed {
+                t_ms: 5,
+                item: Item::User {
+                    parts: vec![PartBody::Agent(
+                        serde_json::from_value(serde_json::json!({"name": "explore"})).unwrap(),
+                    )],
+                },
+            }],
+        };
+        let mut buf = Vec::new();
+        write_jsonl(&s, &mut buf).unwrap();
+        let v: Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "user", "parts": [{"type": "agent", "name": "explore"}], "t": 5})
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! The probes measure what they claim: process and thread I/O counters grow with a
+//! written file, the SQLite probe finds sqlx's worker threads, the redb probe counts
+//! commits, and (with the services set) the Postgres WAL position and Redis memory grow
+//! with writes.
+
+use std::io::Write as _;
+use std::sync::mpsc;
+
+use forge_bench::probe::{
+    pg_connect, pg_stat_wal, pg_wal_insert_lsn, redis_memory_usage, redis_persistence,
+    redis_store_pattern, redis_url_pattern, thread_io, thread_io_by_tid, Probe, ProcIo,
+    SQLITE_WORKER_THREAD_PREFIX,
+};
+use forge_conformance::differential::{put_message, put_part, put_session};
+use forge_conformance::service_url;
+use forge_core::Store;
+use forge_redb::{RedbOptions, RedbStore};
+use sqlx::Connection as _;
+
+const POSTGRES: &str = "FORGE_TEST_POSTGRES_URL";
+const REDIS: &str = "FORGE_TEST_REDIS_URL";
+
+fn write_and_sync(path: &std::path::Path, bytes: usize) {
+    let mut file = std::fs::File::create(path).unwrap();
+    file.write_all(&vec![b'x'; bytes]).unwrap();
+    file.sync_all().unwrap();
+}
+
+fn batch(seq: u64) -> Vec<forge_core::Envelope<forge_core::SyncEvent>> {
+    vec![
+        put_session("a", "ses_1", seq),
+        put_message("a", "ses_1", "msg_1", 2, seq + 1),
+        put_part("a", "ses_1", "msg_1", "prt_1", 6, seq + 2),
+    ]
+}
+
+#[test]
+fn proc_io_wchar_grows_after_writing_and_syncing_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = ProcIo::read().expect("/proc/self/io on Linux");
+    write_and_sync(&dir.path().join("f"), 1 << 20);
+    let grown = ProcIo::read().unwrap().since(&before);
+    assert!(grown.wchar >= 1 << 20, "{grown:?}");
+    assert!(grown.syscw >= 1, "{grown:?}");
+}
+
+#[test]
+fn thread_io_finds_a_named_thread_and_only_it() {
+    // Longer than the 15 bytes the kernel keeps of a name: matching cuts the prefix.
+    const NAME: &str = "forge-probe-writer-thread";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let (written_tx, written_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let writer = std::thread::Builder::new()
+        .name(NAME.to_owned())
+        .spawn(move || {
+            write_and_sync(&path, 100_000);
+            written_tx.send(()).unwrap();
+            // Stay alive until measured: an exited thread's counters are gone.
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+    written_rx.recv().unwrap();
+
+    let io = thread_io(NAME).expect("/proc/self/task on Linux");
+    assert!(io.wchar >= 100_000, "{io:?}");
+    assert_eq!(thread_io_by_tid(NAME).unwrap().len(), 1);
+    assert_eq!(thread_io("no-such-thread").unwrap(), ProcIo::default());
+
+    done_tx.send(()).unwrap();
+    writer.join().unwrap();
+}
+
+#[test]
+fn the_sqlite_probe_finds_sqlx_worker_threads_by_their_name() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("forge.db").display());
+    rt.block_on(async {
+        let store = forge_sql::SqliteStore::open(&url).await.unwrap();
+        assert!(!thread_io_by_tid(SQLITE_WORKER_THREAD_PREFIX)
+            .unwrap()
+            .is_empty());
+        let run = Probe::SqliteThreads.start().await.unwrap();
+        store.apply(&batch(1)).await.unwrap();
+        let (physical, fsyncs) = run.finish().await.unwrap();
+        let physical = physical.expect("measured on Linux");
+        eprintln!("sqlite, one batch of 3 rows: {physical:?}");
+        assert!(physical.bytes > 0, "{physical:?}");
+        assert!(physical.source.contains("wchar"), "{physical:?}");
+        assert_eq!(fsyncs, None);
+        store.close().await;
+    });
+}
+
+#[test]
+fn the_redb_probe_counts_commits_and_syncs() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (store, counters) =
+            RedbStore::open_counted(dir.path().join("forge.redb"), RedbOptions::default()).unwrap();
+        let run = Probe::Redb(counters).start().await.unwrap();
+        store.apply(&batch(1)).await.unwrap();
+        let (physical, fsyncs) = run.finish().await.unwrap();
+        let physical = physical.unwrap();
+        eprintln!("redb, one durable batch of 3 rows: {physical:?}, fsyncs {fsyncs:?}");
+        assert!(physical.bytes > 0);
+        assert_eq!(physical.source, "redb storage backend writes");
+        assert!(fsyncs.unwrap() >= 1);
+    });
+}
+
+#[test]
+fn the_memory_probe_measures_nothing() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let run = Probe::None.start().await.unwrap();
+        assert_eq!(run.finish().await.unwrap(), (None, None));
+    });
+}
+
+#[test]
+fn postgres_wal_insert_lsn_grows_with_an_insert() {
+    let Some(url) = service_url(POSTGRES, "Postgres WAL probes") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut conn = pg_connect(&url).await.unwrap();
+        sqlx::query("create temp table probe_t (id bigint, body text)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let stats_before = pg_stat_wal(&mut conn).await.unwrap();
+        let before = pg_wal_insert_lsn(&mut conn).await.unwrap();
+        sqlx::query(
+            "insert into probe_t select g, repeat('x', 100) from generate_series(1, 100) g",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let after = pg_wal_insert_lsn(&mut conn).await.unwrap();
+        assert!(after > before, "WAL insert LSN {before} → {after}");
+        let stats = pg_stat_wal(&mut conn).await.unwrap();
+        assert!(
+            stats.wal_bytes >= stats_before.wal_bytes,
+            "{stats_before:?} → {stats:?}"
+        );
+
+        conn.close().await.unwrap();
+
+        // The probe, around writes of a connection that is closed before it finishes (as
+        // a store's pool would be), so their syncs are reported at once.
+        let probe = Probe::Postgres { url: url.clone() };
+        let run = probe.start().await.unwrap();
+        let mut writer = pg_connect(&url).await.unwrap();
+        sqlx::query("create table if not exists probe_wal_test (id bigint, body text)")
+            .execute(&mut writer)
+            .await
+            .unwrap();
+        sqlx::query(
+            "insert into probe_wal_test select g, md5(g::text) from generate_series(1, 1000) g",
+        )
+        .execute(&mut writer)
+        .await
+        .unwrap();
+        sqlx::query("drop table probe_wal_test")
+            .execute(&mut writer)
+            .await
+            .unwrap();
+        writer.close().await.unwrap();
+        let (physical, fsyncs) = run.finish().await.unwrap();
+        let physical = physical.unwrap();
+        eprintln!("postgres, 1000 rows: {physical:?}, fsyncs {fsyncs:?}");
+        assert!(physical.bytes >= 1000 * 32, "{physical:?}");
+        assert!(physical.source.contains("pg_wal_lsn_diff"), "{physical:?}");
+        assert!(
+            fsyncs.unwrap() >= 1,
+            "three durable commits, {fsyncs:?} syncs"
+        );
+    });
+}
+
+#[test]
+fn redis_memory_usage_and_persistence_see_the_store_keys() {
+    let Some(url) = service_url(REDIS, "Redis memory / AOF probes") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let prefix = format!("forge-probe-{}-{nanos}", std::process::id());
+        let store_url = format!("{url}?prefix={prefix}");
+        let store = forge_redis::RedisStore::connect(&store_url).await.unwrap();
+        let pattern = redis_store_pattern(&store);
+        assert_eq!(pattern, format!("{prefix}:*"));
+        assert_eq!(redis_url_pattern(&store_url).unwrap(), pattern);
+
+        let disk = redis_persistence(&url).await.unwrap();
+        assert_eq!(
+            disk.aof_enabled,
+            disk.aof_current_size.is_some(),
+            "{disk:?}"
+        );
+        assert_eq!(redis_memory_usage(&url, &pattern).await.unwrap(), 0);
+
+        let probe = Probe::Redis {
+            url: url.clone(),
+            pattern: pattern.clone(),
+        };
+        let run = probe.start().await.unwrap();
+        store.apply(&batch(1)).await.unwrap();
+        let used = redis_memory_usage(&url, &pattern).await.unwrap();
+        assert!(used > 0);
+        let (physical, fsyncs) = run.finish().await.unwrap();
+        let physical = physical.unwrap();
+        eprintln!("redis, one batch of 3 rows: {physical:?} ({disk:?})");
+        assert!(physical.bytes > 0, "{physical:?}");
+        if !disk.aof_enabled {
+            assert_eq!(physical.bytes, used);
+            assert!(physical.source.contains("MEMORY USAGE"), "{physical:?}");
+        }
+        assert_eq!(fsyncs, None);
+
+        // Leave nothing behind.
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            let _: i64 = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    });
+}

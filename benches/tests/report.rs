@@ -1,0 +1,239 @@
+//! The report module on synthetic measurements: tables, JSON round trip, SVG charts.
+
+mod report {
+    use forge_bench::report::{
+        human_bytes, human_rate, markdown, read_json, svg, table, write_json, write_svg,
+        BYTES_CHART_TITLE, WA_CHART_TITLE,
+    };
+    use forge_bench::{Measurement, Mode, Percentiles, Physical, Policy};
+
+    fn measurement(
+        backend: &str,
+        mode: Mode,
+        policy: Policy,
+        turns: u32,
+        physical_per_turn: Option<u64>,
+    ) -> Measurement {
+        let logical = 17_700 * u64::from(turns);
+        Measurement {
+            backend: backend.to_owned(),
+            mode,
+            policy,
+            workload: "W1".to_owned(),
+            sessions: 1,
+            turns,
+            logical_bytes: logical,
+            handed_bytes: logical * 3,
+            rows: 12 * u64::from(turns),
+            commits: 5 * u64::from(turns),
+            fsyncs: (backend == "sqlite").then_some(5 * u64::from(turns)),
+            physical: physical_per_turn.map(|b| Physical {
+                bytes: b * u64::from(turns),
+                source: format!("{backend} bytes written"),
+            }),
+            process_write_bytes: None,
+            deltas: 550 * u64::from(turns),
+            elapsed_s: 0.5,
+            latency_us: Some(Percentiles {
+                p50: 38.0,
+                p99: 1_250.0,
+                max: 4_000.0,
+                n: 550,
+            }),
+            publish_delay_ms: matches!(policy, Policy::Terminal { .. }).then_some(Percentiles {
+                p50: 0.0,
+                p99: 10.0,
+                max: 10.0,
+                n: 10,
+            }),
+        }
+    }
+
+    /// sqlite and redb at T = 10 and 100 in both modes, memory without physical bytes,
+    /// and a 64-session run.
+    fn sample() -> Vec<Measurement> {
+        let terminal = Policy::Terminal { window_ms: 10 };
+        let mut ms = Vec::new();
+        for turns in [10, 100] {
+            // 17,700 × 3.41 = 60,357 bytes a turn.
+            ms.push(measurement(
+                "sqlite",
+                Mode::Boundary,
+                terminal,
+                turns,
+                Some(60_357),
+            ));
+            ms.push(measurement(
+                "sqlite",
+                Mode::PerDelta,
+                Policy::EveryBoundary,
+                turns,
+                Some(2_584_200),
+            ));
+            ms.push(measurement(
+                "redb",
+                Mode::Boundary,
+                terminal,
+                turns,
+                Some(212_400),
+            ));
+            ms.push(measurement(
+                "redb",
+                Mode::PerDelta,
+                Policy::EveryBoundary,
+                turns,
+                Some(17_700_000),
+            ));
+            ms.push(measurement("memory", Mode::Boundary, terminal, turns, None));
+        }
+        let one = measurement("sqlite", Mode::Boundary, terminal, 10, Some(70_800 * 64));
+        ms.push(Measurement {
+            workload: "W1x64".to_owned(),
+            sessions: 64,
+            logical_bytes: one.logical_bytes * 64,
+            ..one
+        });
+        ms
+    }
+
+    #[test]
+    fn human_helpers_use_three_significant_digits() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(17_700), "17.7 kB");
+        assert_eq!(human_bytes(1_770_000), "1.77 MB");
+        assert_eq!(human_bytes(999_999), "1.00 MB");
+        assert_eq!(human_rate(812_345.0), "812k");
+        assert_eq!(human_rate(1_234_567.0), "1.23M");
+        assert_eq!(human_rate(950.0), "950");
+        assert_eq!(human_rate(f64::NAN), "–");
+    }
+
+    #[test]
+    fn table_lists_each_backend_with_its_write_amplification() {
+        let t = table(&sample());
+        for backend in ["memory", "redb", "sqlite"] {
+            assert!(t.contains(backend), "{backend} missing:\n{t}");
+        }
+        assert!(t.contains("3.41×"), "{t}");
+        assert!(t.contains("146×"), "{t}");
+        assert!(t.contains("1000×"), "{t}");
+        assert!(t.contains("1.77 MB"), "{t}"); // logical bytes of W1 at T = 100
+        assert!(t.contains("W1x64"), "{t}");
+        assert!(t.contains("physical (sqlite): sqlite bytes written"), "{t}");
+        // memory has neither physical bytes nor fsyncs nor WA.
+        let memory = t.lines().find(|l| l.starts_with("memory")).unwrap();
+        assert!(memory.matches('–').count() >= 3, "{memory}");
+    }
+
+    #[test]
+    fn table_columns_are_aligned() {
+        let t = table(&sample());
+        let widths: Vec<usize> = t
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .filter(|l| !l.starts_with('-'))
+            .map(|l| l.chars().count())
+            .collect();
+        assert!(widths.len() > 2);
+        // Numbers are right-aligned, so every row of the first group ends in the same column.
+        assert!(widths.iter().all(|w| *w == widths[0]), "{t}");
+    }
+
+    #[test]
+    fn table_groups_by_workload_then_backend() {
+        let t = table(&sample());
+        let pos = |needle: &str| t.find(needle).unwrap();
+        assert!(pos("memory") < pos("redb"));
+        assert!(pos("redb") < pos("sqlite"));
+        assert!(pos("sqlite") < pos("W1x64"));
+    }
+
+    #[test]
+    fn markdown_is_a_table_with_a_legend() {
+        let md = markdown(&sample());
+        let mut lines = md.lines();
+        assert!(lines.next().unwrap().starts_with("| backend | mode |"));
+        assert!(lines.next().unwrap().starts_with("|---|---|"));
+        assert!(md.contains("| 3.41× |"), "{md}");
+        assert!(md.contains("- physical (redb): redb bytes written"), "{md}");
+    }
+
+    #[test]
+    fn empty_input_says_so() {
+        assert_eq!(table(&[]), "no measurements\n");
+        assert_eq!(markdown(&[]), "_no measurements_\n");
+        let err = svg(&[]).unwrap_err();
+        assert!(err.to_string().contains("no measurements"), "{err}");
+        let only_memory: Vec<Measurement> = sample()
+            .into_iter()
+            .filter(|m| m.backend == "memory")
+            .collect();
+        let err = svg(&only_memory).unwrap_err();
+        assert!(err.to_string().contains("physical bytes"), "{err}");
+    }
+
+    #[test]
+    fn json_round_trips_and_carries_write_amplification() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.json");
+        let ms = sample();
+        write_json(&ms, &path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let first = &value.as_array().unwrap()[0];
+        let wa = first["write_amplification"].as_f64().unwrap();
+        assert!((wa - 3.41).abs() < 1e-9, "{wa}");
+        assert_eq!(first["backend"], "sqlite");
+        assert_eq!(read_json(&path).unwrap(), ms);
+    }
+
+    #[test]
+    fn read_json_names_the_file_on_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.json");
+        let err = read_json(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("missing.json"), "{err:#}");
+    }
+
+    #[test]
+    fn svg_has_both_charts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.svg");
+        write_svg(&sample(), &path).unwrap();
+        let doc = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            doc.trim_start().starts_with("<svg"),
+            "{}",
+            &doc[..80.min(doc.len())]
+        );
+        assert!(doc.trim_end().ends_with("</svg>"));
+        assert!(doc.contains(WA_CHART_TITLE));
+        assert!(
+            doc.contains("W1, T = 100"),
+            "the chart picks the largest T with both modes"
+        );
+        assert!(doc.contains(BYTES_CHART_TITLE));
+        assert!(doc.contains("3.41×"), "bars carry value labels");
+        // The memory backend has no physical bytes and is left out of the charts.
+        assert!(!doc.contains("memory"));
+        assert!(doc.contains("sqlite · boundary, terminal/10ms"));
+    }
+
+    #[test]
+    fn svg_without_single_session_runs_still_draws_both_panels() {
+        let ms: Vec<Measurement> = sample().into_iter().filter(|m| m.sessions == 64).collect();
+        let doc = svg(&ms).unwrap();
+        assert!(doc.contains("W1x64, T = 10"));
+        assert!(doc.contains(BYTES_CHART_TITLE));
+        assert!(doc.contains("no single-session W1 run"));
+    }
+
+    /// Writes the sample charts to `$FORGE_REPORT_SAMPLE` for a look.
+    #[test]
+    fn sample_svg_for_inspection() {
+        if let Ok(path) = std::env::var("FORGE_REPORT_SAMPLE") {
+            write_svg(&sample(), std::path::Path::new(&path)).unwrap();
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! `bench`: write amplification and speed of every available backend, boundary
+//! projection against per-delta persistence (crate forge-bench).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use forge_bench::run::Target;
+use forge_bench::suite::Plan;
+use forge_bench::workload::{Item, Script, Timed};
+use forge_core::id::{MessageId, PartId, SessionId};
+use forge_core::model::{CompactionPart, JsonMap, Part, PartBody, TextPart};
+use serde_json::Value;
+
+use crate::replay::{parse_line, Line, UserLine};
+
+/// Options of `forge-store bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// A short run: W1 at T = 10 and W1×64 only.
+    #[arg(long)]
+    quick: bool,
+    /// Measure a recorded stream (replay format, `t` fields as event times) instead of
+    /// the generated workloads.
+    #[arg(long, value_name = "FILE.jsonl")]
+    input: Option<PathBuf>,
+    /// Embedded backends to measure, comma-separated (memory, redb, sqlite).
+    #[arg(long, value_delimiter = ',', default_value = "memory,redb,sqlite")]
+    backends: Vec<String>,
+    /// Also measure this Postgres server (a fresh schema, dropped afterwards).
+    #[arg(long, env = "FORGE_BENCH_POSTGRES_URL", value_name = "URL")]
+    postgres: Option<String>,
+    /// Also measure this Redis server (a fresh key prefix, deleted afterwards).
+    #[arg(long, env = "FORGE_BENCH_REDIS_URL", value_name = "URL")]
+    redis: Option<String>,
+    /// SQLite URL options for the benchmark's files, e.g. `synchronous=full`.
+    #[arg(long, default_value = "", value_name = "KEY=VALUE&…")]
+    sqlite_options: String,
+    /// Turn counts of the single-session W1 runs (default 10,100,1000; quick: 10).
+    #[arg(long, value_delimiter = ',')]
+    turns: Option<Vec<u32>>,
+    /// Session counts of the W1×N runs (default 64,1000; quick: 64).
+    #[arg(long, value_delimiter = ',')]
+    sessions: Option<Vec<u32>>,
+    /// Group-commit windows measured on W1×N, ms.
+    #[arg(long, value_delimiter = ',', default_value = "0,10,100")]
+    windows: Vec<u64>,
+    /// Per-delta runs only up to this many turns (default 100; quick: 10): per-delta
+    /// costs one transaction per delta.
+    #[arg(long)]
+    per_delta_max_turns: Option<u32>,
+    /// Seed of the generated content.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for the benchmark's files (default: a temporary directory under the
+    /// current one, so the disk measured is the one you run on).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the measurements as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the two charts as SVG.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Write the table as Markdown.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+}
+
+/// Runs the benchmark and prints the table.
+pub async fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
+    let mut targets = Vec::new();
+    for name in &args.backends {
+        targets.push(match name.trim() {
+            "memory" => Target::Memory,
+            "redb" => Target::Redb,
+            "sqlite" => Target::Sqlite(args.sqlite_options.clone()),
+            "" => continue,
+            other => bail!(
+                "unknown backend {other:?} in --backends; use memory, redb, sqlite \
+                 (Postgres and Redis with --postgres URL / --redis URL)"
+            ),
+        });
+    }
+    if let Some(url) = &args.postgres {
+        targets.push(Target::Postgres(url.clone()));
+    }
+    if let Some(url) = &args.redis {
+        targets.push(Target::Redis(url.clone()));
+    }
+    if targets.is_empty() {
+        bail!("no backend to measure");
+    }
+    let tmp;
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("forge-bench-")
+                .tempdir_in(".")
+                .context("creating a directory for the benchmark's files")?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let mut plan = if args.quick {
+        Plan::quick(targets, dir)
+    } else {
+        Plan::full(targets, dir)
+    };
+    if let Some(t) = &args.turns {
+        plan.turns.clone_from(t);
+    }
+    if let Some(s) = &args.sessions {
+        plan.sessions.clone_from(s);
+    }
+    if let Some(m) = args.per_delta_max_turns {
+        plan.per_delta_max_turns = m;
+    }
+    plan.windows.clone_from(&args.windows);
+    plan.seed = args.seed;
+    if let Some(path) = &args.input {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let script = script_from_replay(&text).with_context(|| format!("{}", path.display()))?;
+        plan.input = Some((format!("input:{}", path.display()), vec![script]));
+    }
+
+    let runs = plan.runs().len();
+    writeln!(
+        out,
+        "forge-store bench: {runs} runs ({} sessions·turns of W1 content, seed {})",
+        if plan.input.is_some() {
+            "recorded"
+        } else {
+            "generated"
+        },
+        plan.seed
+    )?;
+    out.flush()?;
+    let mut done = 0;
+    let results = plan
+        .execute(|m| {
+            done += 1;
+            eprintln!(
+                "[{done}/{runs}] {} {} {} {} T={}: WA {}",
+                m.workload,
+                m.backend,
+                m.mode.as_str(),
+                m.policy.label(),
+                m.turns,
+                m.amplification()
+                    .map_or_else(|| "–".to_owned(), |a| format!("{a:.2}×"))
+            );
+        })
+        .await?;
+    write!(out, "{}", forge_bench::report::table(&results))?;
+    if let Some(p) = &args.json {
+        forge_bench::report::write_json(&results, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    if let Some(p) = &args.svg {
+        forge_bench::report::write_svg(&results, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, forge_bench::report::markdown(&results))
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
+}
+
+/// A replay file as one session's script: `t` gives each line's event time (lines
+/// without one take the previous line's). Compaction tails (`tailStartID`) are
+/// dropped: they do not change what is written.
+pub fn script_from_replay(text: &str) -> Result<Script> {
+    let mut items = Vec::new();
+    let mut t = 0u64;
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        let parsed = parse_line(line).map_err(|e| anyhow::anyhow!("line {n}: {e}"))?;
+        let Some((line, at)) = parsed else { continue };
+        if let Some(at) = at {
+            if at < t {
+                bail!("line {n}: `t` {at} goes back in time (previous line: {t})");
+            }
+            t = at;
+        }
+        let item = match line {
+            Line::Session(_) => continue,
+            Line::Crash => break,
+            Line::User(u) => Item::User {
+                parts: user_parts(u).with_context(|| format!("line {n}"))?,
+            },
+            Line::Assistant(a) => Item::Assistant {
+                summary: a.summary.unwrap_or(false),
+            },
+            Line::Stream(e) => Item::Stream(e),
+        };
+        items.push(Timed { t_ms: t, item });
+    }
+    if items.is_empty() {
+        bail!("no user message or stream event to measure");
+    }
+    Ok(Script { items })
+}
+
+fn user_parts(u: UserLine) -> Result<Vec<PartBody>> {
+    let mut parts = Vec::new();
+    if let Some(text) = u.text {
+        parts.push(PartBody::Text(TextPart {
+            text,
+            synthetic: None,
+            ignored: None,
+            time: None,
+            metadata: None,
+            extra: JsonMap::new(),
+        }));
+    }
+    for (i, fields) in u.parts.into_iter().enumerate() {
+        let mut obj = JsonMap::new();
+        obj.insert("id".into(), Value::String(PartId::generate().to_string()));
+        obj.insert(
+            "sessionID".into(),
+            Value::String(SessionId::generate().to_string()),
+        );
+        obj.insert(
+            "messageID".into(),
+            Value::String(MessageId::generate().to_string()),
+        );
+        obj.extend(fields);
+        let p: Part =
+            serde_json::from_value(Value::Object(obj)).with_context(|| format!("parts[{i}]"))?;
+        parts.push(p.body);
+    }
+    if let Some(c) = u.compaction {
+        parts.push(PartBody::Compaction(CompactionPart {
+            auto: c.auto,
+            overflow: c.overflow,
+            tail_start_id: None,
+            extra: JsonMap::new(),
+        }));
+    }
+    if parts.is_empty() {
+        bail!("a user line needs `text`, `parts` or `compaction`");
+    }
+    Ok(parts)
+}
