@@ -77,3 +77,44 @@ fn gen_writes_one_session() {
         stderr(&out)
     );
 }
+
+#[test]
+fn bench_measures_a_recorded_stream_given_as_input() {
+    let env = Env::new();
+    let file = env.file("w1.jsonl", &gen(&["w1", "--turns", "1"]));
+    let json = env.dir.path().join("out.json");
+    let out = bare(
+        &[
+            "bench",
+            "--backends",
+            "memory",
+            "--input",
+            &file,
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        env.dir.path(),
+    );
+    assert!(out.status.success(), "bench failed: {}", stderr(&out));
+    let ms: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(ms.len(), 3, "every-boundary, terminal and per-delta");
+    for m in &ms {
+        assert_eq!(m["logical_bytes"], 17_700);
+        assert_eq!(m["deltas"], 550);
+    }
+    // A bad input names the line and what is wrong.
+    let bad = env.file(
+        "bad.jsonl",
+        "{\"type\":\"user\",\"text\":\"q\",\"t\":5}\n{\"type\":\"text-start\",\"id\":\"a\",\"t\":1}\n",
+    );
+    let out = bare(
+        &["bench", "--backends", "memory", "--input", &bad],
+        env.dir.path(),
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("line 2") && err.contains("back in time"),
+        "{err}"
+    );
+}

@@ -75,6 +75,8 @@ pub fn bare(args: &[&str], cwd: &Path) -> Output {
         .current_dir(cwd)
         .env_remove("FORGE_BACKEND")
         .env_remove("FORGE_TENANT")
+        .env_remove("FORGE_BENCH_POSTGRES_URL")
+        .env_remove("FORGE_BENCH_REDIS_URL")
         .output()
         .expect("run forge-store")
 }
