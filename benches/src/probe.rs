@@ -549,6 +549,11 @@ impl Probe {
             Self::SqliteThreads => Baseline::Sqlite(thread_io_by_tid(SQLITE_WORKER_THREAD_PREFIX)),
             Self::Postgres { url } => {
                 let mut conn = pg_connect(url).await?;
+                // Every page a run touches first after a checkpoint costs a full-page
+                // image in the WAL; starting each run right after one makes runs
+                // comparable instead of depending on when the server last checkpointed.
+                // Needs superuser or pg_checkpoint; without it the run goes on.
+                let _ = sqlx::raw_sql("CHECKPOINT").execute(&mut conn).await;
                 let lsn = pg_wal_insert_lsn(&mut conn).await?;
                 let wal = pg_stat_wal(&mut conn).await?;
                 // The readings are taken; a failed goodbye changes nothing.
@@ -610,7 +615,7 @@ impl ProbeRun {
                 (
                     physical(
                         lsn_now.saturating_sub(lsn),
-                        "postgres WAL: pg_wal_lsn_diff of the insert LSN".to_owned(),
+                        "postgres WAL: pg_wal_lsn_diff of the insert LSN, from a CHECKPOINT (full-page images included)".to_owned(),
                     ),
                     Some(wal_now.since(&wal).wal_sync),
                 )

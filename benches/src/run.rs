@@ -393,6 +393,10 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     } else {
         started.elapsed()
     };
+    // What a run wrote includes the checkpoint that copies its WAL into the file.
+    if let Cleanup::Sqlite(store) = &opened.cleanup {
+        store.checkpoint().await?;
+    }
     // Postgres reports a connection's WAL syncs to pg_stat_wal when it goes idle or
     // closes: close the pool before reading them. (SQLite is the other way round: its
     // counters live on the pool's threads, read before closing.)

@@ -77,10 +77,11 @@ pub struct SqliteOptions {
 ///
 /// Every commit writes each page it touches to the WAL and, at the checkpoint, again
 /// to the database; boundary commits touch a few rows, so the page size sets their cost.
-/// Measured on W1 (`forge-store bench`, one session, T = 21, terminal commits):
-/// 4 KiB pages 13.9×, 2 KiB 8.7×, 1 KiB 5.9×, 512 B 4.5× physical write
-/// amplification. 1 KiB keeps most of the gain while a 4 KB tool output still fits in
-/// five pages; `page_size=512` trades more pages per read for fewer bytes written.
+/// Measured on W1 (`forge-store bench`, one session, terminal commits; bytes SQLite
+/// wrote): T = 21, before the final checkpoint: 4 KiB pages 13.9×, 2 KiB 8.7×,
+/// 1 KiB 5.9×, 512 B 4.5×; T = 100 with it: 1 KiB 6.7×, 512 B 4.6×. Below 1 KiB the
+/// gain shrinks at the block layer, which writes whole 4 KiB pages of the file, and
+/// reads walk more pages; `page_size=512` is there for who wants the fewest bytes.
 pub const DEFAULT_PAGE_SIZE: u32 = 1024;
 
 impl SqliteOptions {

@@ -158,6 +158,21 @@ impl SqliteStore {
         })
     }
 
+    /// Copies every page in the WAL into the database file now (`PRAGMA
+    /// wal_checkpoint(PASSIVE)` on the writer), as the next automatic checkpoint would.
+    /// Benchmarks call it so that what a run wrote includes its checkpoint.
+    ///
+    /// # Errors
+    /// [`forge_core::Error::Backend`] when SQLite fails.
+    pub async fn checkpoint(&self) -> Result<()> {
+        let mut conn = self.writer.acquire().await.map_err(map)?;
+        sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        Ok(())
+    }
+
     /// Closes both pools, waiting for connections in use to be returned.
     pub async fn close(&self) {
         self.readers.close().await;
