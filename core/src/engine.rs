@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::bus::Bus;
 use crate::error::{Error, Result};
 use crate::event::SyncEvent;
+use crate::group::{GroupCommitOptions, GroupCommitProjector};
 use crate::id::{now_ms, SessionId};
 use crate::local_bus::LocalBus;
 use crate::memory::MemoryStore;
@@ -35,6 +36,26 @@ impl Engine {
     /// An engine with the in-process [`DirectProjector`].
     pub fn new(store: Arc<dyn Store>, bus: Arc<dyn Bus>) -> Self {
         let projector = Arc::new(DirectProjector::new(Arc::clone(&store), Arc::clone(&bus)));
+        Self {
+            store,
+            bus,
+            projector,
+        }
+    }
+
+    /// An engine with a [`GroupCommitProjector`]: terminal boundaries committed before
+    /// they are published, other writes riding along, sessions sharing transactions
+    /// within `options.window` (see [`crate::group`]).
+    pub fn with_group_commit(
+        store: Arc<dyn Store>,
+        bus: Arc<dyn Bus>,
+        options: GroupCommitOptions,
+    ) -> Self {
+        let projector = Arc::new(GroupCommitProjector::new(
+            Arc::clone(&store),
+            Arc::clone(&bus),
+            options,
+        ));
         Self {
             store,
             bus,

@@ -597,3 +597,46 @@ async fn recover_applies_what_was_published_but_not_committed() {
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
 }
+
+#[tokio::test]
+async fn an_engine_with_group_commit_runs_a_turn_on_the_wall_clock() {
+    let memory = Arc::new(MemoryStore::new());
+    let engine = forge_core::Engine::with_group_commit(
+        memory.clone(),
+        Arc::new(LocalBus::new()),
+        GroupCommitOptions {
+            window: Duration::from_millis(5),
+            flush: FlushMode::Timer,
+        },
+    );
+    let tenant = TenantId::new("t1").unwrap();
+    let scope = engine
+        .put_session(&tenant, Session::new("s", now_ms()))
+        .await
+        .unwrap();
+    let (user, part) = user_message(&scope.session_id, "question");
+    engine
+        .put_message(&scope, user.clone(), vec![part])
+        .await
+        .unwrap();
+    let answer = assistant_message(scope.session_id.clone(), user.id, "p", "m", now_ms());
+    let mut p = engine
+        .processor(scope.clone(), answer, options())
+        .await
+        .unwrap();
+    for line in TURN {
+        p.handle(ev(line)).await.unwrap();
+    }
+    // `finish` returned: the whole turn is stored, closed, nothing left pending.
+    let messages = forge_core::read_all(memory.as_ref(), &tenant, &scope.session_id, 100)
+        .await
+        .unwrap();
+    assert_eq!(messages.len(), 2);
+    assert!(messages.iter().all(|m| !m.info.is_open()));
+    let texts: Vec<_> = messages
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(text_of)
+        .collect();
+    assert_eq!(texts, ["question", "think hard", "Hello, world"]);
+}
