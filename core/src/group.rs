@@ -166,6 +166,10 @@ struct Outbox {
     held: VecDeque<Held>,
     /// The highest seq committed.
     committed: u64,
+    /// The highest seq taken by the flush in flight.
+    in_flight: u64,
+    /// The highest seq dropped by a failed commit.
+    lost: u64,
     /// The highest seq of a terminal event accepted.
     terminal: u64,
     /// A failed commit of this session, reported on its next call.
@@ -343,6 +347,7 @@ impl GroupCommitProjector {
                     let pending = o.take_pending();
                     let last = pending.iter().map(|e| e.seq).max().unwrap_or(0);
                     let through = last.max(o.terminal);
+                    o.in_flight = through;
                     batches.push((key, pending, through));
                 }
             }
@@ -384,6 +389,7 @@ impl GroupCommitProjector {
                             // What was not committed must not be published; what was
                             // held behind it is dropped with it.
                             o.held.clear();
+                            o.lost = o.lost.max(through);
                             if first_error.is_none() {
                                 first_error = Some(Error::conflict(format!(
                                     "group commit of session {} failed: {e}",
@@ -452,8 +458,20 @@ impl GroupCommitProjector {
                 if o.committed >= seq {
                     return Ok(());
                 }
+                if o.lost >= seq {
+                    return Err(Error::conflict(format!(
+                        "the commit of session {} holding seq {seq} failed; its error was \
+                         reported to an earlier call",
+                        key.1
+                    )));
+                }
+                let in_flight = o.in_flight >= seq;
                 let now = self.now_locked(&state);
-                state.group.as_ref().map(|g| g.deadline - now)
+                if in_flight {
+                    None
+                } else {
+                    state.group.as_ref().map(|g| g.deadline - now)
+                }
             };
             match deadline {
                 Some(wait) if wait > 0 => {

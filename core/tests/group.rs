@@ -640,3 +640,45 @@ async fn an_engine_with_group_commit_runs_a_turn_on_the_wall_clock() {
         .collect();
     assert_eq!(texts, ["question", "think hard", "Hello, world"]);
 }
+
+#[tokio::test]
+async fn timer_mode_returns_the_store_error_instead_of_waiting_forever() {
+    let memory = Arc::new(MemoryStore::new());
+    let refusing = Arc::new(Refusing {
+        inner: memory.clone(),
+        refuse: Mutex::new(None),
+    });
+    let projector = GroupCommitProjector::new(
+        refusing.clone(),
+        Arc::new(LocalBus::new()),
+        GroupCommitOptions {
+            window: Duration::from_millis(5),
+            flush: FlushMode::Timer,
+        },
+    );
+    let tenant = TenantId::new("t1").unwrap();
+    let s = Session::new("s", now_ms());
+    let scope = projector.scope(&tenant, &s.id).await.unwrap();
+    projector
+        .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
+        .await
+        .unwrap();
+    *refusing.refuse.lock() = Some(scope.session_id.clone());
+    let (user, part) = user_message(&scope.session_id, "q");
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        projector.commit(
+            &scope,
+            vec![
+                SyncEvent::MessageUpdated { info: user },
+                SyncEvent::PartUpdated { part },
+            ],
+        ),
+    )
+    .await
+    .expect("a failed group commit must not leave its waiter hanging");
+    assert!(outcome
+        .unwrap_err()
+        .to_string()
+        .contains("refusing session"));
+}
