@@ -159,8 +159,11 @@ struct Held {
 
 #[derive(Default)]
 struct Outbox {
-    /// Written but not yet committed, coalesced by row.
+    /// Written but not yet committed, coalesced by row, in the order rows were first
+    /// written.
     pending: Vec<Envelope<SyncEvent>>,
+    /// The seq that first wrote each `pending` slot since it was last committed.
+    first: Vec<u64>,
     rows: HashMap<RowKey, usize>,
     /// Not yet publishable, in seq order.
     held: VecDeque<Held>,
@@ -185,20 +188,37 @@ impl Outbox {
                     *coalesced += 1;
                 } else {
                     self.rows.insert(key, self.pending.len());
+                    self.first.push(env.seq);
                     self.pending.push(env);
                 }
             }
             None => {
                 // A remove or a session change: later writes must not move before it.
                 self.rows.clear();
+                self.first.push(env.seq);
                 self.pending.push(env);
             }
         }
     }
 
-    fn take_pending(&mut self) -> Vec<Envelope<SyncEvent>> {
+    /// Takes the pending slots first written at or before `through` — a prefix, since
+    /// slots are in first-write order — so every event up to `through` is committed
+    /// (in its latest version). Later slots stay pending to coalesce further.
+    fn take_pending(&mut self, through: u64) -> Vec<Envelope<SyncEvent>> {
+        let split = self.first.partition_point(|&f| f <= through);
+        let rest = self.pending.split_off(split);
+        let taken = std::mem::replace(&mut self.pending, rest);
+        self.first.drain(..split);
         self.rows.clear();
-        std::mem::take(&mut self.pending)
+        for (i, env) in self.pending.iter().enumerate() {
+            match row_key(&env.event) {
+                Some(key) => {
+                    self.rows.insert(key, i);
+                }
+                None => self.rows.clear(),
+            }
+        }
+        taken
     }
 }
 
@@ -344,9 +364,19 @@ impl GroupCommitProjector {
             let mut batches = Vec::with_capacity(members.len());
             for key in members {
                 if let Some(o) = state.sessions.get_mut(&key) {
-                    let pending = o.take_pending();
-                    let last = pending.iter().map(|e| e.seq).max().unwrap_or(0);
-                    let through = last.max(o.terminal);
+                    // A group commits its sessions through their last terminal event;
+                    // `sync` commits everything.
+                    let through = if how == Flush::All {
+                        o.pending
+                            .iter()
+                            .map(|e| e.seq)
+                            .max()
+                            .unwrap_or(0)
+                            .max(o.terminal)
+                    } else {
+                        o.terminal
+                    };
+                    let pending = o.take_pending(through);
                     o.in_flight = through;
                     batches.push((key, pending, through));
                 }

@@ -682,3 +682,38 @@ async fn timer_mode_returns_the_store_error_instead_of_waiting_forever() {
         .to_string()
         .contains("refusing session"));
 }
+
+#[tokio::test]
+async fn a_group_commits_through_its_terminal_events_and_leaves_later_writes_to_coalesce() {
+    let rig = Rig::new(100, FlushMode::Manual);
+    let scope = rig.session().await;
+    rig.projector.sync().await.unwrap();
+    rig.projector.advance(1_000).await.unwrap();
+    let mut p = rig.turn(&scope).await; // user message: terminal, group until 1100
+    rig.projector.advance(1_050).await.unwrap();
+    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
+        .await
+        .unwrap();
+    rig.projector.advance(1_100).await.unwrap();
+    // The group committed the user message; the text part opened after it stays
+    // pending (published, since nothing terminal is ahead of it any more).
+    assert_eq!(rig.parts(&scope).await.len(), 1);
+    assert!(rig.projector.pending() > 0);
+    rig.projector.advance(1_150).await.unwrap();
+    p.handle(ev(r#"{"type":"text-delta","id":"t","text":"late"}"#))
+        .await
+        .unwrap();
+    p.handle(ev(r#"{"type":"text-end","id":"t"}"#))
+        .await
+        .unwrap();
+    rig.projector.advance(1_300).await.unwrap();
+    let parts = rig.parts(&scope).await;
+    assert_eq!(parts.len(), 2);
+    assert_eq!(text_of(&parts[1]), Some("late"));
+    assert_eq!(
+        rig.counting.part_writes(&parts[1].id),
+        1,
+        "opened and closed: one write"
+    );
+    check_published(&rig.bus);
+}
