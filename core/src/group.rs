@@ -44,7 +44,7 @@ use crate::bus::Bus;
 use crate::error::{Error, Result};
 use crate::event::{Envelope, Event, SyncEvent};
 use crate::id::{MessageId, PartId, SessionId};
-use crate::projector::{Projector, Scope};
+use crate::projector::{Projector, Scope, Scopes};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
@@ -247,7 +247,7 @@ pub struct GroupCommitProjector {
     window_ms: i64,
     epoch: Instant,
     state: Mutex<State>,
-    scopes: Mutex<HashMap<SessionKey, Scope>>,
+    scopes: Scopes,
     /// Serializes flushes: arrivals during a flush form the next group.
     flushing: tokio::sync::Mutex<()>,
 }
@@ -277,7 +277,7 @@ impl GroupCommitProjector {
                 },
                 ..State::default()
             }),
-            scopes: Mutex::new(HashMap::new()),
+            scopes: Scopes::default(),
             flushing: tokio::sync::Mutex::new(()),
         }
     }
@@ -335,7 +335,7 @@ impl GroupCommitProjector {
     /// keeps its own error for its next call; the returned error names the first.
     async fn flush(&self, how: Flush) -> Option<Error> {
         let _flushing = self.flushing.lock().await;
-        let (at, batches) = {
+        let (at, all, batches) = {
             let mut state = self.state.lock();
             let now = self.now_locked(&state);
             let deadline = match (&state.group, how) {
@@ -361,6 +361,9 @@ impl GroupCommitProjector {
                 FlushMode::Manual => deadline,
                 FlushMode::Timer => now,
             };
+            // One batch of every member's rows; each member's span of it is kept for a
+            // retry on its own.
+            let mut all = Vec::new();
             let mut batches = Vec::with_capacity(members.len());
             for key in members {
                 if let Some(o) = state.sessions.get_mut(&key) {
@@ -376,20 +379,17 @@ impl GroupCommitProjector {
                     } else {
                         o.terminal
                     };
-                    let pending = o.take_pending(through);
+                    let start = all.len();
+                    all.extend(o.take_pending(through));
                     o.in_flight = through;
-                    batches.push((key, pending, through));
+                    batches.push((key, start..all.len(), through));
                 }
             }
-            (at, batches)
+            (at, all, batches)
         };
         if batches.is_empty() {
             return None;
         }
-        let all: Vec<Envelope<SyncEvent>> = batches
-            .iter()
-            .flat_map(|(_, pending, _)| pending.iter().cloned())
-            .collect();
         let rows = all.len() as u64;
         let mut first_error = None;
         if all.is_empty() || self.store.apply(&all).await.is_ok() {
@@ -401,11 +401,12 @@ impl GroupCommitProjector {
             }
         } else {
             // One session's bad batch must not fail the others: retry each alone.
-            for (key, pending, through) in batches {
+            for (key, span, through) in batches {
+                let pending = &all[span];
                 let outcome = if pending.is_empty() {
                     Ok(())
                 } else {
-                    self.store.apply(&pending).await
+                    self.store.apply(pending).await
                 };
                 let mut state = self.state.lock();
                 match outcome {
@@ -531,18 +532,9 @@ enum Flush {
 #[async_trait]
 impl Projector for GroupCommitProjector {
     async fn scope(&self, tenant: &TenantId, session: &SessionId) -> Result<Scope> {
-        let key = (tenant.clone(), session.clone());
-        if let Some(s) = self.scopes.lock().get(&key) {
-            return Ok(s.clone());
-        }
-        let stored = self
-            .store
-            .session(tenant, session)
-            .await?
-            .map_or(0, |s| s.seq);
-        let published = self.bus.last_seq(tenant, session).await?.unwrap_or(0);
-        let fresh = Scope::new(tenant.clone(), session.clone(), stored.max(published));
-        Ok(self.scopes.lock().entry(key).or_insert(fresh).clone())
+        self.scopes
+            .get(self.store.as_ref(), self.bus.as_ref(), tenant, session)
+            .await
     }
 
     async fn commit(&self, scope: &Scope, events: Vec<SyncEvent>) -> Result<u64> {

@@ -31,7 +31,7 @@ pub use local_bus::LocalBus;
 pub use memory::MemoryStore;
 pub use model::{Message, MessageWithParts, Part, Session};
 pub use processor::{Flow, Outcome, Processor, ProcessorOptions, ProcessorStats};
-pub use projector::{DirectProjector, Projector, Scope};
+pub use projector::{DirectProjector, Projector, Scope, Scopes};
 pub use read::{filter_compacted, filter_compacted_reference, read_all, CompactedView};
 pub use recover::{recover, RecoverReport};
 pub use store::{

@@ -115,7 +115,35 @@ pub trait Projector: fmt::Debug + Send + Sync + 'static {
 pub struct DirectProjector {
     store: Arc<dyn Store>,
     bus: Arc<dyn Bus>,
-    scopes: Mutex<HashMap<(TenantId, SessionId), Scope>>,
+    scopes: Scopes,
+}
+
+/// The scopes a projector has handed out: one per session, shared by every writer of
+/// it, the first starting above every seq the store has applied and the bus has
+/// published for the session (so seqs keep growing across restarts).
+#[derive(Debug, Default)]
+pub struct Scopes {
+    map: Mutex<HashMap<(TenantId, SessionId), Scope>>,
+}
+
+impl Scopes {
+    /// The scope of `session`, created on first use from what `store` and `bus` hold.
+    pub async fn get(
+        &self,
+        store: &dyn Store,
+        bus: &dyn Bus,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Scope> {
+        let key = (tenant.clone(), session.clone());
+        if let Some(s) = self.map.lock().get(&key) {
+            return Ok(s.clone());
+        }
+        let stored = store.session(tenant, session).await?.map_or(0, |s| s.seq);
+        let published = bus.last_seq(tenant, session).await?.unwrap_or(0);
+        let fresh = Scope::new(tenant.clone(), session.clone(), stored.max(published));
+        Ok(self.map.lock().entry(key).or_insert(fresh).clone())
+    }
 }
 
 impl DirectProjector {
@@ -124,7 +152,7 @@ impl DirectProjector {
         Self {
             store,
             bus,
-            scopes: Mutex::new(HashMap::new()),
+            scopes: Scopes::default(),
         }
     }
 }
@@ -132,18 +160,9 @@ impl DirectProjector {
 #[async_trait]
 impl Projector for DirectProjector {
     async fn scope(&self, tenant: &TenantId, session: &SessionId) -> Result<Scope> {
-        let key = (tenant.clone(), session.clone());
-        if let Some(s) = self.scopes.lock().get(&key) {
-            return Ok(s.clone());
-        }
-        let stored = self
-            .store
-            .session(tenant, session)
-            .await?
-            .map_or(0, |s| s.seq);
-        let published = self.bus.last_seq(tenant, session).await?.unwrap_or(0);
-        let fresh = Scope::new(tenant.clone(), session.clone(), stored.max(published));
-        Ok(self.scopes.lock().entry(key).or_insert(fresh).clone())
+        self.scopes
+            .get(self.store.as_ref(), self.bus.as_ref(), tenant, session)
+            .await
     }
 
     async fn commit(&self, scope: &Scope, events: Vec<SyncEvent>) -> Result<u64> {
