@@ -16,12 +16,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use forge_core::id::now_ms;
-use forge_core::model::{
-    JsonMap, MessageBody, PartBody, PartTime, TextPart, UserMessage, UserTime,
-};
+use forge_core::model::{JsonMap, PartBody, PartTime, TextPart};
 use forge_core::processor::assistant_message;
 use forge_core::{
-    Envelope, MemoryStore, Message, MessageId, Part, PartId, Session, Store, SyncEvent, TenantId,
+    Envelope, MemoryStore, MessageId, Part, PartId, Session, Store, SyncEvent, TenantId,
 };
 use forge_redb::RedbStore;
 use forge_sql::postgres::testing::TestSchema;
@@ -89,21 +87,7 @@ impl Fixture {
 
     /// The session, a user message and the open assistant message the part belongs to.
     fn base(&mut self) -> Vec<Envelope<SyncEvent>> {
-        let user = Message {
-            id: MessageId::generate(),
-            session_id: self.session.id.clone(),
-            body: MessageBody::User(UserMessage {
-                time: UserTime {
-                    created: now_ms(),
-                    extra: JsonMap::new(),
-                },
-                agent: "build".into(),
-                model: None,
-                system: None,
-                tools: None,
-                extra: JsonMap::new(),
-            }),
-        };
+        let user = forge_core::processor::user_message(self.session.id.clone(), "build", now_ms());
         let assistant =
             assistant_message(self.session.id.clone(), user.id.clone(), "p", "m", now_ms());
         self.part.message_id = assistant.id.clone();

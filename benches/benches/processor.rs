@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use forge_core::id::now_ms;
-use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
+use forge_core::model::{PartBody, TextPart};
 use forge_core::processor::assistant_message;
 use forge_core::{
-    Bus, Engine, Error, LocalBus, MemoryStore, Message, MessageId, Part, PartId, Processor,
-    ProcessorOptions, Session, StreamEvent, TenantId, Topic,
+    Bus, Engine, Error, LocalBus, MemoryStore, Message, Part, PartId, Processor, ProcessorOptions,
+    Session, StreamEvent, TenantId, Topic,
 };
 use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 use tokio::runtime::Runtime;
@@ -88,33 +88,12 @@ async fn turn() -> Turn {
 }
 
 fn user_message(session: &Session, text: &str) -> (Message, Part) {
-    let message = Message {
-        id: MessageId::generate(),
-        session_id: session.id.clone(),
-        body: MessageBody::User(UserMessage {
-            time: UserTime {
-                created: now_ms(),
-                extra: JsonMap::new(),
-            },
-            agent: "build".into(),
-            model: None,
-            system: None,
-            tools: None,
-            extra: JsonMap::new(),
-        }),
-    };
+    let message = forge_core::processor::user_message(session.id.clone(), "build", now_ms());
     let part = Part {
         id: PartId::generate(),
         session_id: session.id.clone(),
         message_id: message.id.clone(),
-        body: PartBody::Text(TextPart {
-            text: text.into(),
-            synthetic: None,
-            ignored: None,
-            time: None,
-            metadata: None,
-            extra: JsonMap::new(),
-        }),
+        body: PartBody::Text(TextPart::plain(text)),
     };
     (message, part)
 }

@@ -22,8 +22,7 @@ use std::time::Duration;
 use criterion::{BenchmarkGroup, Criterion};
 use forge_core::id::now_ms;
 use forge_core::model::{
-    CompactionPart, JsonMap, MessageBody, PartBody, PartTime, StepFinishPart, StepStartPart,
-    TextPart, Tokens, UserMessage, UserTime,
+    CompactionPart, JsonMap, PartBody, PartTime, StepFinishPart, StepStartPart, TextPart, Tokens,
 };
 use forge_core::processor::assistant_message;
 use forge_core::{
@@ -92,21 +91,7 @@ fn text(text: String, closed: bool) -> PartBody {
 }
 
 fn user(session: &SessionId) -> Message {
-    Message {
-        id: MessageId::generate(),
-        session_id: session.clone(),
-        body: MessageBody::User(UserMessage {
-            time: UserTime {
-                created: now_ms(),
-                extra: JsonMap::new(),
-            },
-            agent: "build".into(),
-            model: None,
-            system: None,
-            tools: None,
-            extra: JsonMap::new(),
-        }),
-    }
+    forge_core::processor::user_message(session.clone(), "build", now_ms())
 }
 
 /// A completed assistant message answering `parent`.

@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use forge_core::id::PartId;
-use forge_core::model::{JsonMap, MessageBody, UserMessage, UserTime};
 use forge_core::processor::assistant_message;
 use forge_core::{
     Bus, CountingStore, DirectProjector, Event, Flow, FlushMode, GroupCommitOptions,
@@ -486,21 +485,7 @@ fn user_message(
     bodies: Vec<forge_core::model::PartBody>,
     now: i64,
 ) -> (Message, Vec<Part>) {
-    let message = Message {
-        id: MessageId::generate(),
-        session_id: session.clone(),
-        body: MessageBody::User(UserMessage {
-            time: UserTime {
-                created: now,
-                extra: JsonMap::new(),
-            },
-            agent: "build".into(),
-            model: None,
-            system: None,
-            tools: None,
-            extra: JsonMap::new(),
-        }),
-    };
+    let message = forge_core::processor::user_message(session.clone(), "build", now);
     let parts = bodies
         .into_iter()
         .map(|body| Part {

@@ -295,14 +295,7 @@ impl Builder {
         self.push(
             gap,
             Item::User {
-                parts: vec![PartBody::Text(TextPart {
-                    text,
-                    synthetic: None,
-                    ignored: None,
-                    time: None,
-                    metadata: None,
-                    extra: JsonMap::new(),
-                })],
+                parts: vec![PartBody::Text(TextPart::plain(text))],
             },
         );
         self.push(EVENT_GAP_MS, Item::Assistant { summary: false });

@@ -8,11 +8,8 @@ use anyhow::{bail, Context, Result};
 use forge_bench::run::Target;
 use forge_bench::suite::Plan;
 use forge_bench::workload::{Item, Script, Timed};
-use forge_core::id::{MessageId, PartId, SessionId};
-use forge_core::model::{CompactionPart, JsonMap, Part, PartBody, TextPart};
-use serde_json::Value;
 
-use crate::replay::{parse_line, Line, UserLine};
+use crate::replay::{parse_line, user_part_bodies, Line};
 
 /// Options of `forge-store bench`.
 #[derive(Debug, clap::Args)]
@@ -192,8 +189,8 @@ pub fn script_from_replay(text: &str) -> Result<Script> {
         let item = match line {
             Line::Session(_) => continue,
             Line::Crash => break,
-            Line::User(u) => Item::User {
-                parts: user_parts(u).with_context(|| format!("line {n}"))?,
+            Line::User(mut u) => Item::User {
+                parts: user_part_bodies(&mut u, None).with_context(|| format!("line {n}"))?,
             },
             Line::Assistant(a) => Item::Assistant {
                 summary: a.summary.unwrap_or(false),
@@ -206,46 +203,4 @@ pub fn script_from_replay(text: &str) -> Result<Script> {
         bail!("no user message or stream event to measure");
     }
     Ok(Script { items })
-}
-
-fn user_parts(u: UserLine) -> Result<Vec<PartBody>> {
-    let mut parts = Vec::new();
-    if let Some(text) = u.text {
-        parts.push(PartBody::Text(TextPart {
-            text,
-            synthetic: None,
-            ignored: None,
-            time: None,
-            metadata: None,
-            extra: JsonMap::new(),
-        }));
-    }
-    for (i, fields) in u.parts.into_iter().enumerate() {
-        let mut obj = JsonMap::new();
-        obj.insert("id".into(), Value::String(PartId::generate().to_string()));
-        obj.insert(
-            "sessionID".into(),
-            Value::String(SessionId::generate().to_string()),
-        );
-        obj.insert(
-            "messageID".into(),
-            Value::String(MessageId::generate().to_string()),
-        );
-        obj.extend(fields);
-        let p: Part =
-            serde_json::from_value(Value::Object(obj)).with_context(|| format!("parts[{i}]"))?;
-        parts.push(p.body);
-    }
-    if let Some(c) = u.compaction {
-        parts.push(PartBody::Compaction(CompactionPart {
-            auto: c.auto,
-            overflow: c.overflow,
-            tail_start_id: None,
-            extra: JsonMap::new(),
-        }));
-    }
-    if parts.is_empty() {
-        bail!("a user line needs `text`, `parts` or `compaction`");
-    }
-    Ok(parts)
 }

@@ -15,13 +15,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use forge_core::id::{now_ms, PartId};
 use forge_core::model::{
     CompactionPart, ErrorName, JsonMap, MessageBody, MessageError, ModelRef, PartBody, TextPart,
-    UserMessage, UserTime,
 };
-use forge_core::processor::assistant_message;
+use forge_core::processor::{assistant_message, user_message};
 use forge_core::projector::Scope;
 use forge_core::{
-    Engine, Flow, Message, MessageId, Outcome, Part, Processor, ProcessorOptions, ProcessorStats,
-    Session, SessionId, TenantId,
+    Engine, Flow, MessageId, Outcome, Part, Processor, ProcessorOptions, ProcessorStats, Session,
+    SessionId, TenantId,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -336,82 +335,36 @@ impl Replayer<'_> {
         Ok(())
     }
 
-    async fn user(&mut self, u: UserLine) -> Result<()> {
+    async fn user(&mut self, mut u: UserLine) -> Result<()> {
         let session_id = self.session_id()?;
-        let id = MessageId::generate();
-        let part = |body: PartBody| Part {
-            id: PartId::generate(),
-            session_id: session_id.clone(),
-            message_id: id.clone(),
-            body,
-        };
-        let mut parts = Vec::new();
-        if let Some(text) = u.text {
-            parts.push(part(PartBody::Text(TextPart {
-                text,
-                synthetic: None,
-                ignored: None,
-                time: None,
-                metadata: None,
-                extra: JsonMap::new(),
-            })));
-        }
-        for (i, fields) in u.parts.into_iter().enumerate() {
-            for key in ["id", "sessionID", "messageID"] {
-                if fields.contains_key(key) {
-                    bail!("parts[{i}]: remove `{key}`; replay assigns ids");
-                }
-            }
-            if !fields.get("type").is_some_and(Value::is_string) {
-                bail!("parts[{i}]: missing a string `type`");
-            }
-            let mut obj = JsonMap::new();
-            obj.insert("id".into(), Value::String(PartId::generate().to_string()));
-            obj.insert("sessionID".into(), Value::String(session_id.to_string()));
-            obj.insert("messageID".into(), Value::String(id.to_string()));
-            obj.extend(fields);
-            let p: Part = serde_json::from_value(Value::Object(obj))
-                .with_context(|| format!("parts[{i}]"))?;
-            parts.push(p);
-        }
-        if let Some(c) = u.compaction {
-            let tail_start_id = c
-                .tail_start_id
-                .as_deref()
-                .map(|r| self.resolve(r))
-                .transpose()
-                .context("compaction.tailStartID")?;
-            parts.push(part(PartBody::Compaction(CompactionPart {
-                auto: c.auto,
-                overflow: c.overflow,
-                tail_start_id,
-                extra: JsonMap::new(),
-            })));
-        }
-        if parts.is_empty() {
-            bail!("a user line needs `text`, `parts` or `compaction`");
-        }
+        let tail_start_id = u
+            .compaction
+            .as_ref()
+            .and_then(|c| c.tail_start_id.as_deref())
+            .map(|r| self.resolve(r))
+            .transpose()
+            .context("compaction.tailStartID")?;
+        let bodies = user_part_bodies(&mut u, tail_start_id)?;
         let previous = self.last_user.as_ref();
         let agent = u
             .agent
             .or_else(|| previous.map(|p| p.agent.clone()))
             .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
         let model = u.model.or_else(|| previous.and_then(|p| p.model.clone()));
-        let message = Message {
-            id: id.clone(),
-            session_id: session_id.clone(),
-            body: MessageBody::User(UserMessage {
-                time: UserTime {
-                    created: now_ms(),
-                    extra: JsonMap::new(),
-                },
-                agent: agent.clone(),
-                model: model.clone(),
-                system: None,
-                tools: None,
-                extra: JsonMap::new(),
-            }),
-        };
+        let mut message = user_message(session_id.clone(), &agent, now_ms());
+        if let MessageBody::User(m) = &mut message.body {
+            m.model.clone_from(&model);
+        }
+        let id = message.id.clone();
+        let parts = bodies
+            .into_iter()
+            .map(|body| Part {
+                id: PartId::generate(),
+                session_id: session_id.clone(),
+                message_id: id.clone(),
+                body,
+            })
+            .collect();
         self.remember(u.label, &id)?;
         let scope = self
             .scope
@@ -464,6 +417,59 @@ impl Replayer<'_> {
 }
 
 /// The newest user message stored in a session, for continuing it.
+/// The parts of a user line, in order: its `text`, its `parts`, then a `compaction` part
+/// (with `tail_start_id`, resolved by the caller). Takes them out of `u`.
+///
+/// # Errors
+/// A part carrying an id (replay assigns them) or no string `type`, a part that is not
+/// a part, or a line with none of the three.
+pub fn user_part_bodies(
+    u: &mut UserLine,
+    tail_start_id: Option<MessageId>,
+) -> Result<Vec<PartBody>> {
+    let mut parts = Vec::new();
+    if let Some(text) = u.text.take() {
+        parts.push(PartBody::Text(TextPart::plain(text)));
+    }
+    for (i, fields) in std::mem::take(&mut u.parts).into_iter().enumerate() {
+        for key in ["id", "sessionID", "messageID"] {
+            if fields.contains_key(key) {
+                bail!("parts[{i}]: remove `{key}`; replay assigns ids");
+            }
+        }
+        if !fields.get("type").is_some_and(Value::is_string) {
+            bail!("parts[{i}]: missing a string `type`");
+        }
+        // A part parses with its ids; these placeholders are dropped with it.
+        let mut obj = JsonMap::new();
+        obj.insert("id".into(), Value::String(PartId::generate().to_string()));
+        obj.insert(
+            "sessionID".into(),
+            Value::String(SessionId::generate().to_string()),
+        );
+        obj.insert(
+            "messageID".into(),
+            Value::String(MessageId::generate().to_string()),
+        );
+        obj.extend(fields);
+        let p: Part =
+            serde_json::from_value(Value::Object(obj)).with_context(|| format!("parts[{i}]"))?;
+        parts.push(p.body);
+    }
+    if let Some(c) = u.compaction.take() {
+        parts.push(PartBody::Compaction(CompactionPart {
+            auto: c.auto,
+            overflow: c.overflow,
+            tail_start_id,
+            extra: JsonMap::new(),
+        }));
+    }
+    if parts.is_empty() {
+        bail!("a user line needs `text`, `parts` or `compaction`");
+    }
+    Ok(parts)
+}
+
 async fn last_user_in_store(
     engine: &Engine,
     tenant: &TenantId,

@@ -690,6 +690,25 @@ fn ended(start: i64, end: i64) -> ToolTimeEnded {
     }
 }
 
+/// A new user message of `agent`, with no model, system prompt or tools set.
+pub fn user_message(session_id: crate::id::SessionId, agent: &str, now: i64) -> Message {
+    Message {
+        id: crate::id::MessageId::generate(),
+        session_id,
+        body: MessageBody::User(crate::model::UserMessage {
+            time: crate::model::UserTime {
+                created: now,
+                extra: JsonMap::new(),
+            },
+            agent: agent.to_owned(),
+            model: None,
+            system: None,
+            tools: None,
+            extra: JsonMap::new(),
+        }),
+    }
+}
+
 /// A new open assistant message answering `parent`.
 pub fn assistant_message(
     session_id: crate::id::SessionId,

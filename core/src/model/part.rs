@@ -104,6 +104,20 @@ pub struct TextPart {
     pub extra: JsonMap,
 }
 
+impl TextPart {
+    /// Text typed by the user: no times, not synthetic, nothing else set.
+    pub fn plain(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            synthetic: None,
+            ignored: None,
+            time: None,
+            metadata: None,
+            extra: JsonMap::new(),
+        }
+    }
+}
+
 /// The model's reasoning text.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReasoningPart {
