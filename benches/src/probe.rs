@@ -11,6 +11,7 @@
 //!   a store ([`redis_memory_usage`]).
 //! - [`Probe`]: one of these, started before a run and finished after it.
 
+use forge_core::url::redact;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -448,20 +449,6 @@ pub fn redis_url_pattern(url: &str) -> Result<String> {
         .pattern())
 }
 
-/// `url` without its password, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Probe
 
@@ -681,16 +668,6 @@ mod tests {
             (None, Some(7))
         );
         assert!(parse_persistence("loading:0\r\n").is_err());
-    }
-
-    #[test]
-    fn redacts_passwords_only() {
-        assert_eq!(
-            redact("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 
     #[test]

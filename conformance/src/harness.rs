@@ -201,16 +201,7 @@ pub(crate) fn envs(
 
 /// The name of an error's kind, for messages and matching.
 pub(crate) fn kind(e: &Error) -> &'static str {
-    match e {
-        Error::NotFound { .. } => "NotFound",
-        Error::Conflict(_) => "Conflict",
-        Error::InvalidInput(_) => "InvalidInput",
-        Error::Unsupported(_) => "Unsupported",
-        Error::Codec { .. } => "Codec",
-        Error::Lagged { .. } => "Lagged",
-        Error::Backend { .. } => "Backend",
-        _ => "other",
-    }
+    e.kind()
 }
 
 /// `Ok` if `expected == actual`, else a message showing both (as JSON when possible).

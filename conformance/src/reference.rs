@@ -30,7 +30,7 @@ impl Rejection {
         use forge_core::Error as E;
         match self {
             Rejection::NotFound => matches!(error, E::NotFound { .. }),
-            Rejection::Conflict => matches!(error, E::NotFound { .. } | E::Conflict(_)),
+            Rejection::Conflict => matches!(error, E::NotFound { .. } | E::Conflict { .. }),
         }
     }
 }

@@ -24,8 +24,14 @@ pub enum Error {
         id: String,
     },
     /// The write contradicts what is stored (e.g. a part for a removed message).
-    #[error("conflict: {0}")]
-    Conflict(String),
+    #[error("conflict: {message}")]
+    Conflict {
+        /// What contradicts what.
+        message: String,
+        /// The backend's own error (a violated constraint), if there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The input was malformed; the message names what was wrong.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -38,6 +44,19 @@ pub enum Error {
         /// What failed.
         message: String,
         /// The underlying encoder/decoder error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// Stored data failed to decode or verify, or contradicts other stored data (an
+    /// index entry without its row): changed behind the store's back, damaged, or
+    /// written by a bug. Never returned as if it were intact data.
+    #[error("corrupted data at {at}: {message}")]
+    Corrupted {
+        /// Where: the key, row or file that failed.
+        at: String,
+        /// What is wrong with it.
+        message: String,
+        /// The decoder's or verifier's error, if any.
         #[source]
         source: Option<BoxError>,
     },
@@ -68,7 +87,40 @@ impl Error {
 
     /// An [`Error::Conflict`] from anything displayable.
     pub fn conflict(msg: impl fmt::Display) -> Self {
-        Self::Conflict(msg.to_string())
+        Self::Conflict {
+            message: msg.to_string(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::Conflict`] keeping the backend's error as its source.
+    pub fn conflict_with(msg: impl fmt::Display, source: impl Into<BoxError>) -> Self {
+        Self::Conflict {
+            message: msg.to_string(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// An [`Error::Corrupted`] at `at` (a key, row or file).
+    pub fn corrupted(at: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Self::Corrupted {
+            at: at.to_string(),
+            message: message.to_string(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::Corrupted`] keeping the decoder's error as its source.
+    pub fn corrupted_with(
+        at: impl fmt::Display,
+        message: impl fmt::Display,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Self::Corrupted {
+            at: at.to_string(),
+            message: message.to_string(),
+            source: Some(source.into()),
+        }
     }
 
     /// An [`Error::NotFound`].
@@ -93,6 +145,21 @@ impl Error {
             backend,
             retryable,
             source: source.into(),
+        }
+    }
+
+    /// The variant's name (`"NotFound"`, `"Conflict"`, …), for reports and matching
+    /// by kind in messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "NotFound",
+            Self::Conflict { .. } => "Conflict",
+            Self::InvalidInput(_) => "InvalidInput",
+            Self::Unsupported(_) => "Unsupported",
+            Self::Codec { .. } => "Codec",
+            Self::Corrupted { .. } => "Corrupted",
+            Self::Lagged { .. } => "Lagged",
+            Self::Backend { .. } => "Backend",
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::error::{Error, Result};
 use crate::id::{MessageId, PartId, SessionId};
 use crate::model::{JsonMap, Message, Part, Session};
 use crate::tenant::TenantId;
@@ -236,6 +237,25 @@ pub struct Envelope<E = Event> {
     pub seq: u64,
     /// The event.
     pub event: E,
+}
+
+impl Envelope<SyncEvent> {
+    /// Checks that the event belongs to the session its envelope names. Every store
+    /// calls this on each event of a batch before writing anything of it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the event and both sessions.
+    pub fn check(&self) -> Result<()> {
+        if self.event.session_id() == &self.session_id {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "{} for session {} carried in an envelope of session {}",
+            self.event.name(),
+            self.event.session_id(),
+            self.session_id
+        )))
+    }
 }
 
 /// What travels on the bus: an envelope shared between subscribers without copying.

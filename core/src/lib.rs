@@ -19,6 +19,7 @@ pub mod recover;
 pub mod store;
 pub mod stream;
 pub mod tenant;
+pub mod url;
 
 pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
 pub use counting::{CountingStore, WriteCounts};

@@ -65,14 +65,7 @@ fn apply_one(
     env: &Envelope<SyncEvent>,
     undo: &mut Vec<Undo>,
 ) -> Result<()> {
-    if env.event.session_id() != &env.session_id {
-        return Err(Error::invalid(format!(
-            "{} for session {} carried in an envelope of session {}",
-            env.event.name(),
-            env.event.session_id(),
-            env.session_id
-        )));
-    }
+    env.check()?;
     let key = (env.tenant.clone(), env.session_id.clone());
     match &env.event {
         SyncEvent::SessionUpdated { info } => match map.get_mut(&key) {

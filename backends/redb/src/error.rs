@@ -62,22 +62,11 @@ impl std::error::Error for OpenFailed {
     }
 }
 
-/// A stored row contradicts another (an index entry without its row): the file was
-/// changed behind the store's back or a bug broke an invariant.
-#[derive(Debug)]
-pub(crate) struct Inconsistent(pub(crate) String);
-
-impl fmt::Display for Inconsistent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "inconsistent forge-store data: {}", self.0)
-    }
-}
-
-impl std::error::Error for Inconsistent {}
-
-/// An [`Error::Backend`] for broken invariants of the stored data.
-pub(crate) fn inconsistent(msg: impl Into<String>) -> Error {
-    Error::backend(BACKEND, false, Inconsistent(msg.into()))
+/// An [`Error::Corrupted`] for broken invariants of the stored data (an index entry
+/// without its row): the file was changed behind the store's back or a bug broke an
+/// invariant.
+pub(crate) fn inconsistent(at: impl fmt::Display, msg: impl fmt::Display) -> Error {
+    Error::corrupted(format_args!("redb {at}"), msg)
 }
 
 /// A task running redb work panicked or was cancelled.

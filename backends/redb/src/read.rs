@@ -175,10 +175,12 @@ pub(crate) fn open_items(
         if !in_scope(kt, ks) {
             break;
         }
-        let value = messages
-            .get((kt, ks, km))
-            .map_err(map)?
-            .ok_or_else(|| inconsistent(format!("open message {kt}/{ks}/{km} has no row")))?;
+        let value = messages.get((kt, ks, km)).map_err(map)?.ok_or_else(|| {
+            inconsistent(
+                format_args!("open-index entry {kt}/{ks}/{km}"),
+                "the open message has no row",
+            )
+        })?;
         out.messages.push(message_info(value.value(), kt, ks, km)?);
     }
 
@@ -190,10 +192,12 @@ pub(crate) fn open_items(
         if !in_scope(kt, ks) {
             break;
         }
-        let value = parts
-            .get((kt, ks, km, kp))
-            .map_err(map)?
-            .ok_or_else(|| inconsistent(format!("open part {kt}/{ks}/{km}/{kp} has no row")))?;
+        let value = parts.get((kt, ks, km, kp)).map_err(map)?.ok_or_else(|| {
+            inconsistent(
+                format_args!("open-index entry {kt}/{ks}/{km}/{kp}"),
+                "the open part has no row",
+            )
+        })?;
         out.parts.push(part(value.value(), kt, ks, km, kp)?);
     }
     Ok(out)

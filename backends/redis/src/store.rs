@@ -160,14 +160,7 @@ impl RedisStore {
 
     /// Appends the 9 script fields of one event.
     fn push_op(&self, args: &mut Vec<Vec<u8>>, env: &Envelope<SyncEvent>) -> Result<()> {
-        if env.event.session_id() != &env.session_id {
-            return Err(Error::invalid(format!(
-                "{} for session {} carried in an envelope of session {}",
-                env.event.name(),
-                env.event.session_id(),
-                env.session_id
-            )));
-        }
+        env.check()?;
         let base = self.keys.session_base(&env.tenant, &env.session_id);
         let (op, mid, pid, val, open): (&str, &str, &str, Vec<u8>, bool) = match &env.event {
             SyncEvent::SessionUpdated { info } => ("su", "", "", encode(info)?, false),

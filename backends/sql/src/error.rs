@@ -7,39 +7,28 @@
 //! | lost connection, pool timeout, busy / locked (SQLite), serialization failure, deadlock, shutdown, too many connections (Postgres) | [`Error::Backend`] with `retryable: true` |
 //! | anything else | [`Error::Backend`] with `retryable: false` |
 //!
-//! `Error::Conflict` carries a message only (forge-core gives it no source field), so the
-//! database's message, code and constraint are written into it.
-
-use std::fmt;
+//! `Error::Conflict` names the database's message, code and constraint, and keeps the
+//! sqlx error as its source.
 
 use forge_core::Error;
 
-/// The stored data contradicts itself (e.g. a part without its message): changed behind
-/// the store's back, or a bug.
-#[derive(Debug)]
-pub(crate) struct Inconsistent(pub(crate) String);
-
-impl fmt::Display for Inconsistent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "inconsistent forge-store data: {}", self.0)
-    }
-}
-
-impl std::error::Error for Inconsistent {}
-
-fn conflict(backend: &str, db: &dyn sqlx::error::DatabaseError) -> Error {
-    let code = db
-        .code()
-        .map(std::borrow::Cow::into_owned)
-        .unwrap_or_default();
-    let constraint = db
-        .constraint()
-        .map(|c| format!(", constraint {c}"))
-        .unwrap_or_default();
-    Error::conflict(format!(
-        "{backend}: {} (code {code}{constraint})",
-        db.message()
-    ))
+/// A unique or foreign-key violation: `err` is a database error.
+fn conflict(backend: &str, err: sqlx::Error) -> Error {
+    let message = match &err {
+        sqlx::Error::Database(db) => {
+            let code = db
+                .code()
+                .map(std::borrow::Cow::into_owned)
+                .unwrap_or_default();
+            let constraint = db
+                .constraint()
+                .map(|c| format!(", constraint {c}"))
+                .unwrap_or_default();
+            format!("{backend}: {} (code {code}{constraint})", db.message())
+        }
+        other => format!("{backend}: {other}"),
+    };
+    Error::conflict_with(message, err)
 }
 
 /// Errors of the pool and the connection, the same for both dialects: `None` for a
@@ -66,7 +55,7 @@ pub(crate) fn sqlite(err: sqlx::Error) -> Error {
             db.kind(),
             ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
         ) {
-            return conflict(BACKEND, db.as_ref());
+            return conflict(BACKEND, err);
         }
         // Extended result codes keep the primary code in the low byte.
         let primary = db
@@ -94,7 +83,7 @@ pub(crate) fn postgres(err: sqlx::Error) -> Error {
             db.kind(),
             ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
         ) {
-            return conflict(BACKEND, db.as_ref());
+            return conflict(BACKEND, err);
         }
         let code = db.code().unwrap_or_default();
         let retryable = code.starts_with("08")
@@ -161,12 +150,12 @@ mod tests {
                 .execute(&mut one)
                 .await
                 .unwrap_err();
-            assert!(matches!(sqlite(dup), Error::Conflict(m) if m.contains("UNIQUE")));
+            assert!(matches!(sqlite(dup), Error::Conflict { message: m, .. } if m.contains("UNIQUE")));
             let orphan = sqlx::query("INSERT INTO c VALUES (1, 2)")
                 .execute(&mut one)
                 .await
                 .unwrap_err();
-            assert!(matches!(sqlite(orphan), Error::Conflict(m) if m.contains("FOREIGN KEY")));
+            assert!(matches!(sqlite(orphan), Error::Conflict { message: m, .. } if m.contains("FOREIGN KEY")));
 
             // Another connection holds the write lock: busy, retryable, source kept.
             let held = one.begin_with("BEGIN IMMEDIATE").await.unwrap();
@@ -208,12 +197,12 @@ mod tests {
                 .execute(&mut conn)
                 .await
                 .unwrap_err();
-            assert!(matches!(postgres(dup), Error::Conflict(m) if m.contains("23505")));
+            assert!(matches!(postgres(dup), Error::Conflict { message: m, .. } if m.contains("23505")));
             let orphan = sqlx::query("INSERT INTO c VALUES (1, 2)")
                 .execute(&mut conn)
                 .await
                 .unwrap_err();
-            assert!(matches!(postgres(orphan), Error::Conflict(m) if m.contains("23503")));
+            assert!(matches!(postgres(orphan), Error::Conflict { message: m, .. } if m.contains("23503")));
             let bad = sqlx::query("SELEC 1").execute(&mut conn).await.unwrap_err();
             assert!(!postgres(bad).is_retryable());
             // The server ends the session: the connection is lost, which is retryable.

@@ -222,14 +222,7 @@ impl Batch {
 }
 
 fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
-    if env.event.session_id() != &env.session_id {
-        return Err(Error::invalid(format!(
-            "{} for session {} carried in an envelope of session {}",
-            env.event.name(),
-            env.event.session_id(),
-            env.session_id
-        )));
-    }
+    env.check()?;
     Ok(match &env.event {
         SyncEvent::SessionUpdated { info } => Op::PutSession {
             body: serde_json::to_string(info)?,

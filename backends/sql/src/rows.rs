@@ -66,13 +66,12 @@ pub(crate) fn attach_parts(
         match out.get_mut(i) {
             Some(m) => m.parts.push(part),
             None => {
-                return Err(Error::backend(
-                    backend,
-                    false,
-                    crate::error::Inconsistent(format!(
-                        "part {} names message {}, which is not among the messages read",
-                        part.id, part.message_id
-                    )),
+                return Err(Error::corrupted(
+                    format!("{backend} part {}", part.id),
+                    format!(
+                        "names message {}, which is not among the messages read",
+                        part.message_id
+                    ),
                 ))
             }
         }

@@ -162,15 +162,7 @@ pub fn outcome(r: &forge_core::Result<()>) -> String {
     match r {
         Ok(()) => "ok".into(),
         Err(e) => {
-            let kind = match e {
-                Error::NotFound { .. } => "NotFound",
-                Error::Conflict(_) => "Conflict",
-                Error::InvalidInput(_) => "InvalidInput",
-                Error::Unsupported(_) => "Unsupported",
-                Error::Codec { .. } => "Codec",
-                Error::Backend { .. } => "Backend",
-                _ => "other",
-            };
+            let kind = e.kind();
             format!("{kind}: {e}")
         }
     }
