@@ -9,7 +9,9 @@ use forge_bench::run::Target;
 use forge_bench::suite::Plan;
 use forge_bench::workload::{Item, Script, Timed};
 
-use crate::replay::{parse_line, user_part_bodies, Line};
+use forge_store::replay::{parse_line, user_part_bodies, Line};
+
+use crate::progress::Progress;
 
 /// Options of `forge-store bench`.
 #[derive(Debug, clap::Args)]
@@ -65,7 +67,8 @@ pub struct BenchArgs {
 }
 
 /// Runs the benchmark and prints the table.
-pub async fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
+pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> Result<()> {
+    let _ = progress;
     let mut targets = Vec::new();
     for name in &args.backends {
         targets.push(match name.trim() {
@@ -190,7 +193,7 @@ pub fn script_from_replay(text: &str) -> Result<Script> {
             Line::Session(_) => continue,
             Line::Crash => break,
             Line::User(mut u) => Item::User {
-                parts: user_part_bodies(&mut u, None).with_context(|| format!("line {n}"))?,
+                parts: user_part_bodies(&mut u, None).map_err(|e| anyhow::anyhow!("line {n}: {e}"))?,
             },
             Line::Assistant(a) => Item::Assistant {
                 summary: a.summary.unwrap_or(false),

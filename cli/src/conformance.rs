@@ -12,10 +12,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
 use forge_conformance::{guarded, junit_xml, run_async, BackendFactory, Config};
-use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
-use forge_core::{Bus, LocalBus, MemoryStore, Store};
+use forge_store::core::engine::DEFAULT_REPLAY_PER_SESSION;
+use forge_store::core::{LocalBus, MemoryStore};
+use forge_store::{redact, Bus, CoreError, Store};
 
-use crate::backend::{self, redact};
+use crate::progress::Progress;
 
 /// Options of the `conformance` command.
 pub struct Options<'a> {
@@ -27,6 +28,8 @@ pub struct Options<'a> {
     pub junit: Option<&'a Path>,
     /// Run only this property (or §9 group).
     pub only: Option<String>,
+    /// Whether to draw progress.
+    pub progress: Progress,
 }
 
 /// Where each case's store comes from.
@@ -34,7 +37,7 @@ enum Source {
     /// A fresh in-memory store per case.
     Memory,
     /// A fresh redb file per case, with the URL's options.
-    Redb(forge_redb::RedbOptions),
+    Redb(forge_store::redb::RedbOptions),
     /// A fresh SQLite file per case, with the URL's query.
     Sqlite(String),
     /// The named server, opened once; the suite keeps to its own tenants.
@@ -48,8 +51,8 @@ struct UrlFactory {
     redis_bus: Option<String>,
 }
 
-fn temp_dir(backend: &'static str) -> forge_core::Result<tempfile::TempDir> {
-    tempfile::tempdir().map_err(|e| forge_core::Error::backend(backend, false, e))
+fn temp_dir(backend: &'static str) -> std::result::Result<tempfile::TempDir, CoreError> {
+    tempfile::tempdir().map_err(|e| CoreError::backend(backend, false, e))
 }
 
 #[async_trait]
@@ -58,13 +61,13 @@ impl BackendFactory for UrlFactory {
         &self.name
     }
 
-    async fn store(&self) -> forge_core::Result<Arc<dyn Store>> {
+    async fn store(&self) -> std::result::Result<Arc<dyn Store>, CoreError> {
         Ok(match &self.source {
             Source::Memory => Arc::new(MemoryStore::new()),
             Source::Redb(opts) => {
                 let dir = temp_dir("redb")?;
                 let store =
-                    forge_redb::RedbStore::open_with(dir.path().join("conformance.redb"), *opts)?;
+                    forge_store::redb::RedbStore::open_with(dir.path().join("conformance.redb"), *opts)?;
                 guarded(Arc::new(store), dir)
             }
             Source::Sqlite(query) => {
@@ -73,16 +76,16 @@ impl BackendFactory for UrlFactory {
                 if !query.is_empty() {
                     url = format!("{url}?{query}");
                 }
-                let store = forge_sql::SqliteStore::open(&url).await?;
+                let store = forge_store::sql::SqliteStore::open(&url).await?;
                 guarded(Arc::new(store), dir)
             }
             Source::Shared(store) => Arc::clone(store),
         })
     }
 
-    async fn bus(&self) -> forge_core::Result<Option<Arc<dyn Bus>>> {
+    async fn bus(&self) -> std::result::Result<Option<Arc<dyn Bus>>, CoreError> {
         if let Some(url) = &self.redis_bus {
-            return Ok(Some(Arc::new(forge_redis::RedisBus::connect(url).await?)));
+            return Ok(Some(Arc::new(forge_store::redis::RedisBus::connect(url).await?)));
         }
         Ok(Some(Arc::new(LocalBus::with_replay(
             DEFAULT_REPLAY_PER_SESSION,
@@ -96,15 +99,13 @@ async fn factory(url: &str) -> Result<UrlFactory> {
     let (how, source) = match scheme.as_deref() {
         Some("memory") => ("fresh store per case", Source::Memory),
         Some("redb") => {
-            let opts = forge_redb::RedbOptions::from_query(&query)
+            let opts = forge_store::redb::RedbOptions::from_query(&query)
                 .with_context(|| format!("cannot open backend {}", redact(url)))?;
             ("fresh temporary file per case", Source::Redb(opts))
         }
         Some("sqlite") => ("fresh temporary file per case", Source::Sqlite(query)),
         _ => {
-            let store = backend::open_store(url)
-                .await
-                .with_context(|| format!("cannot open backend {}", redact(url)))?;
+            let store = forge_store::open_store(url).await?;
             (
                 "shared; the suite's own tenants only",
                 Source::Shared(store),
@@ -114,7 +115,7 @@ async fn factory(url: &str) -> Result<UrlFactory> {
     Ok(UrlFactory {
         name: format!("{} ({how})", redact(url)),
         source,
-        redis_bus: backend::is_redis(url).then(|| url.to_owned()),
+        redis_bus: forge_store::is_redis(url).then(|| url.to_owned()),
     })
 }
 

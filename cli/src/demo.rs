@@ -5,11 +5,9 @@
 use std::io::Write;
 
 use anyhow::{anyhow, bail, Result};
-use forge_core::store::MAX_PAGE_LIMIT;
-use forge_core::{read_all, Engine, TenantId};
+use forge_store::{Forge, ReplayOptions, TenantId};
 
-use crate::replay::ReplayOptions;
-use crate::{backend, show};
+use crate::show;
 
 /// The example streams under `examples/streams/`, embedded in the binary.
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -27,26 +25,26 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Runs the demo against `engine`.
-pub async fn run(engine: &Engine, tenant: &TenantId, url: &str, out: &mut dyn Write) -> Result<()> {
+/// Runs the demo against `forge`.
+pub async fn run(forge: &Forge, tenant: &TenantId, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "forge-store demo: replaying {} example streams into {} (tenant {tenant})",
         EXAMPLES.len(),
-        backend::redact(url)
+        forge.url()
     )?;
     for (name, text) in EXAMPLES {
         writeln!(out, "\n=== {name} ===")?;
-        let (counted, counting) = crate::counted(engine);
-        let opts = ReplayOptions {
-            session: None,
-            default_title: (*name).to_owned(),
+        let opts = ReplayOptions::titled(*name).count_writes(true);
+        let source = format!("examples/streams/{name}");
+        let report = match forge.replay_str(tenant, text, opts).await {
+            Ok(report) => report,
+            Err(e) => {
+                show::replay_report(out, &e.report, &source, true)?;
+                bail!("example {name}: {}", e.error);
+            }
         };
-        let report = crate::run_replay(&counted, &counting, tenant, text, opts).await;
-        show::replay_report(out, &report, &format!("examples/streams/{name}"))?;
-        if let Some(e) = &report.error {
-            bail!("example {name}: {e}");
-        }
+        show::replay_report(out, &report, &source, false)?;
         let sid = report
             .session
             .clone()
@@ -54,12 +52,11 @@ pub async fn run(engine: &Engine, tenant: &TenantId, url: &str, out: &mut dyn Wr
 
         if report.crash_line.is_some() {
             writeln!(out, "\n--- recover (forge-store recover {sid})")?;
-            let open = engine.store.open_items(tenant, Some(&sid)).await?;
+            let first = forge.recover(tenant, Some(&sid)).await?;
             writeln!(out, "open before recover:")?;
-            show::open_items(out, &open)?;
-            let first = engine.recover(tenant, Some(&sid)).await?;
-            show::recover_report(out, &first)?;
-            if first.text_from_bus > 0 {
+            show::open_items(out, &first.open_before)?;
+            show::recover_report(out, &first.report)?;
+            if first.report.text_from_bus > 0 {
                 writeln!(
                     out,
                     "  (this process still holds the streamed deltas on its bus, so recover \
@@ -67,21 +64,19 @@ pub async fn run(engine: &Engine, tenant: &TenantId, url: &str, out: &mut dyn Wr
                      process keeps the text the store has)"
                 )?;
             }
-            let second = engine.recover(tenant, Some(&sid)).await?;
+            let second = forge.recover(tenant, Some(&sid)).await?;
             write!(out, "second run: ")?;
-            show::recover_report(out, &second)?;
+            show::recover_report(out, &second.report)?;
         }
 
-        let Some(state) = engine.store.session(tenant, &sid).await? else {
-            bail!("session {sid} vanished from the store");
-        };
-        let history = read_all(engine.store.as_ref(), tenant, &sid, MAX_PAGE_LIMIT).await?;
+        let state = forge.session(tenant, &sid).await?;
+        let history = forge.history_all(tenant, &sid).await?;
         writeln!(
             out,
             "\n--- stored history (forge-store history {sid} --all)"
         )?;
         show::history(out, &state, &history, None, true)?;
-        let view = engine.view(tenant, &sid).await?;
+        let view = forge.view(tenant, &sid).await?;
         writeln!(out, "\n--- compacted view (forge-store view {sid})")?;
         // Without a boundary the view is the history above; list it only when it differs.
         show::view(out, &state, &view, history.len(), view.boundary.is_some())?;
@@ -90,7 +85,7 @@ pub async fn run(engine: &Engine, tenant: &TenantId, url: &str, out: &mut dyn Wr
         out,
         "\nAll of it is stored in {}. Next: forge-store sessions · forge-store history SESSION · \
          forge-store view SESSION · forge-store export SESSION",
-        backend::redact(url)
+        forge.url()
     )?;
     Ok(())
 }

@@ -6,10 +6,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use forge_core::TenantId;
-use forge_redis::{ProjectorWorker, WorkerOptions, WorkerStats};
-
-use crate::backend::{self, one_line, redact};
+use forge_store::redis::{ProjectorWorker, WorkerOptions, WorkerStats};
+use forge_store::{redact, TenantId};
 
 /// Options of the `project` command.
 pub struct Options<'a> {
@@ -39,12 +37,10 @@ fn print_stats(out: &mut dyn Write, stats: WorkerStats) -> Result<()> {
 
 /// Runs the worker until idle or Ctrl-C and prints what it did.
 pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
-    if !backend::is_redis(opts.from) {
+    if !forge_store::is_redis(opts.from) {
         bail!("--from must be a redis:// URL, got {}", redact(opts.from));
     }
-    let store = backend::open_store(opts.to)
-        .await
-        .map_err(|e| anyhow!("cannot open backend {}: {}", redact(opts.to), one_line(&e)))?;
+    let store = forge_store::open_store(opts.to).await?;
     let mut worker = ProjectorWorker::connect(
         opts.from,
         Arc::clone(&store),

@@ -4,13 +4,13 @@
 
 use std::io::{self, Write};
 
-use forge_core::model::{MessageBody, PartBody, ToolState};
-use forge_core::{
+use forge_store::model::{MessageBody, PartBody, ToolState};
+use forge_store::{
     CompactedView, Message, MessageWithParts, OpenItems, Part, RecoverReport, SessionState,
 };
 use serde_json::Value;
 
-use crate::replay::ReplayReport;
+use forge_store::ReplayReport;
 
 /// Characters of text shown per part.
 const TEXT_WIDTH: usize = 72;
@@ -355,7 +355,12 @@ pub fn recover_report(out: &mut dyn Write, r: &RecoverReport) -> io::Result<()> 
 }
 
 /// What a replay wrote.
-pub fn replay_report(out: &mut dyn Write, r: &ReplayReport, source: &str) -> io::Result<()> {
+pub fn replay_report(
+    out: &mut dyn Write,
+    r: &ReplayReport,
+    source: &str,
+    failed: bool,
+) -> io::Result<()> {
     let Some(session) = &r.session else {
         return writeln!(out, "replay of {source}: nothing written");
     };
@@ -375,11 +380,13 @@ pub fn replay_report(out: &mut dyn Write, r: &ReplayReport, source: &str) -> io:
         "  messages: {} user, {} assistant",
         r.user_messages, r.assistant_messages
     )?;
-    writeln!(
-        out,
-        "  store:    {} rows in {} commits, {} bytes handed to the store (rows as JSON)",
-        r.rows, r.commits, r.bytes
-    )?;
+    if let Some(w) = &r.writes {
+        writeln!(
+            out,
+            "  store:    {} rows in {} commits, {} bytes handed to the store (rows as JSON)",
+            w.rows, w.commits, w.bytes
+        )?;
+    }
     writeln!(
         out,
         "  bus:      {} deltas published (bus only, never stored); {} events accepted and not \
@@ -395,7 +402,7 @@ pub fn replay_report(out: &mut dyn Write, r: &ReplayReport, source: &str) -> io:
             open.messages, open.parts
         )?;
     }
-    if r.error.is_some() {
+    if failed {
         writeln!(
             out,
             "  stopped by an error; what was committed before stays, and the open assistant \

@@ -19,7 +19,7 @@ pub struct SessionLine {
 }
 
 /// `{"type":"user", "text"?, "parts"?, "agent"?, "model"?, "compaction"?, "ref"?}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserLine {
     /// The prompt, stored as a text part.
@@ -42,8 +42,18 @@ pub struct UserLine {
     pub label: Option<String>,
 }
 
+impl UserLine {
+    /// A user message of one text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: Some(text.into()),
+            ..Self::default()
+        }
+    }
+}
+
 /// `compaction` of a user line.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompactionLine {
     /// Requested automatically (context full).
@@ -91,6 +101,18 @@ pub enum Line {
     Crash,
     /// A model stream event for the open assistant message.
     Stream(StreamEvent),
+}
+
+impl From<StreamEvent> for Line {
+    fn from(event: StreamEvent) -> Self {
+        Self::Stream(event)
+    }
+}
+
+impl From<UserLine> for Line {
+    fn from(user: UserLine) -> Self {
+        Self::User(user)
+    }
 }
 
 /// Parses one line into the line and its event time (`t`, ms since the start of the

@@ -1,4 +1,4 @@
-//! `import` and `export`: whole sessions in the shape the opencode agent exports.
+//! Import and export: whole sessions in the shape the opencode agent exports.
 //!
 //! Two input shapes are accepted:
 //! - one JSON document `{"info": Session, "messages": [{"info": Message, "parts": [Part]}]}`
@@ -13,12 +13,14 @@
 
 use std::collections::HashMap;
 
-use anyhow::{anyhow, bail, Context, Result};
 use forge_core::model::{JsonMap, SessionTime};
 use forge_core::store::MAX_PAGE_LIMIT;
 use forge_core::{read_all, Engine, MessageWithParts, Session, SessionId, TenantId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
+
+use crate::error::{classify, Error, Result};
 
 /// A whole session: the document `export` writes and `import` reads.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,24 +51,29 @@ struct Parsed {
 }
 
 fn from_value<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| anyhow!("{what}: {e}"))
+    serde_json::from_value(v).map_err(|e| Error::Input {
+        at: what.to_owned(),
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    })
 }
 
 fn parse_document(mut doc: JsonMap) -> Result<Parsed> {
     let info: Session = from_value(doc.remove("info").unwrap_or(Value::Null), "info")?;
     let Some(Value::Array(items)) = doc.remove("messages") else {
-        bail!("`messages` must be an array");
+        return Err(Error::input("messages", "`messages` must be an array"));
     };
     let mut messages = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let m: MessageWithParts = from_value(item, &format!("messages[{i}]"))?;
         if m.info.session_id != info.id {
-            bail!(
-                "messages[{i}]: message {} belongs to session {}, but the document is session {}",
-                m.info.id,
-                m.info.session_id,
-                info.id
-            );
+            return Err(Error::input(
+                format!("messages[{i}]"),
+                format!(
+                    "message {} belongs to session {}, but the document is session {}",
+                    m.info.id, m.info.session_id, info.id
+                ),
+            ));
         }
         messages.push(m);
     }
@@ -86,7 +93,11 @@ fn parse_lines(text: &str) -> Result<Parsed> {
         let v: Value = serde_json::from_str(line).map_err(|e| {
             let msg = e.to_string();
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
-            anyhow!("line {n}: malformed JSON at column {}: {msg}", e.column())
+            Error::Input {
+                at: format!("line {n}"),
+                message: format!("malformed JSON at column {}: {msg}", e.column()),
+                source: Some(Box::new(e)),
+            }
         })?;
         let m: MessageWithParts = from_value(v, &format!("line {n}"))?;
         let sid = m.info.session_id.clone();
@@ -119,10 +130,11 @@ fn parse(text: &str) -> Result<Parsed> {
                 sessions: vec![(m.info.session_id.clone(), None, vec![m])],
             })
         }
-        Ok(_) => bail!(
-            "expected an export document {{\"info\", \"messages\"}} or one \
-             {{\"info\", \"parts\"}} object per line"
-        ),
+        Ok(_) => Err(Error::input(
+            "document",
+            "expected an export document {\"info\", \"messages\"} or one \
+             {\"info\", \"parts\"} object per line",
+        )),
         Err(_) => parse_lines(text),
     }
 }
@@ -151,28 +163,63 @@ fn session_from(id: &SessionId, messages: &[MessageWithParts]) -> Session {
     }
 }
 
-/// Imports `text` (either shape) into `engine`.
-pub async fn import(
+/// Imports `text` (either shape) into `engine`; `progress` is called after each
+/// message with (messages written, messages in all).
+pub(crate) async fn import(
     engine: &Engine,
     tenant: &TenantId,
     text: &str,
+    progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<ImportedSession>> {
     let parsed = parse(text)?;
+    let total: usize = parsed.sessions.iter().map(|(_, _, m)| m.len()).sum();
+    let span = tracing::info_span!(
+        "import",
+        %tenant,
+        sessions = parsed.sessions.len(),
+        messages = total
+    );
+    write_sessions(engine, tenant, parsed, total, progress)
+        .instrument(span)
+        .await
+}
+
+async fn write_sessions(
+    engine: &Engine,
+    tenant: &TenantId,
+    parsed: Parsed,
+    total: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<ImportedSession>> {
+    let mut written = 0;
     let mut done = Vec::new();
     for (sid, info, messages) in parsed.sessions {
-        let (scope, written) = match info {
-            Some(info) => (engine.put_session(tenant, info).await?, true),
-            None => match engine.store.session(tenant, &sid).await? {
-                Some(_) => (engine.scope(tenant, &sid).await?, false),
+        let at = format!("session {sid}");
+        let put = |e| classify(at.clone(), "the session", e);
+        let (scope, session_written) = match info {
+            Some(info) => (engine.put_session(tenant, info).await.map_err(put)?, true),
+            None => match engine
+                .store
+                .session(tenant, &sid)
+                .await
+                .map_err(|e| Error::store(format!("reading {at}"), e))?
+            {
+                Some(_) => (
+                    engine
+                        .scope(tenant, &sid)
+                        .await
+                        .map_err(|e| Error::store(format!("opening {at}"), e))?,
+                    false,
+                ),
                 None => {
                     let s = session_from(&sid, &messages);
-                    (engine.put_session(tenant, s).await?, true)
+                    (engine.put_session(tenant, s).await.map_err(put)?, true)
                 }
             },
         };
         let mut report = ImportedSession {
             id: sid.clone(),
-            session_written: written,
+            session_written,
             messages: 0,
             parts: 0,
         };
@@ -182,24 +229,38 @@ pub async fn import(
             engine
                 .put_message(&scope, m.info, m.parts)
                 .await
-                .with_context(|| format!("writing message {id} of session {sid}"))?;
+                .map_err(|e| classify(format!("message {id} of session {sid}"), "the message", e))?;
             report.messages += 1;
             report.parts += n;
+            written += 1;
+            progress(written, total);
         }
         done.push(report);
     }
     Ok(done)
 }
 
-/// Reads a whole session for `export`.
+/// Reads a whole session for export.
 ///
 /// # Errors
-/// When the session does not exist in `tenant`.
-pub async fn export(engine: &Engine, tenant: &TenantId, session: &SessionId) -> Result<Export> {
-    let Some(state) = engine.store.session(tenant, session).await? else {
-        bail!("session {session} not found in tenant {tenant} (see `forge-store sessions`)");
-    };
-    let messages = read_all(engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT).await?;
+/// [`Error::SessionNotFound`] when the session does not exist in `tenant`.
+pub(crate) async fn export(
+    engine: &Engine,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> Result<Export> {
+    let state = engine
+        .store
+        .session(tenant, session)
+        .await
+        .map_err(|e| Error::store(format!("reading session {session}"), e))?
+        .ok_or_else(|| Error::SessionNotFound {
+            tenant: tenant.clone(),
+            session: session.clone(),
+        })?;
+    let messages = read_all(engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+        .await
+        .map_err(|e| Error::store(format!("reading session {session}"), e))?;
     Ok(Export {
         info: state.info,
         messages,

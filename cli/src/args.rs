@@ -1,0 +1,168 @@
+//! The command line's arguments.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use forge_store::TenantId;
+
+/// Storage engine for LLM coding-agent conversation history.
+#[derive(Debug, Parser)]
+#[command(name = "forge-store", version, after_long_help = backends_help())]
+pub struct Cli {
+    /// Backend URL (see "Backends" below for the forms this build supports).
+    #[arg(
+        long,
+        global = true,
+        env = "FORGE_BACKEND",
+        hide_env_values = true,
+        default_value = forge_store::DEFAULT_URL,
+        value_name = "URL"
+    )]
+    pub backend: String,
+    /// Tenant: 1-64 characters of A-Z a-z 0-9 . _ -
+    #[arg(
+        long,
+        global = true,
+        env = "FORGE_TENANT",
+        hide_env_values = true,
+        default_value = TenantId::DEFAULT,
+        value_parser = parse_tenant,
+        value_name = "TENANT"
+    )]
+    pub tenant: TenantId,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only errors on stderr, and no progress bars.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Feed a recorded model stream (JSONL, see docs/replay-format.md) into a session.
+    Replay {
+        /// The file (`-` for stdin).
+        file: PathBuf,
+        /// Continue this session (or create it with this id).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import a session: an export document, or one {info, parts} object per line.
+    Import {
+        /// The file (`-` for stdin).
+        file: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export a session as {info, messages: [{info, parts}]}.
+    Export {
+        /// Session id.
+        session: String,
+        /// Write to this file instead of stdout.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// One page of a session's history (newest page first), or all of it.
+    History {
+        /// Session id.
+        session: String,
+        /// Messages per page (1-1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// The cursor printed by the previous page.
+        #[arg(long, conflicts_with = "all")]
+        before: Option<String>,
+        /// Every message, oldest first.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON: {messages, next}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The compacted view: what the model is sent next turn.
+    View {
+        /// Session id.
+        session: String,
+        /// Print JSON: {boundary, tail, stored, hidden, messages}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Close what a crash left open (in one session, or the whole tenant).
+    Recover {
+        /// Session id (default: every session of the tenant).
+        session: Option<String>,
+        /// Print JSON: the report and what was closed.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The sessions of the tenant.
+    Sessions {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay the shipped example streams and show history, view and recovery.
+    Demo,
+    /// Project a tenant's Redis event stream into a store (a projector worker).
+    Project {
+        /// The Redis server whose streams are read.
+        #[arg(long)]
+        from: String,
+        /// The store to project into (any backend URL).
+        #[arg(long)]
+        to: String,
+        /// Consumer group (one active worker per group and tenant).
+        #[arg(long, default_value = "forge-projector")]
+        group: String,
+        /// This worker's consumer name.
+        #[arg(long, default_value = "worker-1")]
+        consumer: String,
+        /// Stop once the stream has nothing new instead of running until Ctrl-C.
+        #[arg(long)]
+        until_idle: bool,
+    },
+    /// Write a benchmark workload as a replay file with event times (JSONL on stdout).
+    #[cfg(feature = "bench")]
+    Gen(crate::gen::GenArgs),
+    /// Measure write amplification and speed of every available backend: boundary
+    /// projection against per-delta persistence, commit policies, W1 and W1×N.
+    #[cfg(feature = "bench")]
+    Bench(crate::bench::BenchArgs),
+    /// Run the conformance suite against the backend (embedded files: on fresh
+    /// temporary files with the URL's options; servers: under the suite's own tenants).
+    Conformance {
+        /// Generated cases per property (default: FORGE_PROPTEST_CASES or 32).
+        #[arg(long)]
+        cases: Option<u32>,
+        /// Write a JUnit XML report to this file.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Run only this property (or §9 group), e.g. `pagination`.
+        #[arg(long)]
+        only: Option<String>,
+    },
+}
+
+fn parse_tenant(s: &str) -> std::result::Result<TenantId, String> {
+    TenantId::new(s).map_err(|e| e.to_string())
+}
+
+/// The "Backends" section of `--help`: every URL form this build can open.
+fn backends_help() -> String {
+    let mut help = String::from("Backends (--backend URL):\n");
+    for s in forge_store::schemes() {
+        help.push_str("  ");
+        help.push_str(s.shape);
+        help.push('\n');
+    }
+    help.push_str("  default: ");
+    help.push_str(forge_store::DEFAULT_URL);
+    help
+}

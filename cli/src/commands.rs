@@ -1,0 +1,254 @@
+//! The commands that run on one opened backend: argument handling and printing around
+//! the library's calls.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use forge_store::model::PartBody;
+use forge_store::{Cursor, Forge, Page, ReplayOptions, SessionId, TenantId};
+use serde_json::{json, Value};
+
+use crate::args::Command;
+use crate::progress::Progress;
+use crate::{demo, show};
+
+/// Runs `command` on `forge`.
+pub async fn run(
+    forge: &Forge,
+    tenant: &TenantId,
+    command: Command,
+    quiet: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    match command {
+        Command::Replay {
+            file,
+            session,
+            json,
+        } => replay(forge, tenant, &file, session, json, out).await,
+        Command::Import { file, json } => {
+            import(forge, tenant, &file, Progress::new(quiet, json), json, out).await
+        }
+        Command::Export { session, out: file } => {
+            export(forge, tenant, SessionId::from(session), file.as_deref(), out).await
+        }
+        Command::History {
+            session,
+            limit,
+            before,
+            all,
+            json,
+        } => {
+            let sid = SessionId::from(session);
+            let state = forge.session(tenant, &sid).await?;
+            let page = if all {
+                Page {
+                    messages: forge.history_all(tenant, &sid).await?,
+                    next: None,
+                }
+            } else {
+                let before = before.map(|c| c.parse::<Cursor>()).transpose()?;
+                forge
+                    .history(tenant, &sid, before.as_ref(), usize::from(limit))
+                    .await?
+            };
+            if json {
+                return print_json(out, &page);
+            }
+            let next = page.next.as_ref().map(ToString::to_string);
+            show::history(out, &state, &page.messages, next.as_deref(), all)?;
+            Ok(())
+        }
+        Command::View { session, json } => {
+            let sid = SessionId::from(session);
+            let r = forge.view_report(tenant, &sid).await?;
+            if json {
+                return print_json(
+                    out,
+                    &json!({
+                        "session": sid,
+                        "boundary": r.view.boundary,
+                        "tail": r.view.tail,
+                        "stored": r.stored,
+                        "hidden": r.hidden,
+                        "messages": r.view.messages,
+                    }),
+                );
+            }
+            show::view(out, &r.session, &r.view, r.stored, true)?;
+            Ok(())
+        }
+        Command::Recover { session, json } => {
+            recover(forge, tenant, session.map(SessionId::from), json, out).await
+        }
+        Command::Sessions { json } => {
+            let list = forge.sessions(tenant).await?;
+            if json {
+                return print_json(out, &list);
+            }
+            show::sessions(out, &list)?;
+            Ok(())
+        }
+        Command::Demo => demo::run(forge, tenant, out).await,
+        other => unreachable!("{other:?} runs without an opened backend"),
+    }
+}
+
+pub fn print_json(out: &mut dyn Write, value: &impl serde::Serialize) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// The name a replay report gives its input.
+fn source_name(file: &Path) -> String {
+    if file == Path::new("-") {
+        "stdin".to_owned()
+    } else {
+        file.display().to_string()
+    }
+}
+
+async fn replay(
+    forge: &Forge,
+    tenant: &TenantId,
+    file: &Path,
+    session: Option<String>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let source = source_name(file);
+    let title = file
+        .file_name()
+        .filter(|f| *f != "-")
+        .map_or(source.clone(), |f| f.to_string_lossy().into_owned());
+    let mut opts = ReplayOptions::titled(format!("replay of {title}")).count_writes(true);
+    if let Some(s) = session {
+        opts = opts.session(SessionId::from(s));
+    }
+    let (report, error) = match forge.replay_file(tenant, file, opts).await {
+        Ok(report) => (report, None),
+        Err(e) => (e.report, Some(e.error)),
+    };
+    if json {
+        let mut value = serde_json::to_value(&report)?;
+        if let Value::Object(map) = &mut value {
+            let text = error.as_ref().map(|e| crate::one_line(&anyhow::anyhow!("{e}")));
+            map.insert("error".into(), json!(text));
+        }
+        print_json(out, &value)?;
+    } else {
+        show::replay_report(out, &report, &source, error.is_some())?;
+    }
+    match error {
+        Some(e) => Err(anyhow::Error::new(e).context(source)),
+        None => Ok(()),
+    }
+}
+
+async fn import(
+    forge: &Forge,
+    tenant: &TenantId,
+    file: &Path,
+    progress: Progress,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let bar = progress.bar(0, "importing messages");
+    let tick = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let report = forge
+        .import_file(tenant, file, &tick)
+        .await
+        .with_context(|| source_name(file))?;
+    bar.finish_and_clear();
+    if json {
+        return print_json(out, &report);
+    }
+    for s in &report.sessions {
+        let how = if s.session_written {
+            "session written"
+        } else {
+            "added to the existing session"
+        };
+        writeln!(
+            out,
+            "imported {} messages, {} parts into {} ({how})",
+            s.messages, s.parts, s.id
+        )?;
+    }
+    let t = report.writes;
+    writeln!(
+        out,
+        "store: {} rows in {} commits, {} bytes handed to the store",
+        t.rows, t.commits, t.bytes
+    )?;
+    Ok(())
+}
+
+async fn export(
+    forge: &Forge,
+    tenant: &TenantId,
+    sid: SessionId,
+    file: Option<&Path>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let doc = forge.export(tenant, &sid).await?;
+    let text = serde_json::to_string_pretty(&doc)?;
+    match file {
+        Some(path) => {
+            std::fs::write(path, format!("{text}\n"))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            let parts: usize = doc.messages.iter().map(|m| m.parts.len()).sum();
+            writeln!(
+                out,
+                "exported session {sid} ({} messages, {parts} parts) to {}",
+                doc.messages.len(),
+                path.display()
+            )?;
+        }
+        None => writeln!(out, "{text}")?,
+    }
+    Ok(())
+}
+
+async fn recover(
+    forge: &Forge,
+    tenant: &TenantId,
+    session: Option<SessionId>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let r = forge.recover(tenant, session.as_ref()).await?;
+    let open = &r.open_before;
+    if json {
+        let parts: Vec<_> = open
+            .parts
+            .iter()
+            .map(|p| {
+                let was = match &p.body {
+                    PartBody::Tool(t) => serde_json::to_value(&t.state)
+                        .ok()
+                        .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(str::to_owned)),
+                    _ => None,
+                };
+                json!({"id": p.id, "sessionID": p.session_id, "messageID": p.message_id,
+                       "type": p.kind(), "was": was.unwrap_or_else(|| "open".to_owned())})
+            })
+            .collect();
+        let messages: Vec<_> = open.messages.iter().map(|m| &m.id).collect();
+        return print_json(
+            out,
+            &json!({"report": r.report, "closed": {"messages": messages, "parts": parts}}),
+        );
+    }
+    if !open.is_empty() {
+        writeln!(out, "open before recover:")?;
+        show::open_items(out, open)?;
+    }
+    show::recover_report(out, &r.report)?;
+    Ok(())
+}

@@ -1,0 +1,410 @@
+//! [`Forge`]: an opened backend and the operations a platform runs on it.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use forge_core::store::MAX_PAGE_LIMIT;
+use forge_core::{
+    read_all, CompactedView, CountingStore, Cursor, Engine, MessageWithParts, OpenItems, Page,
+    RecoverReport, SessionId, SessionState, Store, TenantId, WriteCounts,
+};
+use futures::Stream;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::open::{OpenOptions, Projection};
+use crate::replay::{Line, ReplayError, ReplayOptions, ReplayReport, Replayer};
+use crate::transfer::{self, Export, ImportedSession};
+
+/// An opened backend: its store, its bus and the projector between them, with the
+/// operations of the command line as library calls.
+///
+/// Cloning is cheap (the parts are shared). `Debug` shows the URL with its password
+/// hidden.
+#[derive(Clone)]
+pub struct Forge {
+    engine: Engine,
+    url: String,
+    options: OpenOptions,
+}
+
+impl fmt::Debug for Forge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Forge")
+            .field("url", &self.url)
+            .field("backend", &self.engine.store.capabilities().name)
+            .field("projection", &self.options.projection)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The compacted view with what it hides.
+#[derive(Clone, Debug, Serialize)]
+pub struct ViewReport {
+    /// The session.
+    pub session: SessionState,
+    /// The view the model is sent.
+    #[serde(flatten)]
+    pub view: CompactedView,
+    /// Messages stored in the session.
+    pub stored: usize,
+    /// Stored messages the view leaves out (behind a compaction boundary).
+    pub hidden: usize,
+}
+
+/// What [`Forge::recover`] closed.
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    /// What was open before.
+    pub open_before: OpenItems,
+    /// What recover did.
+    pub report: RecoverReport,
+}
+
+/// What [`Forge::import_str`] wrote.
+#[derive(Clone, Debug, Serialize)]
+pub struct ImportReport {
+    /// One entry per session.
+    pub sessions: Vec<ImportedSession>,
+    /// What reached the store.
+    #[serde(flatten)]
+    pub writes: WriteCounts,
+}
+
+impl Forge {
+    /// Wraps an engine built by hand (any store, bus and projector). Replays and
+    /// imports that count their writes use a direct projector on it.
+    pub fn new(engine: Engine) -> Self {
+        Self::from_engine(engine, "(engine)".to_owned(), OpenOptions::default())
+    }
+
+    pub(crate) fn from_engine(engine: Engine, url: String, options: OpenOptions) -> Self {
+        Self {
+            engine,
+            url,
+            options,
+        }
+    }
+
+    /// The engine: store, bus and projector, for everything the facade does not wrap
+    /// (processors of live turns, subscriptions).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.engine.store
+    }
+
+    /// The URL this was opened from, password hidden.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The engine a write operation uses: this one, or (to count what reaches the
+    /// store) one on the same store and bus whose store counts what it is handed.
+    fn writer(&self, count: bool) -> (Engine, Option<Arc<CountingStore>>) {
+        if !count {
+            return (self.engine.clone(), None);
+        }
+        let counting = Arc::new(CountingStore::new(Arc::clone(&self.engine.store)));
+        let store: Arc<dyn Store> = counting.clone();
+        let bus = Arc::clone(&self.engine.bus);
+        let engine = match self.options.projection {
+            Projection::Direct => Engine::new(store, bus),
+            Projection::GroupCommit(g) => Engine::with_group_commit(store, bus, g),
+        };
+        (engine, Some(counting))
+    }
+
+    /// Delivers what the bus queued (Redis) and commits what a group-commit projector
+    /// holds. Call before the process exits.
+    ///
+    /// # Errors
+    /// The bus's or the store's error.
+    pub async fn flush(&self) -> Result<()> {
+        self.engine
+            .projector
+            .sync()
+            .await
+            .map_err(|e| Error::store("committing what the projector holds", e))?;
+        self.engine
+            .bus
+            .flush()
+            .await
+            .map_err(|e| Error::store("delivering the published events", e))
+    }
+
+    /// Replays a recorded stream (JSONL, `docs/replay-format.md`).
+    ///
+    /// # Errors
+    /// [`ReplayError`]: the error (input or store) and what was done before it.
+    pub async fn replay_str(
+        &self,
+        tenant: &TenantId,
+        text: &str,
+        opts: ReplayOptions,
+    ) -> Result<ReplayReport, ReplayError> {
+        let (engine, counting) = self.writer(opts.count_writes);
+        let outcome = Replayer::new(&engine, tenant, opts).run_text(text).await;
+        self.finish_replay(&engine, outcome, counting.as_deref()).await
+    }
+
+    /// Replays a recorded stream file (`-` reads standard input).
+    ///
+    /// # Errors
+    /// As [`Forge::replay_str`]; a file that cannot be read is [`Error::Io`].
+    pub async fn replay_file(
+        &self,
+        tenant: &TenantId,
+        path: &Path,
+        opts: ReplayOptions,
+    ) -> Result<ReplayReport, ReplayError> {
+        let text = read_input(path).map_err(|error| ReplayError {
+            report: ReplayReport::default(),
+            error,
+        })?;
+        self.replay_str(tenant, &text, opts).await
+    }
+
+    /// Replays any stream of lines: framing lines and model stream events
+    /// (`Line::from(StreamEvent)`). Errors name the item as `event N`.
+    ///
+    /// # Errors
+    /// As [`Forge::replay_str`].
+    pub async fn replay_stream<S>(
+        &self,
+        tenant: &TenantId,
+        lines: S,
+        opts: ReplayOptions,
+    ) -> Result<ReplayReport, ReplayError>
+    where
+        S: Stream<Item = Line>,
+    {
+        let (engine, counting) = self.writer(opts.count_writes);
+        let outcome = Replayer::new(&engine, tenant, opts).run_stream(lines).await;
+        self.finish_replay(&engine, outcome, counting.as_deref()).await
+    }
+
+    /// Commits what a counting writer's projector holds and fills in the counts.
+    async fn finish_replay(
+        &self,
+        engine: &Engine,
+        outcome: Result<ReplayReport, ReplayError>,
+        counting: Option<&CountingStore>,
+    ) -> Result<ReplayReport, ReplayError> {
+        let Some(counting) = counting else {
+            return outcome;
+        };
+        let synced = engine.projector.sync().await;
+        let writes = Some(counting.totals());
+        match (outcome, synced) {
+            (Ok(mut report), Ok(())) => {
+                report.writes = writes;
+                Ok(report)
+            }
+            (Ok(mut report), Err(e)) => {
+                report.writes = writes;
+                Err(ReplayError {
+                    report,
+                    error: Error::store("committing the replay", e),
+                })
+            }
+            (Err(mut e), _) => {
+                e.report.writes = writes;
+                Err(e)
+            }
+        }
+    }
+
+    /// Imports sessions in the opencode export shape: one export document
+    /// `{info, messages: [{info, parts}]}`, or one `{info, parts}` message per line.
+    /// Ids, times and unknown fields are kept. `progress(done, total)` is called after
+    /// each message.
+    ///
+    /// # Errors
+    /// [`Error::Input`] naming the bad line or item (nothing of it is stored);
+    /// [`Error::Store`] when writing fails.
+    pub async fn import_str(
+        &self,
+        tenant: &TenantId,
+        text: &str,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<ImportReport> {
+        let (engine, counting) = self.writer(true);
+        let sessions = transfer::import(&engine, tenant, text, progress).await?;
+        engine
+            .projector
+            .sync()
+            .await
+            .map_err(|e| Error::store("committing the import", e))?;
+        Ok(ImportReport {
+            sessions,
+            writes: counting.map(|c| c.totals()).unwrap_or_default(),
+        })
+    }
+
+    /// Imports a file (`-` reads standard input); see [`Forge::import_str`].
+    ///
+    /// # Errors
+    /// As [`Forge::import_str`], and [`Error::Io`].
+    pub async fn import_file(
+        &self,
+        tenant: &TenantId,
+        path: &Path,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<ImportReport> {
+        let text = read_input(path)?;
+        self.import_str(tenant, &text, progress).await
+    }
+
+    /// A whole session in the opencode export shape.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn export(&self, tenant: &TenantId, session: &SessionId) -> Result<Export> {
+        transfer::export(&self.engine, tenant, session).await
+    }
+
+    /// The sessions of a tenant.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        self.engine
+            .store
+            .sessions(tenant)
+            .await
+            .map_err(|e| Error::store(format!("listing the sessions of tenant {tenant}"), e))
+    }
+
+    /// One session.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn session(&self, tenant: &TenantId, session: &SessionId) -> Result<SessionState> {
+        self.engine
+            .store
+            .session(tenant, session)
+            .await
+            .map_err(|e| Error::store(format!("reading session {session}"), e))?
+            .ok_or_else(|| Error::SessionNotFound {
+                tenant: tenant.clone(),
+                session: session.clone(),
+            })
+    }
+
+    /// One page of a session's history: the newest page first, messages oldest to
+    /// newest inside it, and the cursor of the next (older) page. `limit` is capped
+    /// at [`MAX_PAGE_LIMIT`].
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn history(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.session(tenant, session).await?;
+        self.engine
+            .history(tenant, session, before, limit)
+            .await
+            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))
+    }
+
+    /// Every message of a session, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn history_all(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Vec<MessageWithParts>> {
+        self.session(tenant, session).await?;
+        read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+            .await
+            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))
+    }
+
+    /// The compacted view: what the model is sent next turn. It reads only what is
+    /// after the last compaction boundary.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn view(&self, tenant: &TenantId, session: &SessionId) -> Result<CompactedView> {
+        self.session(tenant, session).await?;
+        self.engine
+            .view(tenant, session)
+            .await
+            .map_err(|e| Error::store(format!("reading the view of session {session}"), e))
+    }
+
+    /// The compacted view with the session and how many stored messages it hides
+    /// (reads the whole history to count them).
+    ///
+    /// # Errors
+    /// As [`Forge::view`].
+    pub async fn view_report(&self, tenant: &TenantId, session: &SessionId) -> Result<ViewReport> {
+        let state = self.session(tenant, session).await?;
+        let view = self.view(tenant, session).await?;
+        let stored = self.history_all(tenant, session).await?.len();
+        Ok(ViewReport {
+            session: state,
+            hidden: stored.saturating_sub(view.messages.len()),
+            stored,
+            view,
+        })
+    }
+
+    /// Closes what a crash left open in one session, or in the whole tenant.
+    /// Idempotent: a second run closes nothing.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`] for a named session that does not exist, or the
+    /// store's error.
+    pub async fn recover(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<Recovered> {
+        if let Some(sid) = session {
+            self.session(tenant, sid).await?;
+        }
+        let open_before = self
+            .engine
+            .store
+            .open_items(tenant, session)
+            .await
+            .map_err(|e| Error::store("reading what is open", e))?;
+        let report = self
+            .engine
+            .recover(tenant, session)
+            .await
+            .map_err(|e| Error::store("recover", e))?;
+        Ok(Recovered {
+            open_before,
+            report,
+        })
+    }
+}
+
+/// Reads `path`, or standard input for `-`.
+pub(crate) fn read_input(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let io = |source| Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        source,
+    };
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(io)?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).map_err(io)
+}

@@ -1,0 +1,44 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod forge;
+mod open;
+pub mod replay;
+mod transfer;
+
+pub use error::{Error, Result};
+pub use forge::{Forge, ImportReport, Recovered, ViewReport};
+pub use open::{
+    is_redis, open, open_store, open_with, schemes, OpenOptions, Projection, Scheme,
+    DEFAULT_URL, SCHEMES,
+};
+pub use replay::{Line, ReplayError, ReplayOptions, ReplayReport, UserLine};
+pub use transfer::{Export, ImportedSession};
+
+/// The engine's building blocks, for what the facade does not wrap: the model, the
+/// events, the `Store`/`Bus`/`Projector` traits, the Processor and the read path.
+pub use forge_core as core;
+
+pub use forge_core::model;
+pub use forge_core::url::redact;
+pub use forge_core::{
+    filter_compacted, read_all, Bus, BusEvent, Capabilities, CompactedView, Cursor, Engine,
+    Envelope, Event, Flow, GroupCommitOptions, Message, MessageId, MessageWithParts, OpenItems,
+    Outcome, Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector,
+    RecoverReport, Session, SessionId, SessionState, Store, StreamEvent, Subscription,
+    SyncEvent, TenantId, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+};
+
+/// The error type of the engine's traits (stores, buses, projectors), which
+/// [`Error`] wraps with context.
+pub type CoreError = forge_core::Error;
+
+/// The redb backend (feature `redb`).
+#[cfg(feature = "redb")]
+pub use forge_redb as redb;
+/// The Redis backend (feature `redis`).
+#[cfg(feature = "redis")]
+pub use forge_redis as redis;
+/// The SQL backends (features `sqlite`, `postgres`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use forge_sql as sql;

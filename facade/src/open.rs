@@ -1,0 +1,359 @@
+//! Opening a backend by URL: `redb://PATH`, `sqlite://PATH`, `postgres://…`,
+//! `redis://…`, `memory://`.
+//!
+//! A backend is one cargo feature; [`schemes`] lists what this build supports, and a
+//! URL for a backend that is compiled out is [`Error::FeatureDisabled`] naming the
+//! feature. Every error and every `Debug` output shows the URL through
+//! [`forge_core::url::redact`], so a password never reaches a log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
+use forge_core::url::redact;
+use tracing::Instrument;
+use forge_core::{Bus, Engine, GroupCommitOptions, LocalBus, MemoryStore, Store};
+
+use crate::error::{Error, Result};
+use crate::Forge;
+
+/// The backend used when none is named: a redb file in the current directory.
+pub const DEFAULT_URL: &str = "redb://./forge.redb";
+
+/// A backend scheme: its URL shape, and the cargo feature that compiles it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scheme {
+    /// The scheme, e.g. `sqlite`.
+    pub name: &'static str,
+    /// The URL's shape, for help texts.
+    pub shape: &'static str,
+    /// The cargo feature of forge-store that compiles this backend in (`None`: always).
+    pub feature: Option<&'static str>,
+    /// Whether this build has it.
+    pub enabled: bool,
+}
+
+/// Every backend scheme forge-store knows, with whether this build has it.
+pub const SCHEMES: &[Scheme] = &[
+    Scheme {
+        name: "redb",
+        shape: "redb://PATH[?durability=immediate|none]",
+        feature: Some("redb"),
+        enabled: cfg!(feature = "redb"),
+    },
+    Scheme {
+        name: "sqlite",
+        shape: "sqlite://PATH[?synchronous=normal|full&page_size=N]",
+        feature: Some("sqlite"),
+        enabled: cfg!(feature = "sqlite"),
+    },
+    Scheme {
+        name: "postgres",
+        shape: "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]",
+        feature: Some("postgres"),
+        enabled: cfg!(feature = "postgres"),
+    },
+    Scheme {
+        name: "redis",
+        shape: "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N] (store + durable Streams bus)",
+        feature: Some("redis"),
+        enabled: cfg!(feature = "redis"),
+    },
+    Scheme {
+        name: "memory",
+        shape: "memory:// (in-process, gone when the process exits)",
+        feature: None,
+        enabled: true,
+    },
+];
+
+/// The schemes this build can open.
+pub fn schemes() -> impl Iterator<Item = &'static Scheme> {
+    SCHEMES.iter().filter(|s| s.enabled)
+}
+
+/// How the store and the bus are joined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Projection {
+    /// Every boundary is its own transaction, committed before it is published.
+    #[default]
+    Direct,
+    /// Terminal boundaries are committed before they are published, across sessions
+    /// within a window; other writes ride along (see [`forge_core::group`]).
+    GroupCommit(GroupCommitOptions),
+}
+
+/// Options of [`open_with`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// The projector between store and bus.
+    pub projection: Projection,
+    /// Events the in-process bus keeps per session, so a subscriber can resume and
+    /// `recover` can rebuild streamed text in the same process (ignored by Redis,
+    /// whose bus is durable).
+    pub replay_per_session: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            projection: Projection::Direct,
+            replay_per_session: DEFAULT_REPLAY_PER_SESSION,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The default options: direct projection, the default replay buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Group commits with this window (terminal boundaries of all sessions arriving
+    /// within it share a transaction).
+    #[must_use]
+    pub fn group_commit(mut self, window: Duration) -> Self {
+        self.projection = Projection::GroupCommit(GroupCommitOptions {
+            window,
+            ..GroupCommitOptions::default()
+        });
+        self
+    }
+
+    /// This projection.
+    #[must_use]
+    pub fn projection(mut self, projection: Projection) -> Self {
+        self.projection = projection;
+        self
+    }
+}
+
+/// A backend URL split into its parts; the original is kept for the backends' own
+/// parsers.
+struct Parsed<'a> {
+    url: &'a str,
+    scheme: String,
+    target: &'a str,
+    query: &'a str,
+}
+
+fn parse(url: &str) -> Result<Parsed<'_>> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(Error::Url {
+            url: redact(url),
+            reason: format!("not a URL (expected SCHEME://…); {}", supported()),
+        });
+    };
+    let (target, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut scheme = scheme.to_ascii_lowercase();
+    if scheme == "postgresql" {
+        "postgres".clone_into(&mut scheme);
+    }
+    if scheme == "rediss" {
+        "redis".clone_into(&mut scheme);
+    }
+    let Some(known) = SCHEMES.iter().find(|s| s.name == scheme) else {
+        return Err(Error::Url {
+            url: redact(url),
+            reason: format!("unknown backend scheme {scheme:?}; {}", supported()),
+        });
+    };
+    if !known.enabled {
+        return Err(Error::FeatureDisabled {
+            url: redact(url),
+            scheme,
+            feature: known.feature.unwrap_or(known.name),
+        });
+    }
+    Ok(Parsed {
+        url,
+        scheme,
+        target,
+        query,
+    })
+}
+
+fn supported() -> String {
+    let list: Vec<&str> = schemes().map(|s| s.shape).collect();
+    format!("this build supports {}", list.join(", "))
+}
+
+/// Whether `url` names a Redis server (a store with a durable Streams bus).
+pub fn is_redis(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(s, _)| matches!(s.to_ascii_lowercase().as_str(), "redis" | "rediss"))
+}
+
+/// Opens `url` with the default options: the store, the bus (Redis Streams for
+/// `redis://`, else an in-process bus with a replay buffer) and a direct projector.
+///
+/// # Errors
+/// [`Error::Url`], [`Error::FeatureDisabled`] or [`Error::Open`], each naming the
+/// redacted URL.
+pub async fn open(url: &str) -> Result<Forge> {
+    open_with(url, OpenOptions::default()).await
+}
+
+/// Opens `url` with `options`.
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
+    let parsed = parse(url)?;
+    let span = tracing::info_span!("open", backend = %parsed.scheme, url = %redact(url));
+    let (store, bus) = async {
+        let store = open_parsed(&parsed).await?;
+        let bus = open_bus(&parsed, &options).await?;
+        Ok::<_, Error>((store, bus))
+    }
+    .instrument(span)
+    .await?;
+    let engine = match options.projection {
+        Projection::Direct => Engine::new(store, bus),
+        Projection::GroupCommit(g) => Engine::with_group_commit(store, bus, g),
+    };
+    tracing::debug!("opened");
+    Ok(Forge::from_engine(engine, redact(url), options))
+}
+
+/// Opens only the store `url` names (e.g. the target of a projector worker).
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
+    open_parsed(&parse(url)?).await
+}
+
+async fn open_bus(parsed: &Parsed<'_>, options: &OpenOptions) -> Result<Arc<dyn Bus>> {
+    #[cfg(feature = "redis")]
+    if parsed.scheme == "redis" {
+        let bus = forge_redis::RedisBus::connect(parsed.url)
+            .await
+            .map_err(|e| opened(parsed, e))?;
+        return Ok(Arc::new(bus));
+    }
+    let _ = parsed;
+    Ok(Arc::new(LocalBus::with_replay(options.replay_per_session)))
+}
+
+fn opened(parsed: &Parsed<'_>, source: forge_core::Error) -> Error {
+    Error::Open {
+        url: redact(parsed.url),
+        source,
+    }
+}
+
+async fn open_parsed(parsed: &Parsed<'_>) -> Result<Arc<dyn Store>> {
+    let fail = |e| opened(parsed, e);
+    match parsed.scheme.as_str() {
+        "memory" => {
+            if !parsed.target.is_empty() || !parsed.query.is_empty() {
+                return Err(Error::Url {
+                    url: redact(parsed.url),
+                    reason: "memory:// takes no path or options".into(),
+                });
+            }
+            Ok(Arc::new(MemoryStore::new()))
+        }
+        #[cfg(feature = "redb")]
+        "redb" => {
+            if parsed.target.is_empty() {
+                return Err(Error::Url {
+                    url: redact(parsed.url),
+                    reason: "redb:// needs a file path, e.g. redb://./forge.redb".into(),
+                });
+            }
+            let opts = forge_redb::RedbOptions::from_query(parsed.query).map_err(fail)?;
+            let path = parsed.target.to_owned();
+            let store = tokio::task::spawn_blocking(move || {
+                forge_redb::RedbStore::open_with(path, opts)
+            })
+            .await
+            .map_err(|e| fail(forge_core::Error::backend("redb", false, e)))?
+            .map_err(fail)?;
+            Ok(Arc::new(store))
+        }
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(
+            forge_sql::SqliteStore::open(parsed.url)
+                .await
+                .map_err(fail)?,
+        )),
+        #[cfg(feature = "postgres")]
+        "postgres" => Ok(Arc::new(
+            forge_sql::PostgresStore::connect(parsed.url)
+                .await
+                .map_err(fail)?,
+        )),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Arc::new(
+            forge_redis::RedisStore::connect(parsed.url)
+                .await
+                .map_err(fail)?,
+        )),
+        // `parse` admits only enabled schemes, each handled above.
+        other => Err(Error::Url {
+            url: redact(parsed.url),
+            reason: format!("backend {other} is not compiled in; {}", supported()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unknown_scheme_names_the_redacted_url_and_what_is_supported() {
+        let err = open("mongodb://admin:pw123@h/db").await.unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("mongodb://admin:***@h/db"), "{msg}");
+        assert!(!msg.contains("pw123"), "{msg}");
+        assert!(msg.contains("unknown backend scheme"), "{msg}");
+        assert!(msg.contains("memory://"), "{msg}");
+        assert!(matches!(err, Error::Url { .. }));
+    }
+
+    #[tokio::test]
+    async fn not_a_url_is_a_url_error() {
+        let err = open("forge.redb").await.unwrap_err();
+        assert!(err.to_string().contains("expected SCHEME://"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn memory_opens_and_takes_no_options() {
+        let forge = open("memory://").await.unwrap();
+        assert_eq!(forge.engine().store.capabilities().name, "memory");
+        assert!(matches!(
+            open("memory://x").await.unwrap_err(),
+            Error::Url { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_compiled_out_backend_names_its_feature() {
+        // Every scheme this build lacks must say which feature brings it in.
+        for s in SCHEMES.iter().filter(|s| !s.enabled) {
+            let url = format!("{}://user:secret@host/x", s.name);
+            let err = open(&url).await.unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                matches!(&err, Error::FeatureDisabled { feature, .. } if Some(*feature) == s.feature),
+                "{msg}"
+            );
+            assert!(msg.contains(&format!("`{}` feature", s.name)), "{msg}");
+            assert!(!msg.contains("secret"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn group_commit_option_sets_the_window() {
+        let o = OpenOptions::new().group_commit(Duration::from_millis(25));
+        match o.projection {
+            Projection::GroupCommit(g) => assert_eq!(g.window, Duration::from_millis(25)),
+            Projection::Direct => panic!("expected group commit"),
+        }
+    }
+}
