@@ -4,6 +4,7 @@ mod config;
 pub mod differential;
 mod factory;
 mod harness;
+mod junit;
 pub mod properties;
 pub mod reference;
 mod report;
@@ -18,7 +19,8 @@ use std::time::Instant;
 
 pub use config::{Config, DEFAULT_CASES};
 pub use factory::{guarded, BackendFactory, Divergence, FnFactory};
-pub use report::{junit_xml, Outcome, PropertyResult, Report};
+pub use junit::junit_xml;
+pub use report::{Outcome, PropertyResult, Report};
 pub use services::{service_url, REQUIRE_SERVICES};
 
 /// One property of the contract (ARCHITECTURE §9). Each is its own test.
