@@ -4,6 +4,8 @@ mod config;
 pub mod differential;
 mod factory;
 mod harness;
+mod junit;
+mod progress;
 pub mod properties;
 pub mod reference;
 mod report;
@@ -18,7 +20,9 @@ use std::time::Instant;
 
 pub use config::{Config, DEFAULT_CASES};
 pub use factory::{guarded, BackendFactory, Divergence, FnFactory};
-pub use report::{junit_xml, Outcome, PropertyResult, Report};
+pub use junit::junit_xml;
+pub use progress::{NoProgress, Progress, ProgressEvent};
+pub use report::{Outcome, PropertyResult, Report};
 pub use services::{service_url, REQUIRE_SERVICES};
 
 /// One property of the contract (ARCHITECTURE §9). Each is its own test.
@@ -174,28 +178,59 @@ impl FromStr for Property {
 /// Builds its own tokio runtime. Called from inside a runtime it runs on a separate
 /// thread and blocks the caller until done; async callers should prefer [`run_async`].
 pub fn run(factory: &dyn BackendFactory, config: &Config) -> Report {
-    outside_runtime(|| run_here(factory, config))
+    run_with_progress(factory, config, &NoProgress)
+}
+
+/// [`run`], telling `progress` what it plans, and when each property starts and ends.
+pub fn run_with_progress(
+    factory: &dyn BackendFactory,
+    config: &Config,
+    progress: &dyn Progress,
+) -> Report {
+    outside_runtime(|| run_here(factory, config, progress))
 }
 
 /// [`run`] for async callers: runs the suite on its own thread and runtime.
 pub async fn run_async(factory: Arc<dyn BackendFactory>, config: Config) -> Report {
+    run_async_with_progress(factory, config, Arc::new(NoProgress)).await
+}
+
+/// [`run_async`] with progress events (see [`run_with_progress`]). `progress` is called
+/// on the suite's thread.
+pub async fn run_async_with_progress(
+    factory: Arc<dyn BackendFactory>,
+    config: Config,
+    progress: Arc<dyn Progress>,
+) -> Report {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(run_here(factory.as_ref(), &config));
+        let _ = tx.send(run_here(factory.as_ref(), &config, progress.as_ref()));
     });
     rx.await
         .unwrap_or_else(|_| panic!("the conformance suite thread panicked"))
 }
 
-fn run_here(factory: &dyn BackendFactory, config: &Config) -> Report {
+fn run_here(factory: &dyn BackendFactory, config: &Config, progress: &dyn Progress) -> Report {
     let started = Instant::now();
+    let planned: Vec<Property> = Property::ALL
+        .into_iter()
+        .filter(|p| config.selects(*p))
+        .collect();
+    progress.event(ProgressEvent::Planned {
+        properties: &planned,
+    });
     let rt = harness::runtime();
-    let mut results = Vec::new();
     let (store_caps, bus_caps) = harness::probe(&rt, factory);
-    for property in Property::ALL {
-        if config.selects(property) {
-            results.push(runner::run_property(&rt, factory, property, config));
-        }
+    let mut results = Vec::with_capacity(planned.len());
+    for (index, &property) in planned.iter().enumerate() {
+        progress.event(ProgressEvent::Started { property, index });
+        let result = runner::run_property(&rt, factory, property, config);
+        progress.event(ProgressEvent::Finished {
+            property,
+            index,
+            result: &result,
+        });
+        results.push(result);
     }
     Report {
         backend: factory.name().to_owned(),

@@ -1,4 +1,5 @@
-//! The suite's report: one result per property, a human-readable table and JUnit XML.
+//! The suite's report: one result per property and a human-readable table (JUnit XML
+//! is in `junit.rs`).
 
 use std::fmt::{self, Write as _};
 use std::time::Duration;
@@ -109,7 +110,7 @@ impl PropertyResult {
     }
 }
 
-fn first_line(s: &str) -> String {
+pub(crate) fn first_line(s: &str) -> String {
     let line = s.lines().next().unwrap_or("");
     if line.chars().count() > 100 {
         let cut: String = line.chars().take(100).collect();
@@ -201,104 +202,6 @@ impl fmt::Display for Report {
     }
 }
 
-/// Escapes text for an XML attribute or element, dropping characters XML 1.0 forbids.
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The report as JUnit XML: one `<testsuite>` for the backend, one `<testcase>` per
-/// property, `<failure>` / `<skipped>` where they apply. Expected divergences are
-/// reported as skipped with their reason.
-pub fn junit_xml(report: &Report) -> String {
-    let (_, failed, skipped, diverges) = report.counts();
-    let suite = xml_escape(&format!("forge-conformance.{}", report.backend));
-    let tests = report.results.len();
-    let time = report.duration.as_secs_f64();
-    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        x,
-        "<testsuites name=\"forge-conformance\" tests=\"{tests}\" failures=\"{failed}\" \
-         errors=\"0\" skipped=\"{}\" time=\"{time:.3}\">",
-        skipped + diverges
-    );
-    let _ = writeln!(
-        x,
-        "  <testsuite name=\"{suite}\" tests=\"{tests}\" failures=\"{failed}\" errors=\"0\" \
-         skipped=\"{}\" time=\"{time:.3}\">",
-        skipped + diverges
-    );
-    let _ = writeln!(
-        x,
-        "    <properties><property name=\"cases\" value=\"{}\"/></properties>",
-        report.cases
-    );
-    for r in &report.results {
-        let _ = write!(
-            x,
-            "    <testcase classname=\"{suite}\" name=\"{}\" time=\"{:.3}\">",
-            r.property.name(),
-            r.duration.as_secs_f64()
-        );
-        match &r.outcome {
-            Outcome::Passed => {}
-            Outcome::Failed { message, .. } => {
-                let _ = write!(
-                    x,
-                    "\n      <failure message=\"{}\" type=\"PropertyFailed\">{}</failure>\n    ",
-                    xml_escape(&first_line(message)),
-                    xml_escape(&r.failure_text())
-                );
-            }
-            Outcome::Skipped { reason } => {
-                let _ = write!(
-                    x,
-                    "\n      <skipped message=\"{}\"/>\n    ",
-                    xml_escape(reason)
-                );
-            }
-            Outcome::ExpectedDivergence { reason, failure } => {
-                let _ = write!(
-                    x,
-                    "\n      <skipped message=\"expected divergence: {}\">{}</skipped>\n    ",
-                    xml_escape(reason),
-                    xml_escape(failure)
-                );
-            }
-        }
-        let mut out = format!(
-            "{} cases, {} shrink steps. {}",
-            r.cases,
-            r.shrink_steps,
-            r.property.description()
-        );
-        for n in &r.notes {
-            let _ = write!(out, "\nnote: {n}");
-        }
-        let _ = writeln!(
-            x,
-            "<system-out>{}</system-out></testcase>",
-            xml_escape(&out)
-        );
-    }
-    x.push_str("  </testsuite>\n</testsuites>\n");
-    x
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,15 +252,5 @@ mod tests {
         );
         assert!(text.contains("Case { n: 1 }"), "{text}");
         assert!(!report().is_success());
-    }
-
-    #[test]
-    fn junit_is_escaped_and_counts_match() {
-        let x = junit_xml(&report());
-        assert!(x.contains("tests=\"3\" failures=\"1\""), "{x}");
-        assert!(x.contains("x&lt;y&gt;"), "{x}");
-        assert!(x.contains("&quot;m&quot; &amp; &lt;more&gt;"), "{x}");
-        assert!(x.contains("<skipped message=\"no bus\\u{0}\"/>"), "{x}");
-        assert!(!x.contains('\0'));
     }
 }
