@@ -85,6 +85,20 @@ pub struct Run {
     pub dir: PathBuf,
 }
 
+impl Run {
+    /// What a progress line shows: `W1 redb boundary terminal/10ms T=10`.
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} {} {} T={}",
+            self.workload,
+            self.target.name(),
+            self.mode.as_str(),
+            self.policy.label(),
+            self.turns
+        )
+    }
+}
+
 /// A backend opened for one run.
 struct Opened {
     store: Arc<dyn Store>,

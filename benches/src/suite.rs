@@ -1,5 +1,5 @@
 //! The benchmark plan: which workloads, backends, modes and policies `forge-store
-//! bench` measures, and running it.
+//! bench` measures, and running it, reporting each step as a [`ProgressEvent`].
 
 use std::path::PathBuf;
 
@@ -149,24 +149,78 @@ impl Plan {
         &self,
         mut progress: impl FnMut(&Measurement),
     ) -> Result<Vec<Measurement>> {
-        let mut results = Vec::new();
+        self.execute_with_progress(|event| {
+            if let ProgressEvent::Finished { measurement, .. } = event {
+                progress(measurement);
+            }
+        })
+        .await
+    }
+
+    /// Measures every run in order, telling `on_event` what happens as it happens (see
+    /// [`ProgressEvent`] for the order), e.g. to drive a progress bar. Prints nothing.
+    ///
+    /// # Errors
+    /// The first run that fails, naming it; its `Started` was the last event sent.
+    pub async fn execute_with_progress(
+        &self,
+        mut on_event: impl FnMut(ProgressEvent<'_>),
+    ) -> Result<Vec<Measurement>> {
+        let runs = self.runs();
+        on_event(ProgressEvent::Planned { total: runs.len() });
+        let mut results = Vec::with_capacity(runs.len());
         let mut cache: Option<(Workload, Vec<Script>)> = None;
-        for (run, workload) in self.runs() {
-            let scripts: &[Script] = match (&workload, &self.input) {
+        for (index, (run, workload)) in runs.iter().enumerate() {
+            on_event(ProgressEvent::Started { index, run });
+            let scripts: &[Script] = match (workload, &self.input) {
                 (Workload::Input, Some((_, scripts))) => scripts,
                 _ => {
-                    if cache.as_ref().map(|(w, _)| w) != Some(&workload) {
+                    if cache.as_ref().map(|(w, _)| w) != Some(workload) {
                         cache = Some((workload.clone(), workload.generate(self.seed)));
                     }
                     cache.as_ref().map_or(&[], |(_, s)| s.as_slice())
                 }
             };
-            let m = measure(&run, scripts).await?;
-            progress(&m);
+            let m = measure(run, scripts).await?;
+            on_event(ProgressEvent::Finished {
+                index,
+                run,
+                measurement: &m,
+            });
             results.push(m);
         }
         Ok(results)
     }
+}
+
+/// What [`Plan::execute_with_progress`] reports, in this order: one `Planned`, then for
+/// each run, by increasing `index`, a `Started` and (when it succeeds) a `Finished`.
+/// A run that fails ends the execution after its `Started`.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum ProgressEvent<'a> {
+    /// Sent once, before any run: how many runs the plan has.
+    Planned {
+        /// Runs to measure, `Plan::runs().len()`.
+        total: usize,
+    },
+    /// A run begins: its workload is generated (unless the previous run's is reused),
+    /// then measured.
+    Started {
+        /// Position in the plan, from 0.
+        index: usize,
+        /// The run; [`Run::label`] names it.
+        run: &'a Run,
+    },
+    /// A run was measured.
+    Finished {
+        /// Position in the plan, from 0.
+        index: usize,
+        /// The run; [`Run::label`] names it.
+        run: &'a Run,
+        /// What it measured (the same value the execution returns at `index`).
+        measurement: &'a Measurement,
+    },
 }
 
 /// A workload of the plan.

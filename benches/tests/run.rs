@@ -4,7 +4,7 @@
 //! checked only for their order of magnitude, which is what the benchmark reports on.
 
 use forge_bench::run::{measure, Run, Target};
-use forge_bench::suite::{Plan, Workload};
+use forge_bench::suite::{Plan, ProgressEvent, Workload};
 use forge_bench::workload::{w1, w1xn, W1_TURN_BYTES, W1_TURN_DELTAS};
 use forge_bench::{Measurement, Mode, Policy};
 
@@ -155,4 +155,51 @@ fn the_quick_plan_measures_both_modes_and_skips_per_delta_beyond_its_limit() {
     for w in [0, 10, 100] {
         assert!(windows.contains(&Policy::Terminal { window_ms: w }));
     }
+}
+
+/// An owned copy of a [`ProgressEvent`], to compare after the execution.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Planned(usize),
+    Started(usize, String),
+    Finished(usize, String),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_plans_then_starts_and_finishes_every_run_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    // The quick plan, smaller: every kind of run it has, in a second or two.
+    let mut plan = Plan::quick(vec![Target::Memory], dir.path().to_path_buf());
+    plan.turns = vec![2];
+    plan.sessions = vec![4];
+    plan.windows = vec![10];
+    let labels: Vec<String> = plan.runs().iter().map(|(r, _)| r.label()).collect();
+    let mut seen = Vec::new();
+    let mut finished = Vec::new();
+    let results = plan
+        .execute_with_progress(|event| match event {
+            ProgressEvent::Planned { total } => seen.push(Seen::Planned(total)),
+            ProgressEvent::Started { index, run } => seen.push(Seen::Started(index, run.label())),
+            ProgressEvent::Finished {
+                index,
+                run,
+                measurement,
+            } => {
+                seen.push(Seen::Finished(index, run.label()));
+                finished.push(measurement.clone());
+            }
+            _ => {}
+        })
+        .await
+        .unwrap();
+
+    assert!(labels.len() > 1, "{labels:?}");
+    let mut expected = vec![Seen::Planned(labels.len())];
+    for (i, label) in labels.iter().enumerate() {
+        expected.push(Seen::Started(i, label.clone()));
+        expected.push(Seen::Finished(i, label.clone()));
+    }
+    assert_eq!(seen, expected);
+    assert_eq!(finished, results);
+    assert_eq!(labels[0], "W1 memory boundary every-boundary T=2");
 }

@@ -1,34 +1,14 @@
-//! The W1 workload of ARCHITECTURE §10, with event times, and W1×N.
-//!
-//! A [`Script`] is one session: what it does at each event time. Content is seeded
-//! random lowercase letters (incompressible enough that no engine is flattered by
-//! compression), so the same seed always gives the same script.
-//!
-//! One W1 turn, in order (the gap before each event in brackets):
-//!
-//! - a user message with one 400 B text part (at the turn's start);
-//! - an assistant message [50 ms], `start-step` [50 ms];
-//! - reasoning: `reasoning-start` [50 ms], 250 deltas of 8 B [20 ms each],
-//!   `reasoning-end` [50 ms];
-//! - text: `text-start` [50 ms], 200 deltas of 8 B [20 ms each], `text-end` [50 ms];
-//! - 3 tools, one after the other: `tool-input-start` [50 ms], `tool-call` with 300 B
-//!   of input JSON [50 ms], `tool-result` with a 4,000 B output [1,000 ms: the tool runs];
-//! - `finish-step` (`tool-calls`, with usage) [50 ms];
-//! - `start-step` [50 ms], text of 100 deltas of 8 B as above, `finish-step` (`stop`)
-//!   [50 ms];
-//! - `finish` [50 ms].
-//!
-//! The next turn starts 50 ms after `finish`. Logical bytes per turn:
-//! 400 + 2,000 + 1,600 + 3 × (300 + 4,000) + 800 = 17,700.
-
-use std::io::{self, Write};
+//! The W1 generator: one session's script turn by turn (see the module docs of
+//! [`crate::workload`] for what a turn holds and when), and W1×N.
 
 use forge_core::model::{JsonMap, PartBody, TextPart};
 use forge_core::stream::Usage;
-use forge_core::{Part, StreamEvent};
+use forge_core::StreamEvent;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
+
+use super::{Item, Script, Timed};
 
 /// Logical bytes of one W1 turn.
 pub const W1_TURN_BYTES: u64 = 17_700;
@@ -53,40 +33,6 @@ const TOOL_INPUT_BYTES: usize = 300;
 const TOOL_OUTPUT_BYTES: usize = 4_000;
 /// `{"path":""}`: the input JSON around the letters.
 const TOOL_INPUT_FRAME: &str = r#"{"path":""}"#;
-
-/// What a session does at one event time.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Item {
-    /// A user message with these parts (ids assigned by the runner), written in one
-    /// batch.
-    User {
-        /// The message's parts, in order.
-        parts: Vec<PartBody>,
-    },
-    /// Opens an assistant message answering the last user message.
-    Assistant {
-        /// The message is a compaction summary.
-        summary: bool,
-    },
-    /// A model stream event for the open assistant message.
-    Stream(StreamEvent),
-}
-
-/// An item at its event time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Timed {
-    /// Event time, ms since the session's start (for W1×N: since the common start).
-    pub t_ms: u64,
-    /// What happens.
-    pub item: Item,
-}
-
-/// One session's items, `t_ms` non-decreasing.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Script {
-    /// The items in order.
-    pub items: Vec<Timed>,
-}
 
 /// W1 with `turns` turns, its content drawn from `seed`.
 pub fn w1(turns: u32, seed: u64) -> Script {
@@ -117,141 +63,6 @@ pub fn w1xn(n: u32, turns: u32, seed: u64) -> Vec<Script> {
             script
         })
         .collect()
-}
-
-/// Every item of every session in event-time order, with its session's index. Ties
-/// are broken by session index, then by order within the session (deterministic).
-pub fn merge(scripts: &[Script]) -> Vec<(usize, &Timed)> {
-    let mut all: Vec<(usize, &Timed)> = scripts
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| s.items.iter().map(move |t| (i, t)))
-        .collect();
-    // Stable: items of one session keep their order among equal times.
-    all.sort_by_key(|(i, t)| (t.t_ms, *i));
-    all
-}
-
-/// Content bytes of a script: user text, reasoning and text deltas, tool input JSON
-/// (its serialized length) and tool output.
-pub fn logical_bytes(script: &Script) -> u64 {
-    script
-        .items
-        .iter()
-        .map(|t| match &t.item {
-            Item::User { parts } => parts
-                .iter()
-                .map(|p| match p {
-                    PartBody::Text(t) => t.text.len(),
-                    _ => 0,
-                })
-                .sum(),
-            Item::Assistant { .. } => 0,
-            Item::Stream(e) => event_bytes(e),
-        })
-        .map(|n| n as u64)
-        .sum()
-}
-
-fn event_bytes(e: &StreamEvent) -> usize {
-    match e {
-        StreamEvent::TextDelta { text, .. } | StreamEvent::ReasoningDelta { text, .. } => {
-            text.len()
-        }
-        StreamEvent::ToolCall { input, .. } => json_len(input),
-        StreamEvent::ToolResult { output, .. } => match output {
-            Value::String(s) => s.len(),
-            Value::Object(m) => match m.get("output") {
-                Some(Value::String(s)) => s.len(),
-                _ => json_len(output),
-            },
-            other => json_len(other),
-        },
-        _ => 0,
-    }
-}
-
-fn json_len(v: &Value) -> usize {
-    serde_json::to_string(v).map_or(0, |s| s.len())
-}
-
-/// Event time of the last item, ms (0 for an empty script).
-pub fn duration_ms(script: &Script) -> u64 {
-    script.items.iter().map(|t| t.t_ms).max().unwrap_or(0)
-}
-
-/// Writes the script in the replay format (docs/replay-format.md), one line per item,
-/// each with its event time as `"t"`.
-pub fn write_jsonl(script: &Script, out: &mut impl Write) -> io::Result<()> {
-    for timed in &script.items {
-        let mut line = item_json(&timed.item)?;
-        line.insert("t".to_owned(), Value::from(timed.t_ms));
-        serde_json::to_writer(&mut *out, &line)?;
-        out.write_all(b"\n")?;
-    }
-    Ok(())
-}
-
-/// The replay line of an item, without `t`.
-fn item_json(item: &Item) -> io::Result<JsonMap> {
-    let mut line = JsonMap::new();
-    match item {
-        Item::User { parts } => {
-            line.insert("type".to_owned(), "user".into());
-            let mut rest = parts.as_slice();
-            if let Some((PartBody::Text(t), tail)) = rest.split_first() {
-                if is_plain_text(t) {
-                    line.insert("text".to_owned(), t.text.clone().into());
-                    rest = tail;
-                }
-            }
-            if !rest.is_empty() {
-                let parts = rest.iter().map(part_json).collect::<io::Result<Vec<_>>>()?;
-                line.insert("parts".to_owned(), Value::Array(parts));
-            }
-        }
-        Item::Assistant { summary } => {
-            line.insert("type".to_owned(), "assistant".into());
-            if *summary {
-                line.insert("summary".to_owned(), true.into());
-            }
-        }
-        Item::Stream(e) => match serde_json::to_value(e)? {
-            Value::Object(m) => line = m,
-            other => {
-                return Err(io::Error::other(format!(
-                    "stream event serialized as {other}, not an object"
-                )))
-            }
-        },
-    }
-    Ok(line)
-}
-
-/// A text part with nothing but its text: the `text` field of a user line.
-fn is_plain_text(t: &TextPart) -> bool {
-    t.synthetic.is_none()
-        && t.ignored.is_none()
-        && t.time.is_none()
-        && t.metadata.is_none()
-        && t.extra.is_empty()
-}
-
-/// A part in the opencode shape without `id`, `sessionID` and `messageID`.
-fn part_json(body: &PartBody) -> io::Result<Value> {
-    let part = Part {
-        id: "prt".into(),
-        session_id: "ses".into(),
-        message_id: "msg".into(),
-        body: body.clone(),
-    };
-    let mut v = serde_json::to_value(part)?;
-    if let Value::Object(m) = &mut v {
-        for key in ["id", "sessionID", "messageID"] {
-            m.remove(key);
-        }
-    }
-    Ok(v)
 }
 
 /// Builds one session's items, advancing event time.
@@ -416,6 +227,7 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::{duration_ms, logical_bytes};
 
     fn events(s: &Script) -> impl Iterator<Item = (u64, &StreamEvent)> {
         s.items.iter().filter_map(|t| match &t.item {
@@ -426,16 +238,6 @@ mod tests {
 
     fn count(s: &Script, kind: &str) -> usize {
         events(s).filter(|(_, e)| e.kind() == kind).count()
-    }
-
-    #[test]
-    fn logical_bytes_are_17700_per_turn() {
-        for turns in [0, 1, 3, 10] {
-            assert_eq!(
-                logical_bytes(&w1(turns, 7)),
-                W1_TURN_BYTES * u64::from(turns)
-            );
-        }
     }
 
     #[test]
@@ -562,88 +364,10 @@ mod tests {
     }
 
     #[test]
-    fn merge_is_ordered_complete_and_stable() {
-        let mut scripts = w1xn(5, 2, 3);
-        // Force ties across sessions: two sessions with the same start.
-        let base = scripts[0].items[0].t_ms;
-        let shift = scripts[1].items[0].t_ms;
-        for t in &mut scripts[1].items {
-            t.t_ms = t.t_ms - shift + base;
-        }
-        let merged = merge(&scripts);
-        let total: usize = scripts.iter().map(|s| s.items.len()).sum();
-        assert_eq!(merged.len(), total);
-        assert!(merged
-            .windows(2)
-            .all(|w| (w[0].1.t_ms, w[0].0) <= (w[1].1.t_ms, w[1].0)));
-        // Each session's items appear exactly once, in their original order.
-        let mut next = vec![0usize; scripts.len()];
-        for (i, t) in &merged {
-            let expected: &Timed = &scripts[*i].items[next[*i]];
-            assert!(std::ptr::eq(*t, expected));
-            next[*i] += 1;
-        }
-        assert!(next.iter().zip(&scripts).all(|(n, s)| *n == s.items.len()));
-        assert_eq!(merge(&scripts), merged);
-    }
-
-    #[test]
     fn every_stream_event_round_trips_through_serde() {
         for (_, e) in events(&w1(2, 8)) {
             let json = serde_json::to_string(e).unwrap();
             assert_eq!(&StreamEvent::from_json(&json).unwrap(), e, "{json}");
         }
-    }
-
-    #[test]
-    fn jsonl_has_one_timed_line_per_item() {
-        let s = w1(2, 4);
-        let mut buf = Vec::new();
-        write_jsonl(&s, &mut buf).unwrap();
-        let text = String::from_utf8(buf).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), s.items.len());
-        for (line, timed) in lines.iter().zip(&s.items) {
-            let mut v: JsonMap = serde_json::from_str(line).unwrap();
-            assert_eq!(v.remove("t"), Some(Value::from(timed.t_ms)), "{line}");
-            match &timed.item {
-                Item::User { parts } => {
-                    let [PartBody::Text(t)] = parts.as_slice() else {
-                        panic!("one text part")
-                    };
-                    assert_eq!(v["type"], "user");
-                    assert_eq!(v["text"], t.text.as_str());
-                    assert_eq!(v.len(), 2, "{line}");
-                }
-                Item::Assistant { .. } => {
-                    assert_eq!(Value::Object(v), serde_json::json!({"type": "assistant"}));
-                }
-                Item::Stream(e) => {
-                    let back: StreamEvent = serde_json::from_value(Value::Object(v)).unwrap();
-                    assert_eq!(&back, e);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn jsonl_writes_other_user_parts_without_ids() {
-        let s = Script {
-            items: vec![Timed {
-                t_ms: 5,
-                item: Item::User {
-                    parts: vec![PartBody::Agent(
-                        serde_json::from_value(serde_json::json!({"name": "explore"})).unwrap(),
-                    )],
-                },
-            }],
-        };
-        let mut buf = Vec::new();
-        write_jsonl(&s, &mut buf).unwrap();
-        let v: Value = serde_json::from_slice(&buf).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"type": "user", "parts": [{"type": "agent", "name": "explore"}], "t": 5})
-        );
     }
 }

@@ -1,0 +1,110 @@
+//! One SVG with two charts: write amplification per backend (`wa`) and physical
+//! bytes against turns (`bytes`), sharing colours (per mode/policy) and markers (per
+//! backend).
+
+mod bytes;
+mod elements;
+mod wa;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use plotters::prelude::*;
+
+use super::{series_key, sorted, SeriesKey};
+use crate::Measurement;
+
+const WIDTH: u32 = 1200;
+const PANEL_HEIGHT: u32 = 640;
+const LEGEND_WIDTH: u32 = 310;
+const FONT: &str = "sans-serif";
+/// Tableau 10: one colour per mode/policy, the same in both charts.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// What both charts draw: measurements with physical bytes, and the colour (per
+/// mode/policy) and marker (per backend) assignment shared by the charts.
+struct Chartable<'a> {
+    rows: Vec<&'a Measurement>,
+    series: Vec<SeriesKey>,
+    backends: Vec<String>,
+}
+
+impl<'a> Chartable<'a> {
+    fn new(ms: &'a [Measurement]) -> Self {
+        let rows: Vec<&Measurement> = sorted(ms)
+            .into_iter()
+            .filter(|m| m.physical.as_ref().is_some_and(|p| p.bytes > 0))
+            .collect();
+        let series: BTreeSet<SeriesKey> = rows.iter().map(|m| series_key(m)).collect();
+        let mut backends: Vec<String> = Vec::new();
+        for m in &rows {
+            if !backends.contains(&m.backend) {
+                backends.push(m.backend.clone());
+            }
+        }
+        Self {
+            rows,
+            series: series.into_iter().collect(),
+            backends,
+        }
+    }
+
+    fn color(&self, m: &Measurement) -> RGBColor {
+        let i = self
+            .series
+            .iter()
+            .position(|k| *k == series_key(m))
+            .unwrap_or(0);
+        PALETTE[i % PALETTE.len()]
+    }
+
+    fn shape(&self, backend: &str) -> usize {
+        self.backends.iter().position(|b| b == backend).unwrap_or(0)
+    }
+}
+
+/// The two charts as one SVG document: write amplification per backend and
+/// mode/policy for one workload (a), and physical bytes against T for single-session
+/// W1 runs (b). Measurements without physical bytes are left out; it is an error when
+/// none has them.
+pub fn svg(ms: &[Measurement]) -> anyhow::Result<String> {
+    if ms.is_empty() {
+        bail!("no measurements to chart");
+    }
+    let data = Chartable::new(ms);
+    if data.rows.is_empty() {
+        bail!(
+            "none of the {} measurements has physical bytes (the memory backend writes none); nothing to chart",
+            ms.len()
+        );
+    }
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, 2 * PANEL_HEIGHT)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, bottom) = root.split_vertically(PANEL_HEIGHT);
+        wa::draw_wa_chart(&top.margin(10, 10, 10, 10), &data)?;
+        bytes::draw_bytes_chart(&bottom.margin(10, 10, 10, 10), &data)?;
+        root.present()?;
+    }
+    Ok(out)
+}
+
+/// Writes [`svg`] to `path`.
+pub fn write_svg(ms: &[Measurement], path: &Path) -> anyhow::Result<()> {
+    let doc = svg(ms)?;
+    fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
+}

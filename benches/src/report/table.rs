@@ -1,0 +1,156 @@
+//! The measurements as an aligned terminal table and as a GitHub markdown table, each
+//! followed by a legend of how "physical" was measured.
+
+use std::fmt::Write as _;
+
+use super::format::{fmt_count, fmt_factor, fmt_ms, fmt_us, human_bytes, human_rate};
+use super::{sorted, EMPTY, NONE};
+use crate::Measurement;
+
+const HEADERS: [&str; 15] = [
+    "backend",
+    "mode",
+    "policy",
+    "workload",
+    "T",
+    "logical",
+    "handed",
+    "rows",
+    "commits",
+    "fsyncs",
+    "physical",
+    "WA",
+    "deltas/s",
+    "latency p50/p99",
+    "publish delay p50/p99",
+];
+/// Columns before this index are text (left-aligned), the rest numbers.
+const FIRST_NUMERIC: usize = 4;
+
+fn cells(m: &Measurement) -> Vec<String> {
+    vec![
+        m.backend.clone(),
+        m.mode.as_str().to_owned(),
+        m.policy.label(),
+        m.workload.clone(),
+        m.turns.to_string(),
+        human_bytes(m.logical_bytes),
+        human_bytes(m.handed_bytes),
+        fmt_count(m.rows),
+        fmt_count(m.commits),
+        m.fsyncs.map_or_else(|| NONE.to_owned(), fmt_count),
+        m.physical
+            .as_ref()
+            .map_or_else(|| NONE.to_owned(), |p| human_bytes(p.bytes)),
+        m.amplification()
+            .map_or_else(|| NONE.to_owned(), fmt_factor),
+        human_rate(m.deltas_per_s()),
+        m.latency_us.map_or_else(
+            || NONE.to_owned(),
+            |p| format!("{} / {}", fmt_us(p.p50), fmt_us(p.p99)),
+        ),
+        m.publish_delay_ms.map_or_else(
+            || NONE.to_owned(),
+            |p| format!("{} / {}", fmt_ms(p.p50), fmt_ms(p.p99)),
+        ),
+    ]
+}
+
+/// One line per distinct physical source: `(sources, backends measured that way)`.
+fn physical_legend(rows: &[&Measurement]) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for m in rows {
+        let Some(p) = &m.physical else { continue };
+        match out.iter_mut().find(|(s, _)| *s == p.source) {
+            Some((_, backends)) => {
+                if !backends.contains(&m.backend) {
+                    backends.push(m.backend.clone());
+                }
+            }
+            None => out.push((p.source.clone(), vec![m.backend.clone()])),
+        }
+    }
+    out
+}
+
+/// The measurements as an aligned terminal table, grouped by workload (a blank line
+/// between workloads) then backend, followed by one legend line per way "physical"
+/// was measured. Empty input gives `no measurements`.
+pub fn table(ms: &[Measurement]) -> String {
+    if ms.is_empty() {
+        return format!("{EMPTY}\n");
+    }
+    let rows = sorted(ms);
+    let body: Vec<Vec<String>> = rows.iter().map(|m| cells(m)).collect();
+    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
+    for row in &body {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |row: &[String]| -> String {
+        let mut s = String::new();
+        for (i, (c, w)) in row.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if i < FIRST_NUMERIC {
+                let _ = write!(s, "{c:<w$}");
+            } else {
+                let _ = write!(s, "{c:>w$}");
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    let headers: Vec<String> = HEADERS.iter().map(|h| (*h).to_owned()).collect();
+    let mut out = line(&headers);
+    out.push('\n');
+    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+    out.push_str(&"-".repeat(total));
+    out.push('\n');
+    for (i, (m, row)) in rows.iter().zip(&body).enumerate() {
+        if i > 0 && (rows[i - 1].sessions, &rows[i - 1].workload) != (m.sessions, &m.workload) {
+            out.push('\n');
+        }
+        out.push_str(&line(row));
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str("WA = physical / logical bytes; – = not measured.\n");
+    for (source, backends) in physical_legend(&rows) {
+        let _ = writeln!(out, "physical ({}): {source}", backends.join(", "));
+    }
+    out
+}
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// The same table as GitHub markdown, followed by the legend as a list. Empty input
+/// gives `_no measurements_`.
+pub fn markdown(ms: &[Measurement]) -> String {
+    if ms.is_empty() {
+        return format!("_{EMPTY}_\n");
+    }
+    let rows = sorted(ms);
+    let mut out = format!("| {} |\n|", HEADERS.join(" | "));
+    for i in 0..HEADERS.len() {
+        out.push_str(if i < FIRST_NUMERIC { "---|" } else { "---:|" });
+    }
+    out.push('\n');
+    for m in &rows {
+        let row: Vec<String> = cells(m).iter().map(|c| md_escape(c)).collect();
+        let _ = writeln!(out, "| {} |", row.join(" | "));
+    }
+    out.push_str("\nWA = physical / logical bytes; – = not measured.\n\n");
+    for (source, backends) in physical_legend(&rows) {
+        let _ = writeln!(
+            out,
+            "- physical ({}): {}",
+            md_escape(&backends.join(", ")),
+            md_escape(&source)
+        );
+    }
+    out
+}

@@ -1,0 +1,168 @@
+//! The W1 workload of ARCHITECTURE §10, with event times, and W1×N.
+//!
+//! A [`Script`] is one session: what it does at each event time. Content is seeded
+//! random lowercase letters (incompressible enough that no engine is flattered by
+//! compression), so the same seed always gives the same script.
+//!
+//! One W1 turn, in order (the gap before each event in brackets):
+//!
+//! - a user message with one 400 B text part (at the turn's start);
+//! - an assistant message [50 ms], `start-step` [50 ms];
+//! - reasoning: `reasoning-start` [50 ms], 250 deltas of 8 B [20 ms each],
+//!   `reasoning-end` [50 ms];
+//! - text: `text-start` [50 ms], 200 deltas of 8 B [20 ms each], `text-end` [50 ms];
+//! - 3 tools, one after the other: `tool-input-start` [50 ms], `tool-call` with 300 B
+//!   of input JSON [50 ms], `tool-result` with a 4,000 B output [1,000 ms: the tool runs];
+//! - `finish-step` (`tool-calls`, with usage) [50 ms];
+//! - `start-step` [50 ms], text of 100 deltas of 8 B as above, `finish-step` (`stop`)
+//!   [50 ms];
+//! - `finish` [50 ms].
+//!
+//! The next turn starts 50 ms after `finish`. Logical bytes per turn:
+//! 400 + 2,000 + 1,600 + 3 × (300 + 4,000) + 800 = 17,700.
+
+mod generate;
+mod jsonl;
+
+use forge_core::model::PartBody;
+use forge_core::StreamEvent;
+use serde_json::Value;
+
+pub use generate::{w1, w1xn, W1_TURN_BYTES, W1_TURN_DELTAS, W1_TURN_MS, W1_TURN_TOOLS};
+pub use jsonl::write_jsonl;
+
+/// What a session does at one event time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// A user message with these parts (ids assigned by the runner), written in one
+    /// batch.
+    User {
+        /// The message's parts, in order.
+        parts: Vec<PartBody>,
+    },
+    /// Opens an assistant message answering the last user message.
+    Assistant {
+        /// The message is a compaction summary.
+        summary: bool,
+    },
+    /// A model stream event for the open assistant message.
+    Stream(StreamEvent),
+}
+
+/// An item at its event time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timed {
+    /// Event time, ms since the session's start (for W1×N: since the common start).
+    pub t_ms: u64,
+    /// What happens.
+    pub item: Item,
+}
+
+/// One session's items, `t_ms` non-decreasing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Script {
+    /// The items in order.
+    pub items: Vec<Timed>,
+}
+
+/// Every item of every session in event-time order, with its session's index. Ties
+/// are broken by session index, then by order within the session (deterministic).
+pub fn merge(scripts: &[Script]) -> Vec<(usize, &Timed)> {
+    let mut all: Vec<(usize, &Timed)> = scripts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.items.iter().map(move |t| (i, t)))
+        .collect();
+    // Stable: items of one session keep their order among equal times.
+    all.sort_by_key(|(i, t)| (t.t_ms, *i));
+    all
+}
+
+/// Content bytes of a script: user text, reasoning and text deltas, tool input JSON
+/// (its serialized length) and tool output.
+pub fn logical_bytes(script: &Script) -> u64 {
+    script
+        .items
+        .iter()
+        .map(|t| match &t.item {
+            Item::User { parts } => parts
+                .iter()
+                .map(|p| match p {
+                    PartBody::Text(t) => t.text.len(),
+                    _ => 0,
+                })
+                .sum(),
+            Item::Assistant { .. } => 0,
+            Item::Stream(e) => event_bytes(e),
+        })
+        .map(|n| n as u64)
+        .sum()
+}
+
+fn event_bytes(e: &StreamEvent) -> usize {
+    match e {
+        StreamEvent::TextDelta { text, .. } | StreamEvent::ReasoningDelta { text, .. } => {
+            text.len()
+        }
+        StreamEvent::ToolCall { input, .. } => json_len(input),
+        StreamEvent::ToolResult { output, .. } => match output {
+            Value::String(s) => s.len(),
+            Value::Object(m) => match m.get("output") {
+                Some(Value::String(s)) => s.len(),
+                _ => json_len(output),
+            },
+            other => json_len(other),
+        },
+        _ => 0,
+    }
+}
+
+fn json_len(v: &Value) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
+}
+
+/// Event time of the last item, ms (0 for an empty script).
+pub fn duration_ms(script: &Script) -> u64 {
+    script.items.iter().map(|t| t.t_ms).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logical_bytes_are_17700_per_turn() {
+        for turns in [0, 1, 3, 10] {
+            assert_eq!(
+                logical_bytes(&w1(turns, 7)),
+                W1_TURN_BYTES * u64::from(turns)
+            );
+        }
+    }
+
+    #[test]
+    fn merge_is_ordered_complete_and_stable() {
+        let mut scripts = w1xn(5, 2, 3);
+        // Force ties across sessions: two sessions with the same start.
+        let base = scripts[0].items[0].t_ms;
+        let shift = scripts[1].items[0].t_ms;
+        for t in &mut scripts[1].items {
+            t.t_ms = t.t_ms - shift + base;
+        }
+        let merged = merge(&scripts);
+        let total: usize = scripts.iter().map(|s| s.items.len()).sum();
+        assert_eq!(merged.len(), total);
+        assert!(merged
+            .windows(2)
+            .all(|w| (w[0].1.t_ms, w[0].0) <= (w[1].1.t_ms, w[1].0)));
+        // Each session's items appear exactly once, in their original order.
+        let mut next = vec![0usize; scripts.len()];
+        for (i, t) in &merged {
+            let expected: &Timed = &scripts[*i].items[next[*i]];
+            assert!(std::ptr::eq(*t, expected));
+            next[*i] += 1;
+        }
+        assert!(next.iter().zip(&scripts).all(|(n, s)| *n == s.items.len()));
+        assert_eq!(merge(&scripts), merged);
+    }
+}
