@@ -83,3 +83,26 @@ pub fn assistant_message(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_stream_error_becomes_a_message_error() {
+        let api = message_error_from(&json!({"message": "rate limited", "statusCode": 429}));
+        assert_eq!(api.name, ErrorName::Api);
+        assert_eq!(api.data.message.as_deref(), Some("rate limited"));
+        let text = message_error_from(&json!("boom"));
+        assert_eq!(text.name, ErrorName::Unknown);
+        assert_eq!(text.data.message.as_deref(), Some("boom"));
+        let null = message_error_from(&Value::Null);
+        assert_eq!(null.data.message.as_deref(), Some("unknown error"));
+        // Already a message error: kept as it is.
+        let aborted = MessageError::aborted("stop");
+        let kept = message_error_from(&serde_json::to_value(&aborted).unwrap());
+        assert_eq!(kept, aborted);
+    }
+}

@@ -57,3 +57,21 @@ impl Processor {
         self.commit(events).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_maps_to_tokens_with_missing_counts_as_zero() {
+        let usage = Usage {
+            input_tokens: Some(3),
+            output_tokens: Some(5),
+            reasoning_tokens: None,
+            cached_input_tokens: Some(2),
+            ..Usage::default()
+        };
+        let t = tokens_from(&usage);
+        assert_eq!((t.input, t.output, t.reasoning, t.cache.read), (3, 5, 0, 2));
+    }
+}
