@@ -1,18 +1,19 @@
 //! `GroupCommitProjector` when things go wrong: one session's failed commit does not
 //! sink its group, waiters get the store's error instead of hanging, and recover
-//! rebuilds what was published but not committed before a crash.
+//! rebuilds what was published but not committed before a crash. Every error a failed
+//! group commit reports keeps the store's own error in its source chain.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::group::{check_published, CheckingBus, Refusing, Rig};
+use common::group::{check_published, refused_in_chain, CheckingBus, Refusing, Rig};
 use common::{ev, text_of, user_message};
 use forge_core::id::now_ms;
 use forge_core::{
     recover, Event, FlushMode, GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore,
-    Projector, Session, SyncEvent, TenantId,
+    Projector, Scope, Session, SharedError, SyncEvent, TenantId,
 };
 use parking_lot::Mutex;
 
@@ -170,4 +171,110 @@ async fn recover_applies_what_was_published_but_not_committed() {
         .await
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
+}
+
+/// A projector over a [`Refusing`] store with one session, already committed, that
+/// the store refuses from now on.
+async fn refused_session(options: GroupCommitOptions) -> (GroupCommitProjector, Scope) {
+    let refusing = Arc::new(Refusing {
+        inner: Arc::new(MemoryStore::new()),
+        refuse: Mutex::new(None),
+    });
+    let projector = GroupCommitProjector::new(refusing.clone(), Arc::new(LocalBus::new()), options);
+    let tenant = TenantId::new("t1").unwrap();
+    let s = Session::new("s", now_ms());
+    let scope = projector.scope(&tenant, &s.id).await.unwrap();
+    projector
+        .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
+        .await
+        .unwrap();
+    projector.sync().await.unwrap();
+    *refusing.refuse.lock() = Some(scope.session_id.clone());
+    (projector, scope)
+}
+
+fn user_turn(scope: &Scope) -> Vec<SyncEvent> {
+    let (user, part) = user_message(&scope.session_id, "q");
+    vec![
+        SyncEvent::MessageUpdated { info: user },
+        SyncEvent::PartUpdated { part },
+    ]
+}
+
+#[tokio::test]
+async fn the_flush_caller_and_the_failed_session_both_reach_the_store_error() {
+    let (projector, scope) = refused_session(GroupCommitOptions {
+        window: Duration::from_millis(50),
+        flush: FlushMode::Manual,
+    })
+    .await;
+    projector.commit(&scope, user_turn(&scope)).await.unwrap();
+
+    // The caller that ran the flush: a conflict naming the session, caused by the
+    // store's error.
+    let err = projector.advance(1_000).await.unwrap_err();
+    assert_eq!(err.kind(), "Conflict");
+    assert!(
+        err.to_string().contains(&scope.session_id.to_string()),
+        "{err}"
+    );
+    let refused = refused_in_chain(&err).expect("the store's error in the chain");
+    assert_eq!(refused.0, scope.session_id);
+    let shared = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<SharedError>())
+        .expect("the shared original as the source");
+    assert_eq!(shared.error().kind(), "Backend");
+
+    // The failed session's next call: the store's error itself, kind and all.
+    let own = projector
+        .emit(
+            &scope,
+            Event::SessionStatus(forge_core::model::JsonMap::new()),
+        )
+        .unwrap_err();
+    assert_eq!(own.kind(), "Backend");
+    assert!(own.is_retryable());
+    assert!(refused_in_chain(&own).is_some(), "{own:?}");
+}
+
+#[tokio::test]
+async fn a_commit_with_no_window_returns_the_store_error() {
+    let (projector, scope) = refused_session(GroupCommitOptions {
+        window: Duration::ZERO,
+        flush: FlushMode::Manual,
+    })
+    .await;
+    let err = projector
+        .commit(&scope, user_turn(&scope))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "Backend");
+    assert!(refused_in_chain(&err).is_some(), "{err:?}");
+}
+
+#[tokio::test]
+async fn every_waiter_of_a_failed_commit_reaches_the_store_error() {
+    let (projector, scope) = refused_session(GroupCommitOptions {
+        window: Duration::from_millis(50),
+        flush: FlushMode::Timer,
+    })
+    .await;
+    // Two terminal commits of one session in one group: one waiter is told first, the
+    // other finds its seq dropped by the same failure.
+    let (a, b) = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::join!(
+            projector.commit(&scope, user_turn(&scope)),
+            projector.commit(&scope, user_turn(&scope)),
+        )
+    })
+    .await
+    .expect("a failed group commit must not leave its waiters hanging");
+    let (a, b) = (a.unwrap_err(), b.unwrap_err());
+    let mut kinds = [a.kind(), b.kind()];
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["Backend", "Conflict"]);
+    for err in [&a, &b] {
+        let refused = refused_in_chain(err).expect("the store's error in the chain");
+        assert_eq!(refused.0, scope.session_id);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::options::HISTOGRAM_MS;
 use super::outbox::{Held, Outbox, SessionKey};
 use super::{FlushMode, GroupCommitProjector, State};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SharedError};
 use crate::event::{Envelope, Event};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +26,9 @@ impl GroupCommitProjector {
     /// committed at its deadline, as a timer would have fired then.
     ///
     /// # Errors
-    /// The store's error when the group and the per-session retry fail; the failed
-    /// sessions also report it on their next call.
+    /// When the group and a session's retry fail: an [`Error::Conflict`] naming the
+    /// first failed session, with the store's error as its source. Each failed session
+    /// also reports its own store error on its next call ([`Error::Shared`]).
     pub async fn advance(&self, now_ms: i64) -> Result<()> {
         let due = {
             let mut state = self.state.lock();
@@ -44,7 +45,8 @@ impl GroupCommitProjector {
     }
 
     /// Commits and publishes the open group when `how` says so. Each failed session
-    /// keeps its own error for its next call; the returned error names the first.
+    /// keeps its own error for its next call; the returned error names the first and
+    /// keeps its error as the source.
     pub(super) async fn flush(&self, how: Flush) -> Option<Error> {
         let _flushing = self.flushing.lock().await;
         let (at, all, batches) = {
@@ -129,17 +131,16 @@ impl GroupCommitProjector {
                     }
                     Err(e) => {
                         if let Some(o) = state.sessions.get_mut(&key) {
-                            // What was not committed must not be published; what was
-                            // held behind it is dropped with it.
-                            o.held.clear();
-                            o.lost = o.lost.max(through);
+                            // The session's next call gets the error itself; the flush's
+                            // caller and later waiters get it as their source.
+                            let e = SharedError::new(e);
+                            o.fail(through, &e);
                             if first_error.is_none() {
-                                first_error = Some(Error::conflict(format!(
-                                    "group commit of session {} failed: {e}",
-                                    key.1
-                                )));
+                                first_error = Some(Error::conflict_with(
+                                    format!("group commit of session {} failed", key.1),
+                                    e,
+                                ));
                             }
-                            o.failed = Some(e);
                         }
                     }
                 }
@@ -199,18 +200,14 @@ impl GroupCommitProjector {
             let deadline = {
                 let mut state = self.state.lock();
                 let o = state.sessions.entry(key.clone()).or_default();
-                if let Some(e) = o.failed.take() {
+                if let Some(e) = o.take_failure() {
                     return Err(e);
                 }
                 if o.committed >= seq {
                     return Ok(());
                 }
                 if o.lost >= seq {
-                    return Err(Error::conflict(format!(
-                        "the commit of session {} holding seq {seq} failed; its error was \
-                         reported to an earlier call",
-                        key.1
-                    )));
+                    return Err(o.lost_error(&key.1, seq));
                 }
                 let in_flight = o.in_flight >= seq;
                 let now = self.now_locked(&state);

@@ -162,7 +162,7 @@ impl Projector for GroupCommitProjector {
             let now = self.now_locked(&guard);
             let state = &mut *guard;
             let o = state.sessions.entry(key.clone()).or_default();
-            if let Some(e) = o.failed.take() {
+            if let Some(e) = o.take_failure() {
                 return Err(e);
             }
             if events.is_empty() {
@@ -218,7 +218,7 @@ impl Projector for GroupCommitProjector {
                     // Our own failure, if any, is picked up below.
                     let _ = self.flush(Flush::Now).await;
                     let mut state = self.state.lock();
-                    if let Some(e) = state.sessions.get_mut(&key).and_then(|o| o.failed.take()) {
+                    if let Some(e) = state.sessions.get_mut(&key).and_then(Outbox::take_failure) {
                         return Err(e);
                     }
                 }
@@ -235,7 +235,7 @@ impl Projector for GroupCommitProjector {
         let key = (scope.tenant.clone(), scope.session_id.clone());
         let mut state = self.state.lock();
         let o = state.sessions.entry(key).or_default();
-        if let Some(e) = o.failed.take() {
+        if let Some(e) = o.take_failure() {
             return Err(e);
         }
         let seq = scope.next_seq();

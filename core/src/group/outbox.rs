@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{Error, SharedError};
 use crate::event::{Envelope, Event, SyncEvent};
 use crate::id::{MessageId, PartId, SessionId};
 use crate::tenant::TenantId;
@@ -50,13 +50,37 @@ pub(super) struct Outbox {
     pub(super) in_flight: u64,
     /// The highest seq dropped by a failed commit.
     pub(super) lost: u64,
+    /// The error of the commit that dropped `lost`, for later calls waiting on it.
+    pub(super) lost_error: Option<SharedError>,
     /// The highest seq of a terminal event accepted.
     pub(super) terminal: u64,
     /// A failed commit of this session, reported on its next call.
-    pub(super) failed: Option<Error>,
+    failed: Option<SharedError>,
 }
 
 impl Outbox {
+    /// Records that the commit through `through` failed with `error`: what was not
+    /// committed must not be published, and what was held behind it is dropped with it.
+    pub(super) fn fail(&mut self, through: u64, error: &SharedError) {
+        self.held.clear();
+        self.lost = self.lost.max(through);
+        self.lost_error = Some(error.clone());
+        self.failed = Some(error.clone());
+    }
+
+    /// The failure not yet reported to this session, as the original error.
+    pub(super) fn take_failure(&mut self) -> Option<Error> {
+        self.failed.take().map(Error::Shared)
+    }
+
+    /// The error for a call waiting on `seq`, which a failed commit dropped.
+    pub(super) fn lost_error(&self, session: &SessionId, seq: u64) -> Error {
+        let message = format!("the commit of session {session} holding seq {seq} failed");
+        match &self.lost_error {
+            Some(e) => Error::conflict_with(message, e.clone()),
+            None => Error::conflict(message),
+        }
+    }
     pub(super) fn push_pending(&mut self, env: Envelope<SyncEvent>, coalesced: &mut u64) {
         match row_key(&env.event) {
             Some(key) => {

@@ -245,7 +245,25 @@ pub fn shapes(parts: &[forge_core::Part]) -> Vec<(String, Option<String>, bool)>
         .collect()
 }
 
-/// A store that refuses batches touching one session.
+/// The native error of [`Refusing`]: the session it refuses.
+#[derive(Debug)]
+pub struct Refused(pub SessionId);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refusing session {}", self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The [`Refused`] error somewhere down `error`'s source chain (or `error` itself).
+pub fn refused_in_chain<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
+    std::iter::successors(Some(error), |e| e.source()).find_map(|e| e.downcast_ref::<Refused>())
+}
+
+/// A store that refuses batches touching one session with a retryable backend error
+/// whose source is [`Refused`].
 #[derive(Debug)]
 pub struct Refusing {
     pub inner: Arc<MemoryStore>,
@@ -261,7 +279,7 @@ impl Store for Refusing {
         let refused = self.refuse.lock().clone();
         if let Some(sid) = refused {
             if batch.iter().any(|e| e.session_id == sid) {
-                return Err(Error::conflict(format!("refusing session {sid}")));
+                return Err(Error::backend("refusing", true, Refused(sid)));
             }
         }
         self.inner.apply(batch).await
