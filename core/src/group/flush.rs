@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::options::HISTOGRAM_MS;
 use super::outbox::{Held, Outbox, SessionKey};
 use super::{FlushMode, GroupCommitProjector, State};
@@ -105,42 +107,75 @@ impl GroupCommitProjector {
             return None;
         }
         let rows = all.len() as u64;
+        let group = if all.is_empty() {
+            Ok(())
+        } else {
+            let span = tracing::debug_span!(
+                "apply_batch",
+                projector = "group",
+                sessions = batches.len(),
+                rows,
+            );
+            self.store.apply(&all).instrument(span).await
+        };
         let mut first_error = None;
-        if all.is_empty() || self.store.apply(&all).await.is_ok() {
+        if let Err(e) = group {
+            tracing::warn!(
+                sessions = batches.len(),
+                rows,
+                error = &e as &(dyn std::error::Error + 'static),
+                "group commit failed; retrying each session alone",
+            );
+        } else {
             let mut state = self.state.lock();
             state.stats.commits += u64::from(!all.is_empty());
             state.stats.rows += rows;
             for (key, _, through) in &batches {
                 self.committed(&mut state, key, *through, at);
             }
-        } else {
-            // One session's bad batch must not fail the others: retry each alone.
-            for (key, span, through) in batches {
-                let pending = &all[span];
-                let outcome = if pending.is_empty() {
-                    Ok(())
-                } else {
-                    self.store.apply(pending).await
-                };
-                let mut state = self.state.lock();
-                match outcome {
-                    Ok(()) => {
-                        state.stats.commits += u64::from(!pending.is_empty());
-                        state.stats.rows += pending.len() as u64;
-                        self.committed(&mut state, &key, through, at);
-                    }
-                    Err(e) => {
-                        if let Some(o) = state.sessions.get_mut(&key) {
-                            // The session's next call gets the error itself; the flush's
-                            // caller and later waiters get it as their source.
-                            let e = SharedError::new(e);
-                            o.fail(through, &e);
-                            if first_error.is_none() {
-                                first_error = Some(Error::conflict_with(
-                                    format!("group commit of session {} failed", key.1),
-                                    e,
-                                ));
-                            }
+            return None;
+        }
+        // One session's bad batch must not fail the others: retry each alone.
+        for (key, range, through) in batches {
+            let pending = &all[range];
+            let outcome = if pending.is_empty() {
+                Ok(())
+            } else {
+                let span = tracing::debug_span!(
+                    "apply_batch",
+                    projector = "group",
+                    tenant = %key.0,
+                    session = %key.1,
+                    rows = pending.len(),
+                    retry = true,
+                );
+                self.store.apply(pending).instrument(span).await
+            };
+            let mut state = self.state.lock();
+            match outcome {
+                Ok(()) => {
+                    state.stats.commits += u64::from(!pending.is_empty());
+                    state.stats.rows += pending.len() as u64;
+                    self.committed(&mut state, &key, through, at);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        tenant = %key.0,
+                        session = %key.1,
+                        through,
+                        error = &e as &(dyn std::error::Error + 'static),
+                        "commit of session failed; its uncommitted events are dropped",
+                    );
+                    if let Some(o) = state.sessions.get_mut(&key) {
+                        // The session's next call gets the error itself; the flush's
+                        // caller and later waiters get it as their source.
+                        let e = SharedError::new(e);
+                        o.fail(through, &e);
+                        if first_error.is_none() {
+                            first_error = Some(Error::conflict_with(
+                                format!("group commit of session {} failed", key.1),
+                                e,
+                            ));
                         }
                     }
                 }
@@ -173,7 +208,16 @@ impl GroupCommitProjector {
             }
             // A publish failure (a closed bus) must not undo the commit; the bus
             // reports it to its own subscribers.
-            let _ = self.bus.publish(h.event);
+            let seq = h.event.seq;
+            if let Err(e) = self.bus.publish(h.event) {
+                tracing::warn!(
+                    tenant = %key.0,
+                    session = %key.1,
+                    seq,
+                    error = &e as &(dyn std::error::Error + 'static),
+                    "publish after commit failed; the event is committed but not published",
+                );
+            }
         }
     }
 

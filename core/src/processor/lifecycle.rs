@@ -46,6 +46,12 @@ impl Processor {
             stats: ProcessorStats::default(),
             done: false,
         };
+        tracing::debug!(
+            tenant = %p.scope.tenant,
+            session = %p.scope.session_id,
+            message = %p.message.id,
+            "processor started",
+        );
         p.commit(vec![SyncEvent::MessageUpdated {
             info: p.message.clone(),
         }])
@@ -71,6 +77,12 @@ impl Processor {
             close::close_part(&mut part, now);
             events.push(SyncEvent::PartUpdated { part });
         }
+        let ended = match &outcome {
+            Outcome::Finished => "finished",
+            Outcome::Failed(_) => "failed",
+            Outcome::Aborted => "aborted",
+        };
+        let closed = events.len();
         let error = match outcome {
             Outcome::Finished => None,
             Outcome::Failed(e) => Some(e),
@@ -82,6 +94,17 @@ impl Processor {
         });
         self.commit(events).await?;
         self.done = true;
+        tracing::debug!(
+            tenant = %self.scope.tenant,
+            session = %self.scope.session_id,
+            message = %self.message.id,
+            outcome = ended,
+            closed,
+            commits = self.stats.commits,
+            rows = self.stats.rows,
+            deltas = self.stats.deltas,
+            "processor finalized",
+        );
         Ok(())
     }
 
