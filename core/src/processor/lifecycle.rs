@@ -49,7 +49,7 @@ impl Processor {
         tracing::debug!(
             tenant = %p.scope.tenant,
             session = %p.scope.session_id,
-            message = %p.message.id,
+            message_id = %p.message.id,
             "processor started",
         );
         p.commit(vec![SyncEvent::MessageUpdated {
@@ -97,7 +97,7 @@ impl Processor {
         tracing::debug!(
             tenant = %self.scope.tenant,
             session = %self.scope.session_id,
-            message = %self.message.id,
+            message_id = %self.message.id,
             outcome = ended,
             closed,
             commits = self.stats.commits,
