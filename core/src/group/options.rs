@@ -15,12 +15,12 @@ pub enum FlushMode {
     /// Wall clock: a terminal `commit` waits for its group and returns after the
     /// commit and publish.
     Timer,
-    /// Event time: `commit` returns at once; [`GroupCommitProjector::advance`] commits
-    /// groups whose window has passed, [`Projector::sync`] commits everything.
+    /// Event time: `commit` returns at once; [`GroupCommitProjector::advance`](super::GroupCommitProjector::advance) commits
+    /// groups whose window has passed, [`Projector::sync`](crate::projector::Projector::sync) commits everything.
     Manual,
 }
 
-/// Options of a [`GroupCommitProjector`].
+/// Options of a [`GroupCommitProjector`](super::GroupCommitProjector).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupCommitOptions {
     /// How long the first terminal batch of a group waits for others.
@@ -38,7 +38,7 @@ impl Default for GroupCommitOptions {
     }
 }
 
-/// What a [`GroupCommitProjector`] did.
+/// What a [`GroupCommitProjector`](super::GroupCommitProjector) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GroupCommitStats {
     /// Store transactions (one per group, plus per-session retries after a failure).
