@@ -1,6 +1,7 @@
 //! The one error type of forge-store.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// A boxed error source, kept so the cause chain survives.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -77,6 +78,51 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// An error reported to more than one caller, standing in for the original: the
+    /// same message, the same source chain, the same [`kind`](Error::kind) and
+    /// retryability. A failed group commit reaches its session this way.
+    #[error(transparent)]
+    Shared(SharedError),
+}
+
+/// One error reported to several callers.
+///
+/// A failed group commit is reported to the failing session, to the caller whose
+/// flush ran it, and to later calls waiting on what it dropped; the error itself is
+/// kept once. It displays as the original and continues a `source()` chain with the
+/// original's source, so a walk down the chain reaches the backend's own error;
+/// [`SharedError::error`] gives the original (its kind, its retryability).
+#[derive(Clone, Debug)]
+pub struct SharedError(Arc<Error>);
+
+impl SharedError {
+    /// Shares `error`.
+    pub fn new(error: Error) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The original error.
+    pub fn error(&self) -> &Error {
+        &self.0
+    }
+}
+
+impl From<Error> for SharedError {
+    fn from(error: Error) -> Self {
+        Self::new(error)
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 impl Error {
@@ -160,23 +206,64 @@ impl Error {
             Self::Corrupted { .. } => "Corrupted",
             Self::Lagged { .. } => "Lagged",
             Self::Backend { .. } => "Backend",
+            Self::Shared(shared) => shared.error().kind(),
         }
     }
 
     /// Whether retrying the same call may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Backend {
-                retryable: true,
-                ..
-            }
-        )
+        match self {
+            Self::Backend { retryable, .. } => *retryable,
+            Self::Shared(shared) => shared.error().is_retryable(),
+            _ => false,
+        }
     }
 }
 
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Self::codec("JSON", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Native;
+
+    impl fmt::Display for Native {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("native failure")
+        }
+    }
+
+    impl std::error::Error for Native {}
+
+    #[test]
+    fn a_shared_error_stands_in_for_the_original() {
+        let shared = SharedError::new(Error::backend("test", true, Native));
+        let reported = Error::Shared(shared.clone());
+        assert_eq!(reported.to_string(), "test backend error: native failure");
+        assert_eq!(reported.kind(), "Backend");
+        assert!(reported.is_retryable());
+        let source = reported.source().expect("the original's source");
+        assert!(source.downcast_ref::<Native>().is_some());
+        assert_eq!(shared.error().kind(), "Backend");
+    }
+
+    #[test]
+    fn a_conflict_over_a_shared_error_chains_to_the_native_error() {
+        let shared = SharedError::new(Error::backend("test", false, Native));
+        let reported = Error::conflict_with("group commit failed", shared);
+        assert_eq!(reported.kind(), "Conflict");
+        let first = reported.source().expect("the shared error");
+        let original = first.downcast_ref::<SharedError>().expect("a SharedError");
+        assert_eq!(original.error().kind(), "Backend");
+        let native = first.source().expect("the native error");
+        assert!(native.downcast_ref::<Native>().is_some());
     }
 }

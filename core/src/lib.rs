@@ -24,7 +24,7 @@ pub mod url;
 pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
 pub use counting::{CountingStore, WriteCounts};
 pub use engine::Engine;
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, SharedError};
 pub use event::{BusEvent, Envelope, Event, PartDelta, SyncEvent};
 pub use group::{FlushMode, GroupCommitOptions, GroupCommitProjector, GroupCommitStats};
 pub use id::{MessageId, PartId, SessionId};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use tracing::Instrument;
 
 use crate::bus::Bus;
 use crate::error::Result;
@@ -179,7 +180,14 @@ impl Projector for DirectProjector {
                 event,
             })
             .collect();
-        self.store.apply(&batch).await?;
+        let span = tracing::debug_span!(
+            "apply_batch",
+            projector = "direct",
+            tenant = %scope.tenant,
+            session = %scope.session_id,
+            events = batch.len(),
+        );
+        self.store.apply(&batch).instrument(span).await?;
         let mut last = 0;
         for env in batch {
             last = env.seq;

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use tracing::Instrument;
+
 use crate::close;
 use crate::error::Result;
 use crate::event::{Envelope, Event, SyncEvent};
@@ -68,6 +70,37 @@ fn text_from_events(events: &[crate::event::BusEvent], part: &PartId) -> Option<
 /// One commit per session. Idempotent: a second run finds nothing open and writes
 /// nothing.
 pub async fn recover(
+    projector: &dyn Projector,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+    now: i64,
+) -> Result<RecoverReport> {
+    let span = tracing::info_span!(
+        "recover",
+        tenant = %tenant,
+        session = session.map(tracing::field::display),
+    );
+    let report = close_open(projector, tenant, session, now)
+        .instrument(span.clone())
+        .await?;
+    if !report.is_empty() {
+        span.in_scope(|| {
+            tracing::info!(
+                sessions = report.sessions,
+                blocks_closed = report.blocks_closed,
+                text_from_bus = report.text_from_bus,
+                tools_closed = report.tools_closed,
+                messages_closed = report.messages_closed,
+                events_replayed = report.events_replayed,
+                "recover closed what a crash left open",
+            );
+        });
+    }
+    Ok(report)
+}
+
+/// The work of [`recover`], inside its span.
+async fn close_open(
     projector: &dyn Projector,
     tenant: &TenantId,
     session: Option<&SessionId>,
@@ -181,7 +214,14 @@ async fn replay_uncommitted(
         if batch.is_empty() {
             continue;
         }
-        store.apply(&batch).await?;
+        let span = tracing::debug_span!(
+            "apply_batch",
+            projector = "recover",
+            tenant = %tenant,
+            session = %sid,
+            events = batch.len(),
+        );
+        store.apply(&batch).instrument(span).await?;
         applied += batch.len();
     }
     Ok(applied)

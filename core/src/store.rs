@@ -147,7 +147,7 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
-/// What a crash may have left open, for [`crate::recover`].
+/// What a crash may have left open, for [`recover`](crate::recover::recover).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpenItems {
     /// Assistant messages without `time.completed`.

@@ -20,6 +20,7 @@ use forge_core::{Envelope, Error, Event, Result, SessionId, Store, TenantId};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use redis::Script;
+use tracing::Instrument;
 
 use crate::bus::decode_entry;
 use crate::config::RedisOptions;
@@ -191,13 +192,34 @@ impl ProjectorWorker {
             .await
             .map_err(map)?;
         if held == 0 {
+            if self.holding {
+                tracing::info!(
+                    tenant = %self.tenant,
+                    group = %self.group,
+                    consumer = %self.consumer,
+                    "projector worker lost its lease; standing by",
+                );
+            }
             self.holding = false;
             tokio::time::sleep(self.options.lease / 4).await;
             return Ok(0);
         }
         if !self.holding {
             // Newly active: whoever held the lease before is gone; take its pending.
-            self.claim_all(&key).await?;
+            let span = tracing::info_span!(
+                "worker_claim",
+                tenant = %self.tenant,
+                group = %self.group,
+                consumer = %self.consumer,
+                claimed = tracing::field::Empty,
+            );
+            let before = self.stats.claimed;
+            self.claim_all(&key).instrument(span.clone()).await?;
+            let claimed = self.stats.claimed - before;
+            span.record("claimed", claimed);
+            span.in_scope(|| {
+                tracing::info!(claimed, "projector worker took the lease");
+            });
             self.holding = true;
         }
         // Own pending entries first (left by a failed round or just claimed), then new.
@@ -208,17 +230,30 @@ impl ProjectorWorker {
         if entries.is_empty() {
             return Ok(0);
         }
-        self.apply(&entries).await?;
+        let span = tracing::debug_span!(
+            "worker_batch",
+            tenant = %self.tenant,
+            group = %self.group,
+            consumer = %self.consumer,
+            entries = entries.len(),
+        );
+        self.apply_and_ack(&key, &entries).instrument(span).await?;
+        Ok(entries.len())
+    }
+
+    /// Applies `entries` to the store, then ACKs them.
+    async fn apply_and_ack(&mut self, key: &str, entries: &[StreamId]) -> Result<()> {
+        self.apply(entries).await?;
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         let acked: u64 = redis::cmd("XACK")
-            .arg(&key)
+            .arg(key)
             .arg(&self.group)
             .arg(&ids)
             .query_async(&mut self.conn)
             .await
             .map_err(map)?;
         self.stats.acked += acked;
-        Ok(entries.len())
+        Ok(())
     }
 
     async fn claim_all(&mut self, key: &str) -> Result<()> {
@@ -308,12 +343,25 @@ impl ProjectorWorker {
         }
         match self.store.apply(&batch).await {
             Ok(()) => self.stats.applied += batch.len() as u64,
-            Err(Error::NotFound { .. } | Error::InvalidInput(_)) => {
+            Err(e @ (Error::NotFound { .. } | Error::InvalidInput(_))) => {
                 // Apply one by one so only the refused events are dropped.
+                tracing::debug!(
+                    events = batch.len(),
+                    error = &e as &(dyn std::error::Error + 'static),
+                    "store refused the batch; applying one event at a time",
+                );
                 for env in &batch {
                     match self.store.apply(std::slice::from_ref(env)).await {
                         Ok(()) => self.stats.applied += 1,
-                        Err(Error::NotFound { .. } | Error::InvalidInput(_)) => {
+                        Err(e @ (Error::NotFound { .. } | Error::InvalidInput(_))) => {
+                            tracing::warn!(
+                                tenant = %env.tenant,
+                                session = %env.session_id,
+                                seq = env.seq,
+                                event = env.event.name(),
+                                error = &e as &(dyn std::error::Error + 'static),
+                                "store refused an event; acknowledged without applying it",
+                            );
                             self.stats.rejected += 1;
                         }
                         Err(e) => return Err(e),

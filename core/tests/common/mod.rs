@@ -1,6 +1,8 @@
 //! Shared helpers for the core integration tests.
 #![allow(dead_code)]
 
+pub mod group;
+
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 

@@ -1,0 +1,240 @@
+//! The Processor: turns the model's stream into boundary writes and bus deltas.
+//!
+//! | stream event | what happens |
+//! |---|---|
+//! | `text-start`, `reasoning-start` | create an empty part, persist it |
+//! | `text-delta`, `reasoning-delta` | bus only (`part.delta`) |
+//! | `text-end`, `reasoning-end` | persist the whole part: trailing whitespace trimmed, hook applied (text), `time.end` set |
+//! | `tool-input-start` | persist the tool `pending` |
+//! | `tool-input-delta`, `tool-input-end` | nothing |
+//! | `tool-call` | persist `running` |
+//! | `tool-result` / `tool-error` | persist `completed` / `error` (only from `running`) |
+//! | `start-step` | persist a step-start part |
+//! | `finish-step` | persist step-finish, patch and the message's usage in one batch |
+//! | `finish`, `error`, `abort` | [`Processor::finalize`] |
+//!
+//! Inside, one file per concern: options and stats, the turn's start and finalize, text
+//! and reasoning blocks (the delta path), tools, steps, and the messages around a turn.
+
+mod blocks;
+mod lifecycle;
+mod messages;
+mod options;
+mod steps;
+mod tools;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::event::SyncEvent;
+use crate::id::PartId;
+use crate::model::{
+    JsonMap, Message, Part, PartBody, PartTime, ReasoningPart, StepStartPart, TextPart, ToolPart,
+    ToolPending, ToolState,
+};
+use crate::projector::{Projector, Scope};
+use crate::stream::StreamEvent;
+
+pub use messages::{assistant_message, message_error_from, user_message};
+pub use options::{Clock, Flow, Outcome, ProcessorOptions, ProcessorStats, TextHook};
+
+/// Consumes one assistant message's stream.
+pub struct Processor {
+    projector: Arc<dyn Projector>,
+    scope: Scope,
+    message: Message,
+    /// Open text/reasoning blocks by stream block id; the part accumulates the text.
+    blocks: HashMap<String, Part>,
+    /// Tool calls not yet completed, by call id.
+    tools: HashMap<String, Part>,
+    opts: ProcessorOptions,
+    stats: ProcessorStats,
+    done: bool,
+}
+
+impl fmt::Debug for Processor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Processor")
+            .field("scope", &self.scope)
+            .field("message", &self.message.id)
+            .field("open_blocks", &self.blocks.len())
+            .field("open_tools", &self.tools.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Processor {
+    /// The assistant message as last persisted.
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    /// What this processor has done so far.
+    pub fn stats(&self) -> ProcessorStats {
+        self.stats
+    }
+
+    /// The session scope it writes to.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    fn now(&self) -> i64 {
+        (self.opts.clock)()
+    }
+
+    async fn commit(&mut self, events: Vec<SyncEvent>) -> Result<()> {
+        let n = events.len() as u64;
+        self.projector.commit(&self.scope, events).await?;
+        self.stats.commits += 1;
+        self.stats.rows += n;
+        Ok(())
+    }
+
+    fn new_part(&self, body: PartBody) -> Part {
+        Part {
+            id: PartId::generate(),
+            session_id: self.scope.session_id.clone(),
+            message_id: self.message.id.clone(),
+            body,
+        }
+    }
+
+    async fn commit_part(&mut self, part: Part) -> Result<()> {
+        self.commit(vec![SyncEvent::PartUpdated { part }]).await
+    }
+
+    /// Handles one stream event.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an event that does not fit the stream so far (a delta
+    /// for a block that is not open, a result for a tool that is not running, anything
+    /// after the turn was finalized); store errors from commits. Nothing committed before
+    /// is affected; call [`Processor::finalize`] to close the turn.
+    pub async fn handle(&mut self, event: StreamEvent) -> Result<Flow> {
+        if self.done {
+            return Err(Error::invalid(format!(
+                "{} after the turn was finalized",
+                event.kind()
+            )));
+        }
+        match event {
+            StreamEvent::TextDelta { id, text } => {
+                self.delta(&id, text, "text")?;
+                self.persist_delta(&id).await?;
+            }
+            StreamEvent::ReasoningDelta { id, text } => {
+                self.delta(&id, text, "reasoning")?;
+                self.persist_delta(&id).await?;
+            }
+            StreamEvent::TextStart { id } => {
+                let now = self.now();
+                self.open_block(
+                    id,
+                    PartBody::Text(TextPart {
+                        text: String::new(),
+                        synthetic: None,
+                        ignored: None,
+                        time: Some(PartTime::open(now)),
+                        metadata: None,
+                        extra: JsonMap::new(),
+                    }),
+                )
+                .await?;
+            }
+            StreamEvent::ReasoningStart { id } => {
+                let now = self.now();
+                self.open_block(
+                    id,
+                    PartBody::Reasoning(ReasoningPart {
+                        text: String::new(),
+                        metadata: None,
+                        time: PartTime::open(now),
+                        extra: JsonMap::new(),
+                    }),
+                )
+                .await?;
+            }
+            StreamEvent::TextEnd { id } => self.end_block(&id, "text").await?,
+            StreamEvent::ReasoningEnd { id } => self.end_block(&id, "reasoning").await?,
+            StreamEvent::ToolInputStart { id, tool_name } => {
+                if self.tools.contains_key(&id) {
+                    return Err(Error::invalid(format!(
+                        "tool-input-start for call {id}, which is already open"
+                    )));
+                }
+                let part = self.new_part(PartBody::Tool(ToolPart {
+                    call_id: id.clone(),
+                    tool: tool_name,
+                    state: ToolState::Pending(ToolPending {
+                        input: Value::Object(JsonMap::new()),
+                        raw: String::new(),
+                        extra: JsonMap::new(),
+                    }),
+                    metadata: None,
+                    extra: JsonMap::new(),
+                }));
+                self.tools.insert(id, part.clone());
+                self.commit_part(part).await?;
+            }
+            StreamEvent::ToolInputDelta { .. }
+            | StreamEvent::ToolInputEnd { .. }
+            | StreamEvent::Start {}
+            | StreamEvent::Raw {}
+            | StreamEvent::Source {} => self.stats.ignored += 1,
+            StreamEvent::ToolCall {
+                tool_call_id,
+                tool_name,
+                input,
+            } => self.tool_call(tool_call_id, tool_name, input).await?,
+            StreamEvent::ToolResult {
+                tool_call_id,
+                output,
+                ..
+            } => self.tool_result(&tool_call_id, output).await?,
+            StreamEvent::ToolError {
+                tool_call_id,
+                error,
+                ..
+            } => self.tool_error(&tool_call_id, &error).await?,
+            StreamEvent::StartStep {} => {
+                let part = self.new_part(PartBody::StepStart(StepStartPart {
+                    snapshot: None,
+                    extra: JsonMap::new(),
+                }));
+                self.commit_part(part).await?;
+            }
+            StreamEvent::FinishStep {
+                finish_reason,
+                usage,
+                cost,
+                snapshot,
+                patch,
+            } => {
+                self.finish_step(finish_reason, &usage, cost.unwrap_or(0.0), snapshot, patch)
+                    .await?;
+            }
+            StreamEvent::Finish { finish_reason } => {
+                if let (Some(reason), Some(a)) = (finish_reason, self.message.as_assistant_mut()) {
+                    a.finish.get_or_insert(reason);
+                }
+                self.finalize(Outcome::Finished).await?;
+            }
+            StreamEvent::Error { error } => {
+                self.finalize(Outcome::Failed(message_error_from(&error)))
+                    .await?;
+            }
+            StreamEvent::Abort {} => self.finalize(Outcome::Aborted).await?,
+        }
+        Ok(if self.done {
+            Flow::Done
+        } else {
+            Flow::Continue
+        })
+    }
+}

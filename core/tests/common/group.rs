@@ -1,0 +1,321 @@
+//! Shared rig of the group-commit tests: a bus that checks commit-before-publish and
+//! per-session order, a projector over a counting memory store, a store that refuses
+//! one session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_core::id::now_ms;
+use forge_core::processor::assistant_message;
+use forge_core::{
+    Bus, BusCapabilities, BusEvent, CountingStore, Envelope, Error, Event, FlushMode,
+    GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore, Processor, Projector, Replay,
+    Result, Scope, Session, SessionId, Store, Subscription, SyncEvent, TenantId, Topic,
+};
+use futures::FutureExt;
+use parking_lot::Mutex;
+
+use super::{options, text_of, user_message};
+
+/// A bus that records what is published and checks, at publish time, that the store
+/// already holds every terminal sync event (its session's stored seq has reached it)
+/// and that seqs of a session only grow.
+#[derive(Debug)]
+pub struct CheckingBus {
+    inner: LocalBus,
+    store: Arc<MemoryStore>,
+    published: Mutex<Vec<BusEvent>>,
+    violations: Mutex<Vec<String>>,
+}
+
+impl CheckingBus {
+    pub fn new(store: Arc<MemoryStore>) -> Self {
+        Self {
+            inner: LocalBus::with_replay(100_000),
+            store,
+            published: Mutex::new(Vec::new()),
+            violations: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn published(&self) -> Vec<BusEvent> {
+        self.published.lock().clone()
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.violations.lock().clone()
+    }
+}
+
+#[async_trait]
+impl Bus for CheckingBus {
+    fn capabilities(&self) -> BusCapabilities {
+        self.inner.capabilities()
+    }
+
+    fn publish(&self, event: BusEvent) -> Result<()> {
+        if let Event::Sync(sync) = &event.event {
+            if sync.is_terminal() {
+                // MemoryStore answers without awaiting anything.
+                let stored = self
+                    .store
+                    .session(&event.tenant, &event.session_id)
+                    .now_or_never()
+                    .and_then(Result::ok)
+                    .flatten()
+                    .map_or(0, |s| s.seq);
+                let deleted = matches!(sync, SyncEvent::SessionDeleted { .. });
+                if stored < event.seq && !deleted {
+                    self.violations.lock().push(format!(
+                        "{} seq {} published while the store holds seq {stored}",
+                        sync.name(),
+                        event.seq
+                    ));
+                }
+            }
+        }
+        {
+            let mut published = self.published.lock();
+            if let Some(prev) = published
+                .iter()
+                .rev()
+                .find(|e| e.session_id == event.session_id)
+            {
+                if prev.seq >= event.seq {
+                    self.violations.lock().push(format!(
+                        "seq {} published after seq {}",
+                        event.seq, prev.seq
+                    ));
+                }
+            }
+            published.push(event.clone());
+        }
+        self.inner.publish(event)
+    }
+
+    async fn subscribe(
+        &self,
+        tenant: &TenantId,
+        topic: Topic,
+        from_seq: Option<u64>,
+    ) -> Result<Subscription> {
+        self.inner.subscribe(tenant, topic, from_seq).await
+    }
+
+    async fn replay(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Replay> {
+        self.inner.replay(tenant, session, from_seq).await
+    }
+
+    async fn last_seq(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<u64>> {
+        self.inner.last_seq(tenant, session).await
+    }
+}
+
+pub struct Rig {
+    pub memory: Arc<MemoryStore>,
+    pub counting: Arc<CountingStore>,
+    pub bus: Arc<CheckingBus>,
+    pub projector: Arc<GroupCommitProjector>,
+    pub tenant: TenantId,
+}
+
+impl Rig {
+    pub fn new(window_ms: u64, flush: FlushMode) -> Self {
+        let memory = Arc::new(MemoryStore::new());
+        let counting = Arc::new(CountingStore::new(memory.clone()));
+        let bus = Arc::new(CheckingBus::new(memory.clone()));
+        let projector = Arc::new(GroupCommitProjector::new(
+            counting.clone(),
+            bus.clone(),
+            GroupCommitOptions {
+                window: Duration::from_millis(window_ms),
+                flush,
+            },
+        ));
+        Self {
+            memory,
+            counting,
+            bus,
+            projector,
+            tenant: TenantId::new("t1").unwrap(),
+        }
+    }
+
+    pub async fn session(&self) -> Scope {
+        let session = Session::new("group", now_ms());
+        let scope = self
+            .projector
+            .scope(&self.tenant, &session.id)
+            .await
+            .unwrap();
+        self.projector
+            .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
+            .await
+            .unwrap();
+        scope
+    }
+
+    pub async fn turn(&self, scope: &Scope) -> Processor {
+        let (user, part) = user_message(&scope.session_id, "question");
+        self.projector
+            .commit(
+                scope,
+                vec![
+                    SyncEvent::MessageUpdated { info: user.clone() },
+                    SyncEvent::PartUpdated { part },
+                ],
+            )
+            .await
+            .unwrap();
+        let answer = assistant_message(scope.session_id.clone(), user.id, "p", "m", now_ms());
+        Processor::start(
+            self.projector.clone() as Arc<dyn Projector>,
+            scope.clone(),
+            answer,
+            options(),
+        )
+        .await
+        .unwrap()
+    }
+
+    pub async fn parts(&self, scope: &Scope) -> Vec<forge_core::Part> {
+        forge_core::read_all(self.memory.as_ref(), &self.tenant, &scope.session_id, 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|m| m.parts)
+            .collect()
+    }
+}
+
+pub const TURN: &[&str] = &[
+    r#"{"type":"start-step"}"#,
+    r#"{"type":"reasoning-start","id":"r"}"#,
+    r#"{"type":"reasoning-delta","id":"r","text":"think "}"#,
+    r#"{"type":"reasoning-delta","id":"r","text":"hard"}"#,
+    r#"{"type":"reasoning-end","id":"r"}"#,
+    r#"{"type":"text-start","id":"t"}"#,
+    r#"{"type":"text-delta","id":"t","text":"Hello, "}"#,
+    r#"{"type":"text-delta","id":"t","text":"world"}"#,
+    r#"{"type":"text-end","id":"t"}"#,
+    r#"{"type":"tool-input-start","id":"c1","toolName":"read"}"#,
+    r#"{"type":"tool-call","toolCallId":"c1","toolName":"read","input":{"path":"a"}}"#,
+    r#"{"type":"tool-result","toolCallId":"c1","output":"contents"}"#,
+    r#"{"type":"finish-step","finishReason":"stop","usage":{"inputTokens":3,"outputTokens":5}}"#,
+    r#"{"type":"finish","finishReason":"stop"}"#,
+];
+
+/// The invariants every run must keep, checked on what was published.
+pub fn check_published(bus: &CheckingBus) {
+    assert_eq!(bus.violations(), Vec::<String>::new());
+    // A delta never arrives before the part.updated that created its part.
+    let events = bus.published();
+    let mut seen = std::collections::HashSet::new();
+    for e in &events {
+        match &e.event {
+            Event::Sync(SyncEvent::PartUpdated { part }) => {
+                seen.insert(part.id.clone());
+            }
+            Event::PartDelta(d) => assert!(
+                seen.contains(&d.part_id),
+                "delta for {} before its part.updated",
+                d.part_id
+            ),
+            _ => {}
+        }
+    }
+}
+
+pub fn shapes(parts: &[forge_core::Part]) -> Vec<(String, Option<String>, bool)> {
+    parts
+        .iter()
+        .map(|p| {
+            (
+                p.kind().to_owned(),
+                text_of(p).map(str::to_owned),
+                p.is_open(),
+            )
+        })
+        .collect()
+}
+
+/// The native error of [`Refusing`]: the session it refuses.
+#[derive(Debug)]
+pub struct Refused(pub SessionId);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refusing session {}", self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The [`Refused`] error somewhere down `error`'s source chain (or `error` itself).
+pub fn refused_in_chain<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
+    std::iter::successors(Some(error), |e| e.source()).find_map(|e| e.downcast_ref::<Refused>())
+}
+
+/// A store that refuses batches touching one session with a retryable backend error
+/// whose source is [`Refused`].
+#[derive(Debug)]
+pub struct Refusing {
+    pub inner: Arc<MemoryStore>,
+    pub refuse: Mutex<Option<SessionId>>,
+}
+
+#[async_trait]
+impl Store for Refusing {
+    fn capabilities(&self) -> forge_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let refused = self.refuse.lock().clone();
+        if let Some(sid) = refused {
+            if batch.iter().any(|e| e.session_id == sid) {
+                return Err(Error::backend("refusing", true, Refused(sid)));
+            }
+        }
+        self.inner.apply(batch).await
+    }
+    async fn session(
+        &self,
+        tenant: &TenantId,
+        id: &SessionId,
+    ) -> Result<Option<forge_core::SessionState>> {
+        self.inner.session(tenant, id).await
+    }
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<forge_core::SessionState>> {
+        self.inner.sessions(tenant).await
+    }
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &forge_core::MessageId,
+    ) -> Result<Option<forge_core::MessageWithParts>> {
+        self.inner.message(tenant, session, id).await
+    }
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&forge_core::Cursor>,
+        limit: usize,
+    ) -> Result<forge_core::Page> {
+        self.inner.messages(tenant, session, before, limit).await
+    }
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<forge_core::OpenItems> {
+        self.inner.open_items(tenant, session).await
+    }
+}

@@ -1,0 +1,208 @@
+//! Structured logs: a span per store apply batch and per recover, the processor's start
+//! and finalize, warnings for failures that are not returned to the caller, and nothing
+//! at all on the per-delta path.
+
+mod common;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::group::Refusing;
+use common::{ev, user_message, Harness};
+use forge_core::id::now_ms;
+use forge_core::{
+    recover, FlushMode, GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore, Projector,
+    Session, SyncEvent, TenantId,
+};
+use parking_lot::Mutex;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+/// What was logged: span names and event messages, in order.
+#[derive(Default)]
+struct Log {
+    spans: Vec<&'static str>,
+    events: Vec<String>,
+}
+
+/// A subscriber that enables everything and records it into a [`Log`].
+#[derive(Clone, Default)]
+struct Recorder {
+    log: Arc<Mutex<Log>>,
+    next: Arc<AtomicU64>,
+}
+
+impl Recorder {
+    fn take(&self) -> Log {
+        std::mem::take(&mut *self.log.lock())
+    }
+}
+
+struct Message(String);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl Subscriber for Recorder {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
+        self.log.lock().spans.push(span.metadata().name());
+        Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.log.lock().events.push(message.0);
+    }
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
+}
+
+#[tokio::test]
+async fn deltas_log_nothing_and_boundaries_log_their_store_batches() {
+    let recorder = Recorder::default();
+    let _guard = tracing::subscriber::set_default(recorder.clone());
+    let h = Harness::new(false).await;
+    let user = h.user("question").await;
+    let mut p = h.processor(&user).await;
+    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
+        .await
+        .unwrap();
+    let started = recorder.take();
+    assert!(
+        started.events.iter().any(|e| e == "processor started"),
+        "{:?}",
+        started.events
+    );
+    assert!(started.spans.contains(&"apply_batch"));
+
+    for _ in 0..100 {
+        p.handle(ev(r#"{"type":"text-delta","id":"t","text":"x"}"#))
+            .await
+            .unwrap();
+    }
+    let deltas = recorder.take();
+    assert_eq!(deltas.spans, Vec::<&str>::new(), "spans on the delta path");
+    assert_eq!(
+        deltas.events,
+        Vec::<String>::new(),
+        "events on the delta path"
+    );
+
+    p.handle(ev(r#"{"type":"text-end","id":"t"}"#))
+        .await
+        .unwrap();
+    p.handle(ev(r#"{"type":"finish","finishReason":"stop"}"#))
+        .await
+        .unwrap();
+    let end = recorder.take();
+    assert_eq!(
+        end.spans,
+        ["apply_batch", "apply_batch"],
+        "text-end, finalize"
+    );
+    assert_eq!(end.events, ["processor finalized"]);
+}
+
+#[tokio::test]
+async fn recover_logs_a_span_and_what_it_closed() {
+    let recorder = Recorder::default();
+    let _guard = tracing::subscriber::set_default(recorder.clone());
+    let h = Harness::new(false).await;
+    let user = h.user("question").await;
+    let mut p = h.processor(&user).await;
+    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
+        .await
+        .unwrap();
+    drop(p); // crash
+    recorder.take();
+
+    let projector = &h.engine.projector;
+    recover(projector.as_ref(), &h.tenant, Some(&h.session), now_ms())
+        .await
+        .unwrap();
+    let log = recorder.take();
+    assert_eq!(log.spans.first(), Some(&"recover"));
+    assert!(
+        log.events
+            .iter()
+            .any(|e| e == "recover closed what a crash left open"),
+        "{:?}",
+        log.events
+    );
+
+    // Nothing left open: the span, and no report.
+    recover(projector.as_ref(), &h.tenant, Some(&h.session), now_ms())
+        .await
+        .unwrap();
+    let again = recorder.take();
+    assert_eq!(again.spans, ["recover"]);
+    assert_eq!(again.events, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_failed_group_commit_is_logged_before_its_retries() {
+    let recorder = Recorder::default();
+    let _guard = tracing::subscriber::set_default(recorder.clone());
+    let refusing = Arc::new(Refusing {
+        inner: Arc::new(MemoryStore::new()),
+        refuse: Mutex::new(None),
+    });
+    let projector = GroupCommitProjector::new(
+        refusing.clone(),
+        Arc::new(LocalBus::new()),
+        GroupCommitOptions {
+            window: Duration::from_millis(50),
+            flush: FlushMode::Manual,
+        },
+    );
+    let tenant = TenantId::new("t1").unwrap();
+    let s = Session::new("s", now_ms());
+    let scope = projector.scope(&tenant, &s.id).await.unwrap();
+    projector
+        .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
+        .await
+        .unwrap();
+    projector.sync().await.unwrap();
+    *refusing.refuse.lock() = Some(scope.session_id.clone());
+    let (user, part) = user_message(&scope.session_id, "q");
+    projector
+        .commit(
+            &scope,
+            vec![
+                SyncEvent::MessageUpdated { info: user },
+                SyncEvent::PartUpdated { part },
+            ],
+        )
+        .await
+        .unwrap();
+    recorder.take();
+    projector.advance(1_000).await.unwrap_err();
+    let log = recorder.take();
+    assert_eq!(log.spans, ["apply_batch", "apply_batch"], "group, retry");
+    assert_eq!(
+        log.events,
+        [
+            "group commit failed; retrying each session alone",
+            "commit of session failed; its uncommitted events are dropped",
+        ]
+    );
+}
