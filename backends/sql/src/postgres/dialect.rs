@@ -1,0 +1,36 @@
+//! Postgres's side of [`crate::dialect`]: JSON rows are `json` (cast on the way in and
+//! out), and the tenant is also the transaction's `forge.tenant` setting, which the
+//! row-level security policies read.
+
+use async_trait::async_trait;
+use forge_core::{Error, Result, Tenancy, TenantId};
+use sqlx::postgres::PgQueryResult;
+use sqlx::{PgConnection, Postgres};
+
+use crate::dialect::Dialect;
+
+#[async_trait]
+impl Dialect for Postgres {
+    const BACKEND: &'static str = "postgres";
+    const TENANCY: Tenancy = Tenancy::RowLevelSecurity;
+    const BODY: &'static str = "body::text";
+    const JSON_CAST: &'static str = "::json";
+
+    fn map(err: sqlx::Error) -> Error {
+        crate::error::postgres(err)
+    }
+
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    /// `is_local = true`: the setting ends with the transaction.
+    async fn set_tenant(conn: &mut PgConnection, tenant: &TenantId) -> Result<bool> {
+        sqlx::query("SELECT set_config('forge.tenant', $1, true)")
+            .bind(tenant.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(Self::map)?;
+        Ok(true)
+    }
+}
