@@ -16,6 +16,7 @@ use std::ops::{Deref, DerefMut};
 
 use async_trait::async_trait;
 use forge_core::{Error, Result, Tenancy, TenantId};
+use sqlx::error::DatabaseError;
 use sqlx::pool::PoolConnection;
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, QueryBuilder, Row, Transaction,
@@ -141,8 +142,14 @@ pub(crate) trait Dialect: SqlDb {
     /// Follows a bound JSON value (a cast, where the column is not text).
     const JSON_CAST: &'static str;
 
-    /// Maps a native error, keeping it as the source.
-    fn map(err: sqlx::Error) -> Error;
+    /// Whether a database error (not a unique or foreign-key violation) may go away on
+    /// a retry.
+    fn retryable(err: &dyn DatabaseError) -> bool;
+
+    /// Maps a native error, keeping it as the source ([`crate::error::map`]).
+    fn map(err: sqlx::Error) -> Error {
+        crate::error::map::<Self>(err)
+    }
 
     /// The rows a statement inserted, updated or deleted.
     fn rows_affected(done: &Self::QueryResult) -> u64;
@@ -232,8 +239,9 @@ pub(crate) trait Backend: Send + Sync {
     /// Its dialect.
     type Db: Dialect;
 
-    /// Its write counters.
-    fn counters(&self) -> &Counters;
+    /// A connection that sees `tenant`'s rows; `snapshot`: all its reads see one
+    /// snapshot.
+    async fn reader(&self, tenant: &TenantId, snapshot: bool) -> Result<Reader<Self::Db>>;
 
     /// Begins the transaction of one `apply`.
     async fn begin_write(&self) -> Result<Transaction<'static, Self::Db>>;
@@ -248,9 +256,8 @@ pub(crate) trait Backend: Send + Sync {
         Ok(())
     }
 
-    /// A connection that sees `tenant`'s rows; `snapshot`: all its reads see one
-    /// snapshot.
-    async fn reader(&self, tenant: &TenantId, snapshot: bool) -> Result<Reader<Self::Db>>;
+    /// Its write counters.
+    fn counters(&self) -> &Counters;
 }
 
 /// Implements [`forge_core::Store`] for a [`Backend`] through the shared read and write

@@ -3,7 +3,8 @@
 //! row-level security policies read.
 
 use async_trait::async_trait;
-use forge_core::{Error, Result, Tenancy, TenantId};
+use forge_core::{Result, Tenancy, TenantId};
+use sqlx::error::DatabaseError;
 use sqlx::postgres::PgQueryResult;
 use sqlx::{PgConnection, Postgres};
 
@@ -16,8 +17,16 @@ impl Dialect for Postgres {
     const BODY: &'static str = "body::text";
     const JSON_CAST: &'static str = "::json";
 
-    fn map(err: sqlx::Error) -> Error {
-        crate::error::postgres(err)
+    /// Class 08 (connection exception), 40001 (serialization failure), 40P01
+    /// (deadlock), 55P03 (lock not available), 53300 (too many connections), 57P01–03
+    /// (server shutting down or not yet accepting connections).
+    fn retryable(err: &dyn DatabaseError) -> bool {
+        let code = err.code().unwrap_or_default();
+        code.starts_with("08")
+            || matches!(
+                code.as_ref(),
+                "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03"
+            )
     }
 
     fn rows_affected(done: &PgQueryResult) -> u64 {

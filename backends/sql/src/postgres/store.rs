@@ -31,15 +31,6 @@ pub struct PostgresStore {
     counters: Arc<Counters>,
 }
 
-impl fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("options", &self.options)
-            .field("set_role", &self.privileged)
-            .finish_non_exhaustive()
-    }
-}
-
 impl PostgresStore {
     /// Connects to `postgres://user@host:port/database[?schema=NAME&app_role=NAME&…]`,
     /// creating the schema, the tables and the application role if missing. See
@@ -133,23 +124,6 @@ impl PostgresStore {
 impl Backend for PostgresStore {
     type Db = Postgres;
 
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
-    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>> {
-        self.pool.begin().await.map_err(map)
-    }
-
-    async fn before_load(
-        &self,
-        conn: &mut PgConnection,
-        needs: &Needs,
-        tally: &mut Tally,
-    ) -> Result<()> {
-        lock::lock_sessions(conn, &self.options.schema, needs, tally).await
-    }
-
     /// Always a read-only transaction with `tenant` set, `REPEATABLE READ`: all its
     /// statements read one snapshot, so a page's parts belong to exactly the page's
     /// messages even while writers commit in between (under the default `READ
@@ -164,6 +138,34 @@ impl Backend for PostgresStore {
         Postgres::set_tenant(&mut tx, tenant).await?;
         Ok(Reader::Transaction(tx))
     }
+
+    /// `READ COMMITTED`: batches on one session are serialized by the session locks
+    /// ([`Backend::before_load`]), so what a batch reads stays true until it writes.
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>> {
+        self.pool.begin().await.map_err(map)
+    }
+
+    async fn before_load(
+        &self,
+        conn: &mut PgConnection,
+        needs: &Needs,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        lock::lock_sessions(conn, &self.options.schema, needs, tally).await
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
 }
 
 impl_store!(PostgresStore);
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("options", &self.options)
+            .field("set_role", &self.privileged)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,7 +1,8 @@
 //! SQLite's side of [`crate::dialect`]: JSON rows are `TEXT`, and the tenant is a key
 //! column only.
 
-use forge_core::{Error, Tenancy};
+use forge_core::Tenancy;
+use sqlx::error::DatabaseError;
 use sqlx::sqlite::SqliteQueryResult;
 use sqlx::Sqlite;
 
@@ -13,8 +14,15 @@ impl Dialect for Sqlite {
     const BODY: &'static str = "body";
     const JSON_CAST: &'static str = "";
 
-    fn map(err: sqlx::Error) -> Error {
-        crate::error::sqlite(err)
+    /// `SQLITE_BUSY` / `SQLITE_LOCKED` (and their extended codes): another process holds
+    /// the file's write lock longer than the busy timeout.
+    fn retryable(err: &dyn DatabaseError) -> bool {
+        // Extended result codes keep the primary code in the low byte.
+        let primary = err
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .map(|c| c & 0xff);
+        matches!(primary, Some(5 | 6))
     }
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {

@@ -1,6 +1,5 @@
 //! `SqliteStore`: the `Store` trait over one SQLite file.
 
-use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -38,20 +37,12 @@ pub struct SqliteSettings {
 /// use a separate pool of reader connections and never wait for the writer (WAL
 /// readers see the last commit). Another process writing the same file is waited for up
 /// to the busy timeout, then reported as a retryable error.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
     options: SqliteOptions,
     counters: Arc<Counters>,
-}
-
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
 }
 
 impl SqliteStore {
@@ -177,14 +168,6 @@ impl SqliteStore {
 impl Backend for SqliteStore {
     type Db = Sqlite;
 
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(map)
-    }
-
     /// Readers see the last commit (WAL); the tenant is only a key column.
     async fn reader(&self, _tenant: &TenantId, snapshot: bool) -> Result<Reader<Sqlite>> {
         Ok(if snapshot {
@@ -192,6 +175,16 @@ impl Backend for SqliteStore {
         } else {
             Reader::Connection(self.readers.acquire().await.map_err(map)?)
         })
+    }
+
+    /// `BEGIN IMMEDIATE` takes the write lock at once: a batch never has to upgrade a
+    /// read lock halfway, which another process could refuse (`SQLITE_BUSY`).
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
+        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(map)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 }
 
