@@ -200,6 +200,8 @@ pub(crate) trait Dialect: SqlDb {
 /// snapshot (or a tenant setting), otherwise a plain pooled connection.
 pub(crate) enum Reader<DB: Database> {
     Transaction(Transaction<'static, DB>),
+    // Postgres reads always need a transaction, for the tenant setting.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     Connection(PoolConnection<DB>),
 }
 
