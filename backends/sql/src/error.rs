@@ -1,5 +1,6 @@
-//! Mapping sqlx errors into [`forge_core::Error`]: one function per dialect, the sqlx
-//! error kept as the source.
+//! Mapping sqlx errors into [`forge_core::Error`]: one function for both dialects, the
+//! sqlx error kept as the source; each dialect classifies its own database errors
+//! ([`Dialect::retryable`]).
 //!
 //! | native error | forge error |
 //! |---|---|
@@ -11,6 +12,9 @@
 //! sqlx error as its source.
 
 use forge_core::Error;
+use sqlx::error::ErrorKind;
+
+use crate::dialect::Dialect;
 
 /// A unique or foreign-key violation: `err` is a database error.
 fn conflict(backend: &str, err: sqlx::Error) -> Error {
@@ -31,70 +35,37 @@ fn conflict(backend: &str, err: sqlx::Error) -> Error {
     Error::conflict_with(message, err)
 }
 
-/// Errors of the pool and the connection, the same for both dialects: `None` for a
-/// database error, which the dialect classifies.
-fn common_retryable(err: &sqlx::Error) -> Option<bool> {
-    match err {
-        sqlx::Error::Database(_) => None,
+/// Maps a sqlx error of dialect `D`: violations are conflicts, the dialect says which
+/// other database errors are retryable, and pool and connection errors are the same for
+/// both dialects.
+pub(crate) fn map<D: Dialect>(err: sqlx::Error) -> Error {
+    let retryable = match &err {
+        sqlx::Error::Database(db) => {
+            if matches!(
+                db.kind(),
+                ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
+            ) {
+                return conflict(D::BACKEND, err);
+            }
+            D::retryable(db.as_ref())
+        }
         // The connection broke or could not be had in time: another try may get one.
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => Some(true),
-        _ => Some(false),
-    }
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    Error::backend(D::BACKEND, retryable, err)
 }
 
 /// Maps a SQLite error.
-///
-/// `SQLITE_BUSY` / `SQLITE_LOCKED` (and their extended codes) are retryable: another
-/// process holds the file's write lock longer than the busy timeout.
 #[cfg(feature = "sqlite")]
 pub(crate) fn sqlite(err: sqlx::Error) -> Error {
-    const BACKEND: &str = "sqlite";
-    if let sqlx::Error::Database(db) = &err {
-        use sqlx::error::ErrorKind;
-        if matches!(
-            db.kind(),
-            ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
-        ) {
-            return conflict(BACKEND, err);
-        }
-        // Extended result codes keep the primary code in the low byte.
-        let primary = db
-            .code()
-            .and_then(|c| c.parse::<i32>().ok())
-            .map(|c| c & 0xff);
-        let retryable = matches!(primary, Some(5 | 6));
-        return Error::backend(BACKEND, retryable, err);
-    }
-    let retryable = common_retryable(&err).unwrap_or(false);
-    Error::backend(BACKEND, retryable, err)
+    map::<sqlx::Sqlite>(err)
 }
 
 /// Maps a Postgres error.
-///
-/// Retryable SQLSTATEs: class 08 (connection exception), 40001 (serialization failure),
-/// 40P01 (deadlock), 55P03 (lock not available), 53300 (too many connections), 57P01–03
-/// (server shutting down or not yet accepting connections).
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres(err: sqlx::Error) -> Error {
-    const BACKEND: &str = "postgres";
-    if let sqlx::Error::Database(db) = &err {
-        use sqlx::error::ErrorKind;
-        if matches!(
-            db.kind(),
-            ErrorKind::UniqueViolation | ErrorKind::ForeignKeyViolation
-        ) {
-            return conflict(BACKEND, err);
-        }
-        let code = db.code().unwrap_or_default();
-        let retryable = code.starts_with("08")
-            || matches!(
-                code.as_ref(),
-                "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03"
-            );
-        return Error::backend(BACKEND, retryable, err);
-    }
-    let retryable = common_retryable(&err).unwrap_or(false);
-    Error::backend(BACKEND, retryable, err)
+    map::<sqlx::Postgres>(err)
 }
 
 #[cfg(test)]

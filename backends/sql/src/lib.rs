@@ -1,9 +1,13 @@
 #![doc = include_str!("../README.md")]
 
+mod dialect;
 mod error;
 mod plan;
+mod read;
 mod rows;
+mod schema;
 mod stats;
+mod write;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -386,19 +386,7 @@ fn json_numbers_nul_characters_and_unknown_fields_read_back_exactly() {
         let Some((schema, store)) = fresh("exact_values").await else {
             return;
         };
-        let (batch, msg, prt) = exact_values_batch(&HARD_FLOATS);
-        store.apply(&batch).await.unwrap();
-        let got = store
-            .message(&tenant("a"), &"ses_\0nul".into(), &"msg_\0".into())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            got.info.as_assistant().unwrap().cost.to_bits(),
-            HARD_FLOATS[0].to_bits()
-        );
-        assert_eq!(got.info, msg);
-        assert_eq!(got.parts, vec![prt]);
+        assert_exact_values_read_back(&store).await;
         done(schema, store).await;
     });
 }

@@ -2,10 +2,11 @@
 //! security, queries run as a non-superuser application role.
 
 mod config;
+mod dialect;
+mod lock;
 mod schema;
 mod store;
 pub mod testing;
-mod write;
 
 pub use config::{PostgresOptions, DEFAULT_APP_ROLE};
 pub use schema::SCHEMA_VERSION;

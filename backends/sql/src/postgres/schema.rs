@@ -12,7 +12,7 @@
 //! writable.
 
 use forge_core::{Error, Result};
-use sqlx::{AssertSqlSafe, PgConnection, Row};
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, QueryBuilder, Row};
 
 use super::config::PostgresOptions;
 use crate::error::postgres as map;
@@ -147,56 +147,12 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
         .await
         .map_err(map)?;
 
-    let tables: Vec<String> = sqlx::query(
-        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
-    )
-    .bind(&options.schema)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(map)?
-    .iter()
-    .map(|r| r.try_get::<String, _>(0))
-    .collect::<Result<_, _>>()
-    .map_err(map)?;
-
-    let version = if tables.iter().any(|t| t == "forge_meta") {
-        sqlx::query("SELECT value FROM forge_meta WHERE key = 'schema_version'")
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map)?
-            .map(|r| r.try_get::<i64, _>(0))
-            .transpose()
-            .map_err(map)?
-            .unwrap_or(0)
-    } else if tables.is_empty() {
-        sqlx::raw_sql(META).execute(&mut *tx).await.map_err(map)?;
-        0
-    } else {
-        return Err(Error::invalid(format!(
-            "postgres schema {} holds tables but no forge-store schema version ({}); \
-             refusing to use it",
-            options.schema,
-            tables.join(", ")
-        )));
-    };
-    if version > SCHEMA_VERSION {
-        return Err(Error::Unsupported(format!(
-            "postgres schema {} has forge-store schema version {version}; this release reads \
-             up to version {SCHEMA_VERSION} (written by a newer forge-store?)",
-            options.schema
-        )));
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(map)?;
-        sqlx::query(
-            "INSERT INTO forge_meta (key, value) VALUES ('schema_version', $1) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        )
-        .bind(i as i64 + 1)
-        .execute(&mut *tx)
-        .await
-        .map_err(map)?;
-    }
+    let mut tables = QueryBuilder::new("SELECT tablename::text FROM pg_tables WHERE schemaname = ");
+    tables
+        .push_bind(&options.schema)
+        .push(" ORDER BY tablename");
+    let place = format!("postgres schema {}", options.schema);
+    crate::schema::upgrade::<Postgres>(&mut tx, &place, tables, META, MIGRATIONS).await?;
 
     if privileged {
         // Roles are server-wide; another process may create it at the same time, which

@@ -1,9 +1,9 @@
 //! The SQLite backend: one file in WAL mode, one writer connection, a reader pool.
 
 mod config;
+mod dialect;
 mod schema;
 mod store;
-mod write;
 
 pub use config::{SqliteOptions, Synchronous, DEFAULT_PAGE_SIZE};
 pub use schema::SCHEMA_VERSION;

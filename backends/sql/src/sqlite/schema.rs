@@ -7,10 +7,8 @@
 
 use std::path::Path;
 
-use forge_core::{Error, Result};
-use sqlx::{Row, SqliteConnection};
-
-use crate::error::sqlite as map;
+use forge_core::Result;
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 /// The schema version this release writes and reads.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -54,69 +52,16 @@ CREATE INDEX parts_open ON parts (tenant, session, message, id) WHERE open;
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 
+/// Creates `forge_meta`, which holds the schema version.
+const META: &str = "CREATE TABLE forge_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT";
+
 /// Checks the schema version and applies the missing migrations, inside the caller's
-/// write transaction.
-///
-/// # Errors
-/// [`Error::Unsupported`] when the file was written by a newer schema version;
-/// [`Error::InvalidInput`] when it holds tables but no forge-store version (someone
-/// else's database).
+/// write transaction (see [`crate::schema::upgrade`]).
 pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<()> {
-    let tables: Vec<String> = sqlx::query(
+    let tables = QueryBuilder::new(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
          ORDER BY name",
-    )
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map)?
-    .iter()
-    .map(|r| r.try_get::<String, _>(0))
-    .collect::<Result<_, _>>()
-    .map_err(map)?;
-
-    let version = if tables.iter().any(|t| t == "forge_meta") {
-        sqlx::query("SELECT value FROM forge_meta WHERE key = 'schema_version'")
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map)?
-            .map(|r| r.try_get::<i64, _>(0))
-            .transpose()
-            .map_err(map)?
-            .unwrap_or(0)
-    } else if tables.is_empty() {
-        sqlx::query(
-            "CREATE TABLE forge_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT",
-        )
-        .execute(&mut *conn)
-        .await
-        .map_err(map)?;
-        0
-    } else {
-        return Err(Error::invalid(format!(
-            "{} is a SQLite database without a forge-store schema version (tables: {}); \
-             refusing to use it",
-            path.display(),
-            tables.join(", ")
-        )));
-    };
-
-    if version > SCHEMA_VERSION {
-        return Err(Error::Unsupported(format!(
-            "{} has forge-store schema version {version}; this release reads up to version \
-             {SCHEMA_VERSION} (written by a newer forge-store?)",
-            path.display()
-        )));
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        sqlx::raw_sql(*sql).execute(&mut *conn).await.map_err(map)?;
-        sqlx::query(
-            "INSERT INTO forge_meta (key, value) VALUES ('schema_version', ?) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        )
-        .bind(i as i64 + 1)
-        .execute(&mut *conn)
-        .await
-        .map_err(map)?;
-    }
-    Ok(())
+    );
+    let place = format!("SQLite database {}", path.display());
+    crate::schema::upgrade::<Sqlite>(conn, &place, tables, META, MIGRATIONS).await
 }

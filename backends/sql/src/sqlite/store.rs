@@ -1,25 +1,17 @@
 //! `SqliteStore`: the `Store` trait over one SQLite file.
 
-use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_core::store::clamp_limit;
-use forge_core::{
-    Capabilities, Cursor, Envelope, MessageId, MessageWithParts, OpenItems, Page, Result,
-    SessionId, SessionState, Store, SyncEvent, TenantId,
-};
+use forge_core::{Result, TenantId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{Row, Sqlite, Transaction};
 
 use super::config::SqliteOptions;
-use super::{schema, write};
+use super::schema;
+use crate::dialect::{impl_store, Backend, Reader};
 use crate::error::sqlite as map;
-use crate::plan::Batch;
-use crate::rows;
-use crate::stats::{Counters, Tally, WriteStats};
-
-const BACKEND: &str = "sqlite";
+use crate::stats::{Counters, WriteStats};
 
 /// SQLite's settings as read back from the writer connection ([`SqliteStore::settings`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,20 +37,12 @@ pub struct SqliteSettings {
 /// use a separate pool of reader connections and never wait for the writer (WAL
 /// readers see the last commit). Another process writing the same file is waited for up
 /// to the busy timeout, then reported as a retryable error.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
     options: SqliteOptions,
     counters: Arc<Counters>,
-}
-
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
 }
 
 impl SqliteStore {
@@ -180,217 +164,28 @@ impl SqliteStore {
     }
 }
 
-async fn parts_of(
-    conn: &mut SqliteConnection,
-    tenant: &TenantId,
-    session: &SessionId,
-    first: &MessageId,
-    last: &MessageId,
-) -> Result<Vec<forge_core::Part>> {
-    let rows = sqlx::query(
-        "SELECT body FROM parts WHERE tenant = ? AND session = ? AND message >= ? AND message <= ? \
-         ORDER BY message, id",
-    )
-    .bind(tenant.as_str())
-    .bind(session.as_str().as_bytes())
-    .bind(first.as_str().as_bytes())
-    .bind(last.as_str().as_bytes())
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map)?;
-    rows.iter()
-        .map(|r| rows::part(tenant.as_str(), &r.try_get::<String, _>(0).map_err(map)?))
-        .collect()
-}
-
 #[async_trait]
-impl Store for SqliteStore {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new(BACKEND)
-    }
+impl Backend for SqliteStore {
+    type Db = Sqlite;
 
-    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        let batch = Batch::prepare(batch);
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let needs = batch.needs();
-        let mut tally = Tally::default();
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map)?;
-        let written = async {
-            let loaded = write::load(&mut tx, &needs, &mut tally).await?;
-            let plan = batch.simulate(&loaded)?;
-            for (tenant, ops) in &plan.tenants {
-                write::write(&mut tx, tenant, ops, &mut tally).await?;
-            }
-            Ok::<_, forge_core::Error>(())
-        }
-        .await;
-        if let Err(e) = written {
-            // The batch's error is what the caller needs; a failed rollback would only
-            // hide it (and the connection rolls back when it returns to the pool).
-            let _ = tx.rollback().await;
-            return Err(e);
-        }
-        tx.commit().await.map_err(map)?;
-        self.counters.commit(&tally);
-        Ok(())
-    }
-
-    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        let row = sqlx::query("SELECT seq, body FROM sessions WHERE tenant = ? AND id = ?")
-            .bind(tenant.as_str())
-            .bind(id.as_str().as_bytes())
-            .fetch_optional(&self.readers)
-            .await
-            .map_err(map)?;
-        row.map(|r| {
-            rows::session_state(
-                tenant.as_str(),
-                r.try_get(0).map_err(map)?,
-                &r.try_get::<String, _>(1).map_err(map)?,
-            )
+    /// Readers see the last commit (WAL); the tenant is only a key column.
+    async fn reader(&self, _tenant: &TenantId, snapshot: bool) -> Result<Reader<Sqlite>> {
+        Ok(if snapshot {
+            Reader::Transaction(self.readers.begin().await.map_err(map)?)
+        } else {
+            Reader::Connection(self.readers.acquire().await.map_err(map)?)
         })
-        .transpose()
     }
 
-    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        let rows = sqlx::query("SELECT seq, body FROM sessions WHERE tenant = ? ORDER BY id")
-            .bind(tenant.as_str())
-            .fetch_all(&self.readers)
-            .await
-            .map_err(map)?;
-        rows.iter()
-            .map(|r| {
-                rows::session_state(
-                    tenant.as_str(),
-                    r.try_get(0).map_err(map)?,
-                    &r.try_get::<String, _>(1).map_err(map)?,
-                )
-            })
-            .collect()
+    /// `BEGIN IMMEDIATE` takes the write lock at once: a batch never has to upgrade a
+    /// read lock halfway, which another process could refuse (`SQLITE_BUSY`).
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
+        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(map)
     }
 
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        // One read transaction: the message and its parts from one snapshot.
-        let mut tx = self.readers.begin().await.map_err(map)?;
-        let conn = &mut *tx;
-        let out = {
-            let row = sqlx::query(
-                "SELECT body FROM messages WHERE tenant = ? AND session = ? AND id = ?",
-            )
-            .bind(tenant.as_str())
-            .bind(session.as_str().as_bytes())
-            .bind(id.as_str().as_bytes())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map)?;
-            match row {
-                None => None,
-                Some(row) => {
-                    let body: String = row.try_get(0).map_err(map)?;
-                    let info = rows::message(tenant.as_str(), &body)?;
-                    let parts = parts_of(conn, tenant, session, id, id).await?;
-                    Some(MessageWithParts { info, parts })
-                }
-            }
-        };
-        tx.commit().await.map_err(map)?;
-        Ok(out)
-    }
-
-    async fn messages(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        let limit = clamp_limit(limit);
-        let mut tx = self.readers.begin().await.map_err(map)?;
-        let conn = &mut *tx;
-        let page = {
-            let mut q = QueryBuilder::<Sqlite>::new("SELECT body FROM messages WHERE tenant = ");
-            q.push_bind(tenant.as_str())
-                .push(" AND session = ")
-                .push_bind(session.as_str().as_bytes());
-            if let Some(c) = before {
-                q.push(" AND id < ")
-                    .push_bind(c.message_id().as_str().as_bytes());
-            }
-            q.push(" ORDER BY id DESC LIMIT ")
-                .push_bind(limit as i64 + 1);
-            let rows = q.build().fetch_all(&mut *conn).await.map_err(map)?;
-            let more = rows.len() > limit;
-            let mut infos = rows
-                .iter()
-                .take(limit)
-                .map(|r| rows::message(tenant.as_str(), &r.try_get::<String, _>(0).map_err(map)?))
-                .collect::<Result<Vec<_>>>()?;
-            infos.reverse();
-            let messages = match (infos.first(), infos.last()) {
-                (Some(first), Some(last)) => {
-                    let (first, last) = (first.id.clone(), last.id.clone());
-                    let parts = parts_of(conn, tenant, session, &first, &last).await?;
-                    rows::attach_parts(infos, parts, BACKEND)?
-                }
-                _ => Vec::new(),
-            };
-            let next = if more {
-                messages.first().map(|m| Cursor::before(m.info.id.clone()))
-            } else {
-                None
-            };
-            Page { messages, next }
-        };
-        tx.commit().await.map_err(map)?;
-        Ok(page)
-    }
-
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> Result<OpenItems> {
-        let mut tx = self.readers.begin().await.map_err(map)?;
-        let conn = &mut *tx;
-        let mut out = OpenItems::default();
-        {
-            let mut q = QueryBuilder::<Sqlite>::new("SELECT body FROM messages WHERE tenant = ");
-            q.push_bind(tenant.as_str());
-            if let Some(s) = session {
-                q.push(" AND session = ").push_bind(s.as_str().as_bytes());
-            }
-            q.push(" AND open ORDER BY session, id");
-            for r in q.build().fetch_all(&mut *conn).await.map_err(map)? {
-                out.messages.push(rows::message(
-                    tenant.as_str(),
-                    &r.try_get::<String, _>(0).map_err(map)?,
-                )?);
-            }
-            let mut q = QueryBuilder::<Sqlite>::new("SELECT body FROM parts WHERE tenant = ");
-            q.push_bind(tenant.as_str());
-            if let Some(s) = session {
-                q.push(" AND session = ").push_bind(s.as_str().as_bytes());
-            }
-            q.push(" AND open ORDER BY session, message, id");
-            for r in q.build().fetch_all(&mut *conn).await.map_err(map)? {
-                out.parts.push(rows::part(
-                    tenant.as_str(),
-                    &r.try_get::<String, _>(0).map_err(map)?,
-                )?);
-            }
-        }
-        tx.commit().await.map_err(map)?;
-        Ok(out)
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 }
+
+impl_store!(SqliteStore);

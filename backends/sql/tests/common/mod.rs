@@ -43,6 +43,24 @@ pub const HARD_FLOATS: [f64; 3] = [
     2.109_087_688_342_284_4e-109,
 ];
 
+/// Writes [`exact_values_batch`] with [`HARD_FLOATS`] and checks that the message and
+/// the part read back exactly as written.
+pub async fn assert_exact_values_read_back(store: &dyn forge_core::Store) {
+    let (batch, msg, prt) = exact_values_batch(&HARD_FLOATS);
+    store.apply(&batch).await.unwrap();
+    let got = store
+        .message(&tenant("a"), &"ses_\0nul".into(), &"msg_\0".into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got.info.as_assistant().unwrap().cost.to_bits(),
+        HARD_FLOATS[0].to_bits()
+    );
+    assert_eq!(got.info, msg);
+    assert_eq!(got.parts, vec![prt]);
+}
+
 /// A batch with hard floats, an unknown field, NULs in ids and text.
 pub fn exact_values_batch(
     floats: &[f64; 3],

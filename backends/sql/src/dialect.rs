@@ -1,0 +1,326 @@
+//! What the SQLite and Postgres backends share, in three layers:
+//!
+//! - [`SqlDb`] runs queries and binds and decodes the column types used here, on any
+//!   sqlx database that supports them (one blanket implementation);
+//! - [`Dialect`] is what differs between the two SQL dialects: how a JSON column is
+//!   written and read, how errors are classified, and the tenant setting row-level
+//!   security reads;
+//! - [`Backend`] is what a store gives the shared read path ([`crate::read`]) and write
+//!   path ([`crate::write`]): its transactions and its counters.
+//!
+//! Placeholders (`?` or `$n`) come from sqlx's [`QueryBuilder`], so the shared SQL never
+//! spells one.
+
+use std::future::Future;
+use std::ops::{Deref, DerefMut};
+
+use async_trait::async_trait;
+use forge_core::{Error, Result, Tenancy, TenantId};
+use sqlx::error::DatabaseError;
+use sqlx::pool::PoolConnection;
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, QueryBuilder, Row, Transaction,
+    Type,
+};
+
+use crate::plan::Needs;
+use crate::stats::{Counters, Tally};
+
+/// A value to bind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Arg<'a> {
+    /// A `text` column (tenants).
+    Text(&'a str),
+    /// An id, stored as the bytes of its UTF-8 (`BLOB` / `bytea`).
+    Id(&'a str),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+    /// A JSON row.
+    Json(&'a str),
+}
+
+/// A sqlx database with the column types this crate uses.
+pub(crate) trait SqlDb: Database {
+    /// Runs `q` and returns its rows.
+    fn fetch<'c>(
+        conn: &'c mut Self::Connection,
+        q: &'c mut QueryBuilder<Self>,
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send + 'c;
+
+    /// Runs `q` for its effect.
+    fn execute<'c>(
+        conn: &'c mut Self::Connection,
+        q: &'c mut QueryBuilder<Self>,
+    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'c;
+
+    /// Runs SQL without parameters, possibly several statements.
+    fn execute_raw<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'c;
+
+    /// Binds a text, bytes, integer or boolean value (JSON is a [`Dialect`] matter).
+    fn bind_plain(q: &mut QueryBuilder<Self>, arg: Arg<'_>);
+
+    /// Column `i` as text.
+    fn text(row: &Self::Row, i: usize) -> sqlx::Result<String>;
+
+    /// Column `i` as bytes.
+    fn bytes(row: &Self::Row, i: usize) -> sqlx::Result<Vec<u8>>;
+
+    /// Column `i` as an integer.
+    fn int(row: &Self::Row, i: usize) -> sqlx::Result<i64>;
+}
+
+impl<DB> SqlDb for DB
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> bool: Encode<'a, DB> + Type<DB>,
+    for<'a> String: Decode<'a, DB> + Type<DB>,
+    for<'a> Vec<u8>: Decode<'a, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    fn fetch<'c>(
+        conn: &'c mut Self::Connection,
+        q: &'c mut QueryBuilder<Self>,
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send + 'c {
+        q.build().fetch_all(conn)
+    }
+
+    fn execute<'c>(
+        conn: &'c mut Self::Connection,
+        q: &'c mut QueryBuilder<Self>,
+    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'c {
+        q.build().execute(conn)
+    }
+
+    fn execute_raw<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'c {
+        conn.execute(sqlx::raw_sql(sql))
+    }
+
+    fn bind_plain(q: &mut QueryBuilder<Self>, arg: Arg<'_>) {
+        match arg {
+            Arg::Text(s) | Arg::Json(s) => q.push_bind(s),
+            Arg::Id(s) => q.push_bind(s.as_bytes()),
+            Arg::Int(n) => q.push_bind(n),
+            Arg::Bool(b) => q.push_bind(b),
+        };
+    }
+
+    fn text(row: &Self::Row, i: usize) -> sqlx::Result<String> {
+        row.try_get(i)
+    }
+
+    fn bytes(row: &Self::Row, i: usize) -> sqlx::Result<Vec<u8>> {
+        row.try_get(i)
+    }
+
+    fn int(row: &Self::Row, i: usize) -> sqlx::Result<i64> {
+        row.try_get(i)
+    }
+}
+
+/// What differs between the SQL dialects.
+#[async_trait]
+pub(crate) trait Dialect: SqlDb {
+    /// The backend's name, in capabilities and errors.
+    const BACKEND: &'static str;
+    /// How tenants are kept apart.
+    const TENANCY: Tenancy;
+    /// The JSON row column, selected as text.
+    const BODY: &'static str;
+    /// Follows a bound JSON value (a cast, where the column is not text).
+    const JSON_CAST: &'static str;
+
+    /// Whether a database error (not a unique or foreign-key violation) may go away on
+    /// a retry.
+    fn retryable(err: &dyn DatabaseError) -> bool;
+
+    /// Maps a native error, keeping it as the source ([`crate::error::map`]).
+    fn map(err: sqlx::Error) -> Error {
+        crate::error::map::<Self>(err)
+    }
+
+    /// The rows a statement inserted, updated or deleted.
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+
+    /// Makes `tenant` the one row-level security admits, for the rest of the
+    /// transaction. Returns whether it ran a statement (nothing to do without
+    /// row-level security).
+    async fn set_tenant(_conn: &mut Self::Connection, _tenant: &TenantId) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Binds `arg`.
+    fn bind(q: &mut QueryBuilder<Self>, arg: Arg<'_>) {
+        Self::bind_plain(q, arg);
+        if let Arg::Json(_) = arg {
+            q.push(Self::JSON_CAST);
+        }
+    }
+
+    /// Pushes `(a, b, …)`.
+    fn push_tuple<const N: usize>(q: &mut QueryBuilder<Self>, args: [Arg<'_>; N]) {
+        q.push("(");
+        for (i, arg) in args.into_iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            Self::bind(q, arg);
+        }
+        q.push(")");
+    }
+
+    /// Pushes `t1, t2, …`: one tuple per item (a `VALUES` list or an `IN` list).
+    fn push_tuples<'a, T, const N: usize>(
+        q: &mut QueryBuilder<Self>,
+        items: &'a [T],
+        tuple: impl Fn(&'a T) -> [Arg<'a>; N],
+    ) {
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            Self::push_tuple(q, tuple(item));
+        }
+    }
+}
+
+/// A connection to read through: a transaction when the reads must share one
+/// snapshot (or a tenant setting), otherwise a plain pooled connection.
+pub(crate) enum Reader<DB: Database> {
+    Transaction(Transaction<'static, DB>),
+    // Postgres reads always need a transaction, for the tenant setting.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    Connection(PoolConnection<DB>),
+}
+
+impl<DB: Database> Reader<DB> {
+    /// Ends the reads (commits a read transaction).
+    pub async fn finish(self) -> sqlx::Result<()> {
+        match self {
+            Self::Transaction(tx) => tx.commit().await,
+            Self::Connection(_) => Ok(()),
+        }
+    }
+}
+
+impl<DB: Database> Deref for Reader<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        match self {
+            Self::Transaction(tx) => tx,
+            Self::Connection(conn) => conn,
+        }
+    }
+}
+
+impl<DB: Database> DerefMut for Reader<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        match self {
+            Self::Transaction(tx) => tx,
+            Self::Connection(conn) => conn,
+        }
+    }
+}
+
+/// A store over a SQL database: what the shared read and write paths need of it.
+#[async_trait]
+pub(crate) trait Backend: Send + Sync {
+    /// Its dialect.
+    type Db: Dialect;
+
+    /// A connection that sees `tenant`'s rows; `snapshot`: all its reads see one
+    /// snapshot.
+    async fn reader(&self, tenant: &TenantId, snapshot: bool) -> Result<Reader<Self::Db>>;
+
+    /// Begins the transaction of one `apply`.
+    async fn begin_write(&self) -> Result<Transaction<'static, Self::Db>>;
+
+    /// Runs first in every write transaction, before anything is read.
+    async fn before_load(
+        &self,
+        _conn: &mut <Self::Db as Database>::Connection,
+        _needs: &Needs,
+        _tally: &mut Tally,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Its write counters.
+    fn counters(&self) -> &Counters;
+}
+
+/// Implements [`forge_core::Store`] for a [`Backend`] through the shared read and write
+/// paths.
+macro_rules! impl_store {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl forge_core::Store for $store {
+            fn capabilities(&self) -> forge_core::Capabilities {
+                crate::read::capabilities::<Self>()
+            }
+
+            async fn apply(
+                &self,
+                batch: &[forge_core::Envelope<forge_core::SyncEvent>],
+            ) -> forge_core::Result<()> {
+                crate::write::apply(self, batch).await
+            }
+
+            async fn session(
+                &self,
+                tenant: &forge_core::TenantId,
+                id: &forge_core::SessionId,
+            ) -> forge_core::Result<Option<forge_core::SessionState>> {
+                crate::read::session(self, tenant, id).await
+            }
+
+            async fn sessions(
+                &self,
+                tenant: &forge_core::TenantId,
+            ) -> forge_core::Result<Vec<forge_core::SessionState>> {
+                crate::read::sessions(self, tenant).await
+            }
+
+            async fn message(
+                &self,
+                tenant: &forge_core::TenantId,
+                session: &forge_core::SessionId,
+                id: &forge_core::MessageId,
+            ) -> forge_core::Result<Option<forge_core::MessageWithParts>> {
+                crate::read::message(self, tenant, session, id).await
+            }
+
+            async fn messages(
+                &self,
+                tenant: &forge_core::TenantId,
+                session: &forge_core::SessionId,
+                before: Option<&forge_core::Cursor>,
+                limit: usize,
+            ) -> forge_core::Result<forge_core::Page> {
+                crate::read::messages(self, tenant, session, before, limit).await
+            }
+
+            async fn open_items(
+                &self,
+                tenant: &forge_core::TenantId,
+                session: Option<&forge_core::SessionId>,
+            ) -> forge_core::Result<forge_core::OpenItems> {
+                crate::read::open_items(self, tenant, session).await
+            }
+        }
+    };
+}
+pub(crate) use impl_store;

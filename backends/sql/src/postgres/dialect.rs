@@ -1,0 +1,45 @@
+//! Postgres's side of [`crate::dialect`]: JSON rows are `json` (cast on the way in and
+//! out), and the tenant is also the transaction's `forge.tenant` setting, which the
+//! row-level security policies read.
+
+use async_trait::async_trait;
+use forge_core::{Result, Tenancy, TenantId};
+use sqlx::error::DatabaseError;
+use sqlx::postgres::PgQueryResult;
+use sqlx::{PgConnection, Postgres};
+
+use crate::dialect::Dialect;
+
+#[async_trait]
+impl Dialect for Postgres {
+    const BACKEND: &'static str = "postgres";
+    const TENANCY: Tenancy = Tenancy::RowLevelSecurity;
+    const BODY: &'static str = "body::text";
+    const JSON_CAST: &'static str = "::json";
+
+    /// Class 08 (connection exception), 40001 (serialization failure), 40P01
+    /// (deadlock), 55P03 (lock not available), 53300 (too many connections), 57P01–03
+    /// (server shutting down or not yet accepting connections).
+    fn retryable(err: &dyn DatabaseError) -> bool {
+        let code = err.code().unwrap_or_default();
+        code.starts_with("08")
+            || matches!(
+                code.as_ref(),
+                "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03"
+            )
+    }
+
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    /// `is_local = true`: the setting ends with the transaction.
+    async fn set_tenant(conn: &mut PgConnection, tenant: &TenantId) -> Result<bool> {
+        sqlx::query("SELECT set_config('forge.tenant', $1, true)")
+            .bind(tenant.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(Self::map)?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,203 @@
+//! The read path of both SQL backends: every query filters on the tenant (row-level
+//! security, where the dialect has it, admits the same rows again), and a read of
+//! several statements runs in one snapshot.
+
+use forge_core::store::clamp_limit;
+use forge_core::{
+    Capabilities, Cursor, MessageId, MessageWithParts, OpenItems, Page, Part, Result, SessionId,
+    SessionState, TenantId,
+};
+use sqlx::{Database, QueryBuilder};
+
+use crate::dialect::{Arg, Backend, Dialect};
+use crate::rows;
+
+/// A backend's capabilities.
+pub(crate) fn capabilities<B: Backend>() -> Capabilities {
+    let mut caps = Capabilities::new(B::Db::BACKEND);
+    caps.tenancy = B::Db::TENANCY;
+    caps
+}
+
+/// `SELECT <columns> FROM <table> WHERE tenant = <tenant>`, to go on from.
+fn select<D: Dialect>(columns: &str, table: &str, tenant: &TenantId) -> QueryBuilder<D> {
+    let mut q = QueryBuilder::new(format!("SELECT {columns} FROM {table} WHERE tenant = "));
+    D::bind(&mut q, Arg::Text(tenant.as_str()));
+    q
+}
+
+/// Pushes ` AND <column> = <value>`.
+fn and<D: Dialect>(q: &mut QueryBuilder<D>, column: &str, value: Arg<'_>) {
+    q.push(format_args!(" AND {column} = "));
+    D::bind(q, value);
+}
+
+/// Runs `q` and decodes column `i` of every row as text.
+async fn texts<D: Dialect>(
+    conn: &mut D::Connection,
+    mut q: QueryBuilder<D>,
+    i: usize,
+) -> Result<Vec<String>> {
+    let rows = D::fetch(conn, &mut q).await.map_err(D::map)?;
+    rows.iter().map(|r| D::text(r, i).map_err(D::map)).collect()
+}
+
+async fn session_states<D: Dialect>(
+    conn: &mut D::Connection,
+    tenant: &TenantId,
+    mut q: QueryBuilder<D>,
+) -> Result<Vec<SessionState>> {
+    let rows = D::fetch(conn, &mut q).await.map_err(D::map)?;
+    rows.iter()
+        .map(|r| {
+            let seq = D::int(r, 0).map_err(D::map)?;
+            rows::session_state(tenant.as_str(), seq, &D::text(r, 1).map_err(D::map)?)
+        })
+        .collect()
+}
+
+pub(crate) async fn session<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    id: &SessionId,
+) -> Result<Option<SessionState>> {
+    let mut conn = b.reader(tenant, false).await?;
+    let mut q = select::<B::Db>(&format!("seq, {}", B::Db::BODY), "sessions", tenant);
+    and(&mut q, "id", Arg::Id(id.as_str()));
+    let mut out = session_states(&mut *conn, tenant, q).await?;
+    conn.finish().await.map_err(B::Db::map)?;
+    Ok(out.pop())
+}
+
+pub(crate) async fn sessions<B: Backend>(b: &B, tenant: &TenantId) -> Result<Vec<SessionState>> {
+    let mut conn = b.reader(tenant, false).await?;
+    let mut q = select::<B::Db>(&format!("seq, {}", B::Db::BODY), "sessions", tenant);
+    q.push(" ORDER BY id");
+    let out = session_states(&mut *conn, tenant, q).await?;
+    conn.finish().await.map_err(B::Db::map)?;
+    Ok(out)
+}
+
+/// The parts of messages `first..=last` of a session, by message and id.
+async fn parts_of<D: Dialect>(
+    conn: &mut D::Connection,
+    tenant: &TenantId,
+    session: &SessionId,
+    first: &MessageId,
+    last: &MessageId,
+) -> Result<Vec<Part>> {
+    let mut q = select::<D>(D::BODY, "parts", tenant);
+    and(&mut q, "session", Arg::Id(session.as_str()));
+    q.push(" AND message >= ");
+    D::bind(&mut q, Arg::Id(first.as_str()));
+    q.push(" AND message <= ");
+    D::bind(&mut q, Arg::Id(last.as_str()));
+    q.push(" ORDER BY message, id");
+    texts(conn, q, 0)
+        .await?
+        .iter()
+        .map(|body| rows::part(tenant.as_str(), body))
+        .collect()
+}
+
+pub(crate) async fn message<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    session: &SessionId,
+    id: &MessageId,
+) -> Result<Option<MessageWithParts>> {
+    // The message and its parts from one snapshot.
+    let mut conn = b.reader(tenant, true).await?;
+    let mut q = select::<B::Db>(B::Db::BODY, "messages", tenant);
+    and(&mut q, "session", Arg::Id(session.as_str()));
+    and(&mut q, "id", Arg::Id(id.as_str()));
+    let out = match texts(&mut *conn, q, 0).await?.pop() {
+        None => None,
+        Some(body) => {
+            let info = rows::message(tenant.as_str(), &body)?;
+            let parts = parts_of::<B::Db>(&mut conn, tenant, session, id, id).await?;
+            Some(MessageWithParts { info, parts })
+        }
+    };
+    conn.finish().await.map_err(B::Db::map)?;
+    Ok(out)
+}
+
+pub(crate) async fn messages<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    session: &SessionId,
+    before: Option<&Cursor>,
+    limit: usize,
+) -> Result<Page> {
+    let limit = clamp_limit(limit);
+    let mut conn = b.reader(tenant, true).await?;
+    let mut q = select::<B::Db>(B::Db::BODY, "messages", tenant);
+    and(&mut q, "session", Arg::Id(session.as_str()));
+    if let Some(c) = before {
+        q.push(" AND id < ");
+        B::Db::bind(&mut q, Arg::Id(c.message_id().as_str()));
+    }
+    q.push(" ORDER BY id DESC LIMIT ");
+    B::Db::bind(&mut q, Arg::Int(limit as i64 + 1));
+    let bodies = texts(&mut *conn, q, 0).await?;
+    let more = bodies.len() > limit;
+    let mut infos = bodies
+        .iter()
+        .take(limit)
+        .map(|body| rows::message(tenant.as_str(), body))
+        .collect::<Result<Vec<_>>>()?;
+    infos.reverse();
+    let messages = match (infos.first(), infos.last()) {
+        (Some(first), Some(last)) => {
+            let (first, last) = (first.id.clone(), last.id.clone());
+            let parts = parts_of::<B::Db>(&mut conn, tenant, session, &first, &last).await?;
+            rows::attach_parts(infos, parts, B::Db::BACKEND)?
+        }
+        _ => Vec::new(),
+    };
+    conn.finish().await.map_err(B::Db::map)?;
+    let next = if more {
+        messages.first().map(|m| Cursor::before(m.info.id.clone()))
+    } else {
+        None
+    };
+    Ok(Page { messages, next })
+}
+
+/// The open rows of `table`, by `order`.
+async fn open_rows<D: Dialect>(
+    conn: &mut <D as Database>::Connection,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+    table: &str,
+    order: &str,
+) -> Result<Vec<String>> {
+    let mut q = select::<D>(D::BODY, table, tenant);
+    if let Some(s) = session {
+        and(&mut q, "session", Arg::Id(s.as_str()));
+    }
+    q.push(format_args!(" AND open ORDER BY {order}"));
+    texts(conn, q, 0).await
+}
+
+pub(crate) async fn open_items<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+) -> Result<OpenItems> {
+    let mut conn = b.reader(tenant, true).await?;
+    let t = tenant.as_str();
+    let messages = open_rows::<B::Db>(&mut *conn, tenant, session, "messages", "session, id")
+        .await?
+        .iter()
+        .map(|body| rows::message(t, body))
+        .collect::<Result<_>>()?;
+    let parts = open_rows::<B::Db>(&mut *conn, tenant, session, "parts", "session, message, id")
+        .await?
+        .iter()
+        .map(|body| rows::part(t, body))
+        .collect::<Result<_>>()?;
+    conn.finish().await.map_err(B::Db::map)?;
+    Ok(OpenItems { messages, parts })
+}

@@ -1,0 +1,236 @@
+//! The write path of both SQL backends: inside one transaction per batch, read the facts
+//! the batch depends on, simulate it ([`crate::plan`]) and write its net effect with one
+//! statement per table and chunk, setting the tenant (row-level security) only when it
+//! changes.
+
+use forge_core::{Envelope, Result, SyncEvent, TenantId};
+use sqlx::{Database, QueryBuilder};
+
+use crate::dialect::{Arg, Backend, Dialect};
+use crate::plan::{Batch, Loaded, Needs, StoredSession, TenantOps};
+use crate::rows::{seq_from_sql, seq_to_sql};
+use crate::stats::Tally;
+use crate::{id_from_sql, CHUNK_ROWS};
+
+/// Applies one batch in one transaction: all of it or, on an error, nothing.
+pub(crate) async fn apply<B: Backend>(b: &B, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+    let batch = Batch::prepare(batch);
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let needs = batch.needs();
+    let mut tally = Tally::default();
+    let mut tx = b.begin_write().await?;
+    let written = async {
+        b.before_load(&mut tx, &needs, &mut tally).await?;
+        let mut writer = Writer::<B::Db> {
+            conn: &mut tx,
+            tenant: None,
+            tally: &mut tally,
+        };
+        let loaded = writer.load(&needs).await?;
+        let plan = batch.simulate(&loaded)?;
+        for (tenant, ops) in &plan.tenants {
+            writer.write(tenant, ops).await?;
+        }
+        Ok::<_, forge_core::Error>(())
+    }
+    .await;
+    if let Err(e) = written {
+        // The batch's error is what the caller needs; a failed rollback would only
+        // hide it (and the connection rolls back when it returns to the pool).
+        let _ = tx.rollback().await;
+        return Err(e);
+    }
+    tx.commit().await.map_err(B::Db::map)?;
+    b.counters().commit(&tally);
+    Ok(())
+}
+
+/// One write transaction's connection, its tenant setting and its tally.
+struct Writer<'a, D: Database> {
+    conn: &'a mut D::Connection,
+    /// The tenant set in the transaction, set again only when it changes.
+    tenant: Option<TenantId>,
+    tally: &'a mut Tally,
+}
+
+impl<D: Dialect> Writer<'_, D> {
+    /// Makes `tenant` the transaction's tenant.
+    async fn switch(&mut self, tenant: &TenantId) -> Result<()> {
+        if self.tenant.as_ref() != Some(tenant) {
+            if D::set_tenant(self.conn, tenant).await? {
+                self.tally.statement(0);
+            }
+            self.tenant = Some(tenant.clone());
+        }
+        Ok(())
+    }
+
+    async fn fetch(&mut self, mut q: QueryBuilder<D>) -> Result<Vec<D::Row>> {
+        let rows = D::fetch(self.conn, &mut q).await.map_err(D::map)?;
+        self.tally.statement(0);
+        Ok(rows)
+    }
+
+    async fn run(&mut self, mut q: QueryBuilder<D>) -> Result<()> {
+        let done = D::execute(self.conn, &mut q).await.map_err(D::map)?;
+        self.tally.statement(D::rows_affected(&done));
+        Ok(())
+    }
+
+    /// Reads what [`Needs`] lists, tenant by tenant.
+    async fn load(&mut self, needs: &Needs) -> Result<Loaded> {
+        let mut loaded = Loaded::default();
+        // Every tenant with messages to look up has sessions to look up too.
+        for (tenant, ids) in &needs.sessions {
+            self.switch(tenant).await?;
+            let ids: Vec<_> = ids.iter().collect();
+            for chunk in ids.chunks(CHUNK_ROWS) {
+                let sql = format!("SELECT id, seq, {} FROM sessions WHERE tenant = ", D::BODY);
+                let mut q = QueryBuilder::new(sql);
+                D::bind(&mut q, Arg::Text(tenant.as_str()));
+                q.push(" AND id IN (");
+                D::push_tuples(&mut q, chunk, |id| [Arg::Id(id.as_str())]);
+                q.push(")");
+                for row in self.fetch(q).await? {
+                    let id = D::bytes(&row, 0).map_err(D::map)?;
+                    let stored = StoredSession {
+                        seq: seq_from_sql(D::int(&row, 1).map_err(D::map)?),
+                        body: D::text(&row, 2).map_err(D::map)?,
+                    };
+                    loaded
+                        .sessions
+                        .insert((tenant.clone(), id_from_sql(id)?), stored);
+                }
+            }
+            let Some(keys) = needs.messages.get(tenant) else {
+                continue;
+            };
+            let keys: Vec<_> = keys.iter().collect();
+            for chunk in keys.chunks(CHUNK_ROWS) {
+                let mut q = QueryBuilder::new("SELECT session, id FROM messages WHERE tenant = ");
+                D::bind(&mut q, Arg::Text(tenant.as_str()));
+                q.push(" AND (session, id) IN (");
+                D::push_tuples(&mut q, chunk, |(s, m)| {
+                    [Arg::Id(s.as_str()), Arg::Id(m.as_str())]
+                });
+                q.push(")");
+                for row in self.fetch(q).await? {
+                    let s = id_from_sql(D::bytes(&row, 0).map_err(D::map)?)?;
+                    let m = id_from_sql(D::bytes(&row, 1).map_err(D::map)?)?;
+                    loaded.messages.insert((tenant.clone(), s, m));
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// `DELETE FROM <table> WHERE tenant = <t> AND <key> IN (<chunk>)`, chunk by chunk.
+    async fn delete<'a, T, const N: usize>(
+        &mut self,
+        table: &str,
+        key: &str,
+        tenant: &TenantId,
+        rows: &'a [T],
+        tuple: impl Fn(&'a T) -> [Arg<'a>; N] + Copy,
+    ) -> Result<()> {
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            let mut q = QueryBuilder::new(format!("DELETE FROM {table} WHERE tenant = "));
+            D::bind(&mut q, Arg::Text(tenant.as_str()));
+            q.push(format_args!(" AND {key} IN ("));
+            D::push_tuples(&mut q, chunk, tuple);
+            q.push(")");
+            self.run(q).await?;
+        }
+        Ok(())
+    }
+
+    /// `INSERT INTO <into> VALUES … ON CONFLICT <conflict>`, chunk by chunk. Every key
+    /// of `rows` is distinct (one statement cannot update a row twice).
+    async fn upsert<'a, T, const N: usize>(
+        &mut self,
+        into: &str,
+        conflict: &str,
+        rows: &'a [T],
+        tuple: impl Fn(&'a T) -> [Arg<'a>; N] + Copy,
+    ) -> Result<()> {
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            let mut q = QueryBuilder::new(format!("INSERT INTO {into} VALUES "));
+            D::push_tuples(&mut q, chunk, tuple);
+            q.push(format_args!(" ON CONFLICT {conflict}"));
+            self.run(q).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes one tenant's net changes: deletes, then upserts parents before children.
+    async fn write(&mut self, tenant: &TenantId, ops: &TenantOps) -> Result<()> {
+        self.switch(tenant).await?;
+        self.delete("sessions", "id", tenant, &ops.delete_sessions, |id| {
+            [Arg::Id(id.as_str())]
+        })
+        .await?;
+        self.delete(
+            "messages",
+            "(session, id)",
+            tenant,
+            &ops.delete_messages,
+            |(s, m)| [Arg::Id(s.as_str()), Arg::Id(m.as_str())],
+        )
+        .await?;
+        let key = "(session, message, id)";
+        self.delete("parts", key, tenant, &ops.delete_parts, |(s, m, p)| {
+            [
+                Arg::Id(s.as_str()),
+                Arg::Id(m.as_str()),
+                Arg::Id(p.as_str()),
+            ]
+        })
+        .await?;
+        let t = Arg::Text(tenant.as_str());
+        self.upsert(
+            "sessions (tenant, id, seq, body)",
+            "(tenant, id) DO UPDATE SET seq = excluded.seq, body = excluded.body",
+            &ops.put_sessions,
+            |s| {
+                [
+                    t,
+                    Arg::Id(s.id.as_str()),
+                    Arg::Int(seq_to_sql(s.seq)),
+                    Arg::Json(&s.body),
+                ]
+            },
+        )
+        .await?;
+        self.upsert(
+            "messages (tenant, session, id, open, body)",
+            "(tenant, session, id) DO UPDATE SET open = excluded.open, body = excluded.body",
+            &ops.put_messages,
+            |m| {
+                let (s, id) = (m.session.as_str(), m.id.as_str());
+                [
+                    t,
+                    Arg::Id(s),
+                    Arg::Id(id),
+                    Arg::Bool(m.open),
+                    Arg::Json(&m.body),
+                ]
+            },
+        )
+        .await?;
+        self.upsert(
+            "parts (tenant, session, message, id, open, body)",
+            "(tenant, session, message, id) DO UPDATE SET open = excluded.open, \
+             body = excluded.body",
+            &ops.put_parts,
+            |p| {
+                let (s, m, id) = (p.session.as_str(), p.message.as_str(), p.id.as_str());
+                let (open, body) = (Arg::Bool(p.open), Arg::Json(&p.body));
+                [t, Arg::Id(s), Arg::Id(m), Arg::Id(id), open, body]
+            },
+        )
+        .await?;
+        Ok(())
+    }
+}
