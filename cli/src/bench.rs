@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use forge_bench::run::Target;
-use forge_bench::suite::Plan;
+use forge_bench::suite::{Plan, ProgressEvent};
 use forge_bench::workload::{Item, Script, Timed};
 
 use forge_store::replay::{parse_line, user_part_bodies, Line};
@@ -68,7 +68,6 @@ pub struct BenchArgs {
 
 /// Runs the benchmark and prints the table.
 pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> Result<()> {
-    let _ = progress;
     let mut targets = Vec::new();
     for name in &args.backends {
         targets.push(match name.trim() {
@@ -140,22 +139,30 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
         plan.seed
     )?;
     out.flush()?;
-    let mut done = 0;
+    let bar = progress.bar(runs as u64, "bench");
     let results = plan
-        .execute(|m| {
-            done += 1;
-            eprintln!(
-                "[{done}/{runs}] {} {} {} {} T={}: WA {}",
-                m.workload,
-                m.backend,
-                m.mode.as_str(),
-                m.policy.label(),
-                m.turns,
-                m.amplification()
-                    .map_or_else(|| "–".to_owned(), |a| format!("{a:.2}×"))
-            );
+        .execute_with_progress(|event| match event {
+            ProgressEvent::Planned { total } => bar.set_length(total as u64),
+            ProgressEvent::Started { run, .. } => bar.set_message(run.label()),
+            ProgressEvent::Finished {
+                index,
+                run,
+                measurement: m,
+            } => {
+                let wa = m
+                    .amplification()
+                    .map_or_else(|| "–".to_owned(), |a| format!("{a:.2}×"));
+                bar.inc(1);
+                if bar.is_hidden() {
+                    tracing::info!("[{}/{runs}] {}: WA {wa}", index + 1, run.label());
+                } else {
+                    bar.println(format!("{}: WA {wa}", run.label()));
+                }
+            }
+            _ => {}
         })
         .await?;
+    bar.finish_and_clear();
     write!(out, "{}", forge_bench::report::table(&results))?;
     if let Some(p) = &args.json {
         forge_bench::report::write_json(&results, p)?;
@@ -193,7 +200,8 @@ pub fn script_from_replay(text: &str) -> Result<Script> {
             Line::Session(_) => continue,
             Line::Crash => break,
             Line::User(mut u) => Item::User {
-                parts: user_part_bodies(&mut u, None).map_err(|e| anyhow::anyhow!("line {n}: {e}"))?,
+                parts: user_part_bodies(&mut u, None)
+                    .map_err(|e| anyhow::anyhow!("line {n}: {e}"))?,
             },
             Line::Assistant(a) => Item::Assistant {
                 summary: a.summary.unwrap_or(false),

@@ -31,7 +31,14 @@ pub async fn run(
             import(forge, tenant, &file, Progress::new(quiet, json), json, out).await
         }
         Command::Export { session, out: file } => {
-            export(forge, tenant, SessionId::from(session), file.as_deref(), out).await
+            export(
+                forge,
+                tenant,
+                SessionId::from(session),
+                file.as_deref(),
+                out,
+            )
+            .await
         }
         Command::History {
             session,
@@ -134,7 +141,9 @@ async fn replay(
     if json {
         let mut value = serde_json::to_value(&report)?;
         if let Value::Object(map) = &mut value {
-            let text = error.as_ref().map(|e| crate::one_line(&anyhow::anyhow!("{e}")));
+            let text = error
+                .as_ref()
+                .map(|e| crate::one_line(&anyhow::anyhow!("{e}")));
             map.insert("error".into(), json!(text));
         }
         print_json(out, &value)?;

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
-use forge_conformance::{guarded, junit_xml, run_async, BackendFactory, Config};
+use forge_conformance::{
+    guarded, junit_xml, run_async_with_progress, BackendFactory, Config, ProgressEvent,
+};
 use forge_store::core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_store::core::{LocalBus, MemoryStore};
 use forge_store::{redact, Bus, CoreError, Store};
@@ -66,8 +68,10 @@ impl BackendFactory for UrlFactory {
             Source::Memory => Arc::new(MemoryStore::new()),
             Source::Redb(opts) => {
                 let dir = temp_dir("redb")?;
-                let store =
-                    forge_store::redb::RedbStore::open_with(dir.path().join("conformance.redb"), *opts)?;
+                let store = forge_store::redb::RedbStore::open_with(
+                    dir.path().join("conformance.redb"),
+                    *opts,
+                )?;
                 guarded(Arc::new(store), dir)
             }
             Source::Sqlite(query) => {
@@ -85,7 +89,9 @@ impl BackendFactory for UrlFactory {
 
     async fn bus(&self) -> std::result::Result<Option<Arc<dyn Bus>>, CoreError> {
         if let Some(url) = &self.redis_bus {
-            return Ok(Some(Arc::new(forge_store::redis::RedisBus::connect(url).await?)));
+            return Ok(Some(Arc::new(
+                forge_store::redis::RedisBus::connect(url).await?,
+            )));
         }
         Ok(Some(Arc::new(LocalBus::with_replay(
             DEFAULT_REPLAY_PER_SESSION,
@@ -132,7 +138,16 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
         bail!("{e}");
     }
     let factory: Arc<dyn BackendFactory> = Arc::new(factory(opts.url).await?);
-    let report = run_async(factory, config).await;
+    let bar = Arc::new(opts.progress.bar(0, "conformance"));
+    let shown = Arc::clone(&bar);
+    let progress = move |event: ProgressEvent<'_>| match event {
+        ProgressEvent::Planned { properties } => shown.set_length(properties.len() as u64),
+        ProgressEvent::Started { property, .. } => shown.set_message(property.to_string()),
+        ProgressEvent::Finished { .. } => shown.inc(1),
+        _ => {}
+    };
+    let report = run_async_with_progress(factory, config, Arc::new(progress)).await;
+    bar.finish_and_clear();
     write!(out, "{report}")?;
     if let Some(path) = opts.junit {
         std::fs::write(path, junit_xml(&report))

@@ -162,7 +162,9 @@ mod tests {
     #[test]
     fn one_line_skips_causes_already_said_and_folds_newlines() {
         let inner = anyhow::anyhow!("disk full");
-        let e = inner.context("writing x: disk full").context("replay\nfailed");
+        let e = inner
+            .context("writing x: disk full")
+            .context("replay\nfailed");
         assert_eq!(one_line(&e), "replay failed: writing x: disk full");
     }
 }

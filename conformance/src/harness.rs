@@ -19,7 +19,7 @@ pub(crate) use crate::runner::{run_cases, CaseRun};
 use crate::{BackendFactory, Config};
 
 /// How long one generated case may take before it counts as hung.
-pub(crate) const CASE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CASE_TIMEOUT: Duration = Duration::from_mins(1);
 
 /// The suite's runtime: two workers, so concurrency cases really run in parallel.
 pub(crate) fn runtime() -> tokio::runtime::Runtime {

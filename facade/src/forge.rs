@@ -149,7 +149,8 @@ impl Forge {
     ) -> Result<ReplayReport, ReplayError> {
         let (engine, counting) = self.writer(opts.count_writes);
         let outcome = Replayer::new(&engine, tenant, opts).run_text(text).await;
-        self.finish_replay(&engine, outcome, counting.as_deref()).await
+        self.finish_replay(&engine, outcome, counting.as_deref())
+            .await
     }
 
     /// Replays a recorded stream file (`-` reads standard input).
@@ -185,7 +186,8 @@ impl Forge {
     {
         let (engine, counting) = self.writer(opts.count_writes);
         let outcome = Replayer::new(&engine, tenant, opts).run_stream(lines).await;
-        self.finish_replay(&engine, outcome, counting.as_deref()).await
+        self.finish_replay(&engine, outcome, counting.as_deref())
+            .await
     }
 
     /// Commits what a counting writer's projector holds and fills in the counts.

@@ -9,8 +9,8 @@ mod transfer;
 pub use error::{Error, Result};
 pub use forge::{Forge, ImportReport, Recovered, ViewReport};
 pub use open::{
-    is_redis, open, open_store, open_with, schemes, OpenOptions, Projection, Scheme,
-    DEFAULT_URL, SCHEMES,
+    is_redis, open, open_store, open_with, schemes, OpenOptions, Projection, Scheme, DEFAULT_URL,
+    SCHEMES,
 };
 pub use replay::{Line, ReplayError, ReplayOptions, ReplayReport, UserLine};
 pub use transfer::{Export, ImportedSession};
@@ -24,9 +24,9 @@ pub use forge_core::url::redact;
 pub use forge_core::{
     filter_compacted, read_all, Bus, BusEvent, Capabilities, CompactedView, Cursor, Engine,
     Envelope, Event, Flow, GroupCommitOptions, Message, MessageId, MessageWithParts, OpenItems,
-    Outcome, Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector,
-    RecoverReport, Session, SessionId, SessionState, Store, StreamEvent, Subscription,
-    SyncEvent, TenantId, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    Outcome, Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector, RecoverReport,
+    Session, SessionId, SessionState, Store, StreamEvent, Subscription, SyncEvent, TenantId,
+    WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 
 /// The error type of the engine's traits (stores, buses, projectors), which

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_core::url::redact;
-use tracing::Instrument;
 use forge_core::{Bus, Engine, GroupCommitOptions, LocalBus, MemoryStore, Store};
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::Forge;
@@ -267,12 +267,11 @@ async fn open_parsed(parsed: &Parsed<'_>) -> Result<Arc<dyn Store>> {
             }
             let opts = forge_redb::RedbOptions::from_query(parsed.query).map_err(fail)?;
             let path = parsed.target.to_owned();
-            let store = tokio::task::spawn_blocking(move || {
-                forge_redb::RedbStore::open_with(path, opts)
-            })
-            .await
-            .map_err(|e| fail(forge_core::Error::backend("redb", false, e)))?
-            .map_err(fail)?;
+            let store =
+                tokio::task::spawn_blocking(move || forge_redb::RedbStore::open_with(path, opts))
+                    .await
+                    .map_err(|e| fail(forge_core::Error::backend("redb", false, e)))?
+                    .map_err(fail)?;
             Ok(Arc::new(store))
         }
         #[cfg(feature = "sqlite")]

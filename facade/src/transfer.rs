@@ -229,7 +229,9 @@ async fn write_sessions(
             engine
                 .put_message(&scope, m.info, m.parts)
                 .await
-                .map_err(|e| classify(format!("message {id} of session {sid}"), "the message", e))?;
+                .map_err(|e| {
+                    classify(format!("message {id} of session {sid}"), "the message", e)
+                })?;
             report.messages += 1;
             report.parts += n;
             written += 1;

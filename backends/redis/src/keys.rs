@@ -20,7 +20,7 @@ pub(crate) fn hex(s: &str) -> String {
 
 /// Inverse of [`hex`].
 pub(crate) fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes = (0..s.len())

@@ -110,7 +110,7 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
     let started = Instant::now();
     while deltas < 300 {
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < Duration::from_mins(1),
             "replica A too slow"
         );
         let ev = tokio::time::timeout(Duration::from_secs(30), sub.next())

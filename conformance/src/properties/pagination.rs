@@ -45,7 +45,7 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
 
 fn message(session: &SessionId, i: usize, parts: u8) -> MessageWithParts {
     let id = MessageId::from(format!("msg_{i:05}"));
-    let kind = if i % 2 == 0 {
+    let kind = if i.is_multiple_of(2) {
         MessageKind::User
     } else {
         MessageKind::Assistant

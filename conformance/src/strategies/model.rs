@@ -318,7 +318,7 @@ pub fn part(
             extra: JsonMap::new(),
         }),
         PartKind::Compaction => PartBody::Compaction(CompactionPart {
-            auto: version % 2 == 0,
+            auto: version.is_multiple_of(2),
             overflow: None,
             tail_start_id: None,
             extra: JsonMap::new(),

@@ -24,9 +24,9 @@ use forge_core::{
     SessionId, TenantId, WriteCounts,
 };
 use futures::{Stream, StreamExt};
-use tracing::Instrument;
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::error::{classify, Error, Result};
 
@@ -190,7 +190,9 @@ impl<'a> Replayer<'a> {
 
     /// Replays the lines of `text`.
     pub(crate) async fn run_text(self, text: &str) -> Result<ReplayReport, ReplayError> {
-        let items = text.lines().map(|raw| parse_line(raw).map(|l| l.map(|(line, _t)| line)));
+        let items = text
+            .lines()
+            .map(|raw| parse_line(raw).map(|l| l.map(|(line, _t)| line)));
         self.run(Unit::Line, futures::stream::iter(items)).await
     }
 
@@ -562,8 +564,8 @@ pub fn user_part_bodies(
             Value::String(MessageId::generate().to_string()),
         );
         obj.extend(fields);
-        let p: Part = serde_json::from_value(Value::Object(obj))
-            .map_err(|e| format!("parts[{i}]: {e}"))?;
+        let p: Part =
+            serde_json::from_value(Value::Object(obj)).map_err(|e| format!("parts[{i}]: {e}"))?;
         parts.push(p.body);
     }
     if let Some(c) = u.compaction.take() {
