@@ -1,8 +1,9 @@
 //! The lines of a replay file: framing lines (`session`, `user`, `assistant`, `crash`)
 //! and AI SDK stream events, parsed with errors that say what is wrong.
 
-use forge_core::model::{JsonMap, ModelRef};
-use forge_core::StreamEvent;
+use forge_core::id::PartId;
+use forge_core::model::{CompactionPart, JsonMap, ModelRef, PartBody, TextPart};
+use forge_core::{MessageId, Part, SessionId, StreamEvent};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -186,6 +187,59 @@ fn parse_untimed(kind: &str, mut map: JsonMap) -> std::result::Result<Line, Stri
                 }
             }),
     }
+}
+
+/// The parts of a user line, in order: its `text`, its `parts`, then a `compaction` part
+/// (with `tail_start_id`, resolved by the caller). Takes them out of `u`.
+///
+/// # Errors
+/// A part carrying an id (replay assigns them) or no string `type`, a part that is not
+/// a part, or a line with none of the three; the message names the part.
+pub fn user_part_bodies(
+    u: &mut UserLine,
+    tail_start_id: Option<MessageId>,
+) -> std::result::Result<Vec<PartBody>, String> {
+    let mut parts = Vec::new();
+    if let Some(text) = u.text.take() {
+        parts.push(PartBody::Text(TextPart::plain(text)));
+    }
+    for (i, fields) in std::mem::take(&mut u.parts).into_iter().enumerate() {
+        for key in ["id", "sessionID", "messageID"] {
+            if fields.contains_key(key) {
+                return Err(format!("parts[{i}]: remove `{key}`; replay assigns ids"));
+            }
+        }
+        if !fields.get("type").is_some_and(Value::is_string) {
+            return Err(format!("parts[{i}]: missing a string `type`"));
+        }
+        // A part parses with its ids; these placeholders are dropped with it.
+        let mut obj = JsonMap::new();
+        obj.insert("id".into(), Value::String(PartId::generate().to_string()));
+        obj.insert(
+            "sessionID".into(),
+            Value::String(SessionId::generate().to_string()),
+        );
+        obj.insert(
+            "messageID".into(),
+            Value::String(MessageId::generate().to_string()),
+        );
+        obj.extend(fields);
+        let p: Part =
+            serde_json::from_value(Value::Object(obj)).map_err(|e| format!("parts[{i}]: {e}"))?;
+        parts.push(p.body);
+    }
+    if let Some(c) = u.compaction.take() {
+        parts.push(PartBody::Compaction(CompactionPart {
+            auto: c.auto,
+            overflow: c.overflow,
+            tail_start_id,
+            extra: JsonMap::new(),
+        }));
+    }
+    if parts.is_empty() {
+        return Err("a user line needs `text`, `parts` or `compaction`".into());
+    }
+    Ok(parts)
 }
 
 #[cfg(test)]

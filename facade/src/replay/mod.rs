@@ -14,122 +14,28 @@
 use std::collections::HashMap;
 
 use forge_core::id::{now_ms, PartId};
-use forge_core::model::{
-    CompactionPart, ErrorName, JsonMap, MessageBody, MessageError, ModelRef, PartBody, TextPart,
-};
+use forge_core::model::{ErrorName, MessageBody, MessageError, ModelRef};
 use forge_core::processor::{assistant_message, user_message};
 use forge_core::projector::Scope;
 use forge_core::{
     Engine, Flow, MessageId, Outcome, Part, Processor, ProcessorOptions, ProcessorStats, Session,
-    SessionId, TenantId, WriteCounts,
+    SessionId, TenantId,
 };
 use futures::{Stream, StreamExt};
-use serde::Serialize;
-use serde_json::Value;
 use tracing::Instrument;
 
 use crate::error::{classify, Error, Result};
 
 mod line;
+mod report;
 
-pub use line::{parse_line, AssistantLine, CompactionLine, Line, SessionLine, UserLine};
+pub use line::{
+    parse_line, user_part_bodies, AssistantLine, CompactionLine, Line, SessionLine, UserLine,
+};
+pub use report::{LeftOpen, ReplayError, ReplayOptions, ReplayReport};
 
 /// The agent a user message names when its line does not.
 pub const DEFAULT_AGENT: &str = "build";
-
-/// Where a replay goes and what a new session is called.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct ReplayOptions {
-    /// Continue this session, or create it with this id. Wins over the input's
-    /// `session.id`.
-    pub session: Option<SessionId>,
-    /// Title of a new session when the input gives none.
-    pub default_title: String,
-    /// Count what reaches the store ([`ReplayReport::writes`]); costs one JSON encoding
-    /// of every row written.
-    pub count_writes: bool,
-}
-
-impl ReplayOptions {
-    /// Options that name a new session's title.
-    pub fn titled(title: impl Into<String>) -> Self {
-        Self {
-            default_title: title.into(),
-            ..Self::default()
-        }
-    }
-
-    /// Continue (or create) this session.
-    #[must_use]
-    pub fn session(mut self, session: SessionId) -> Self {
-        self.session = Some(session);
-        self
-    }
-
-    /// Count what reaches the store.
-    #[must_use]
-    pub fn count_writes(mut self, yes: bool) -> Self {
-        self.count_writes = yes;
-        self
-    }
-}
-
-/// What a replay did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ReplayReport {
-    /// The session written to (unset only if the replay failed before choosing one).
-    pub session: Option<SessionId>,
-    /// Its title.
-    pub title: String,
-    /// Whether the replay created the session (rather than continuing it).
-    pub created: bool,
-    /// Lines (or stream items) read, including blank and comment lines.
-    pub lines: usize,
-    /// User messages written.
-    pub user_messages: u64,
-    /// Assistant messages started.
-    pub assistant_messages: u64,
-    /// What reached the store, when [`ReplayOptions::count_writes`] was set.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub writes: Option<WriteCounts>,
-    /// `part.delta` events published on the bus (never stored).
-    pub deltas: u64,
-    /// Stream events accepted and deliberately not persisted (`tool-input-delta`, …).
-    pub ignored_events: u64,
-    /// The line of the `crash` marker, if the replay stopped at one.
-    pub crash_line: Option<usize>,
-    /// After a crash: what the store holds open, for `recover`.
-    pub left_open: Option<LeftOpen>,
-}
-
-/// Open rows left by a crash marker.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct LeftOpen {
-    /// Assistant messages without `time.completed`.
-    pub messages: usize,
-    /// Open text/reasoning parts and pending/running tools.
-    pub parts: usize,
-}
-
-/// A replay that stopped on an error, with what it had done by then (which stays
-/// stored).
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct ReplayError {
-    /// What the replay did before it stopped.
-    pub report: ReplayReport,
-    /// Why it stopped.
-    #[source]
-    pub error: Error,
-}
-
-impl ReplayError {
-    /// Whether the input was at fault (rather than the backend).
-    pub fn is_input(&self) -> bool {
-        self.error.is_input()
-    }
-}
 
 struct UserCtx {
     id: MessageId,
@@ -168,6 +74,13 @@ impl Unit {
         match self {
             Self::Line => format!("line {n}"),
             Self::Event => format!("event {n}"),
+        }
+    }
+
+    fn end(self, n: usize) -> String {
+        match self {
+            Self::Line => format!("line {n} (end of file)"),
+            Self::Event => format!("event {n} (end of stream)"),
         }
     }
 }
@@ -244,7 +157,7 @@ impl<'a> Replayer<'a> {
         }
         if let Some(p) = &self.open {
             let e = Error::input(
-                format!("{} (end of input)", unit.at(n + 1)),
+                unit.end(n + 1),
                 format!(
                     "assistant message {} is still open; end it with finish, error or abort \
                      (or add {{\"type\":\"crash\"}} to leave it open on purpose)",
@@ -527,59 +440,6 @@ impl<'a> Replayer<'a> {
         self.open = Some(p);
         Ok(())
     }
-}
-
-/// The parts of a user line, in order: its `text`, its `parts`, then a `compaction` part
-/// (with `tail_start_id`, resolved by the caller). Takes them out of `u`.
-///
-/// # Errors
-/// A part carrying an id (replay assigns them) or no string `type`, a part that is not
-/// a part, or a line with none of the three; the message names the part.
-pub fn user_part_bodies(
-    u: &mut UserLine,
-    tail_start_id: Option<MessageId>,
-) -> std::result::Result<Vec<PartBody>, String> {
-    let mut parts = Vec::new();
-    if let Some(text) = u.text.take() {
-        parts.push(PartBody::Text(TextPart::plain(text)));
-    }
-    for (i, fields) in std::mem::take(&mut u.parts).into_iter().enumerate() {
-        for key in ["id", "sessionID", "messageID"] {
-            if fields.contains_key(key) {
-                return Err(format!("parts[{i}]: remove `{key}`; replay assigns ids"));
-            }
-        }
-        if !fields.get("type").is_some_and(Value::is_string) {
-            return Err(format!("parts[{i}]: missing a string `type`"));
-        }
-        // A part parses with its ids; these placeholders are dropped with it.
-        let mut obj = JsonMap::new();
-        obj.insert("id".into(), Value::String(PartId::generate().to_string()));
-        obj.insert(
-            "sessionID".into(),
-            Value::String(SessionId::generate().to_string()),
-        );
-        obj.insert(
-            "messageID".into(),
-            Value::String(MessageId::generate().to_string()),
-        );
-        obj.extend(fields);
-        let p: Part =
-            serde_json::from_value(Value::Object(obj)).map_err(|e| format!("parts[{i}]: {e}"))?;
-        parts.push(p.body);
-    }
-    if let Some(c) = u.compaction.take() {
-        parts.push(PartBody::Compaction(CompactionPart {
-            auto: c.auto,
-            overflow: c.overflow,
-            tail_start_id,
-            extra: JsonMap::new(),
-        }));
-    }
-    if parts.is_empty() {
-        return Err("a user line needs `text`, `parts` or `compaction`".into());
-    }
-    Ok(parts)
 }
 
 /// The newest user message stored in a session, for continuing it.

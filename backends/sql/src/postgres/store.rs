@@ -16,7 +16,7 @@ use crate::error::postgres as map;
 use crate::plan::Needs;
 use crate::stats::{Counters, Tally, WriteStats};
 
-/// A [`Store`] in a Postgres schema, through sqlx.
+/// A [`Store`](forge_core::Store) in a Postgres schema, through sqlx.
 ///
 /// Every transaction, read or write, first sets `forge.tenant` (transaction-local) and
 /// row-level security admits only that tenant's rows, on top of the queries' own

@@ -29,7 +29,7 @@ pub struct SqliteSettings {
     pub page_size: i64,
 }
 
-/// A [`Store`] in one SQLite file (WAL mode), through sqlx.
+/// A [`Store`](forge_core::Store) in one SQLite file (WAL mode), through sqlx.
 ///
 /// Writes go through a pool of exactly one connection, so concurrent `apply` calls queue
 /// in the process instead of contending for SQLite's write lock ("database is locked"
