@@ -130,7 +130,7 @@ async fn replay(
         .file_name()
         .filter(|f| *f != "-")
         .map_or(source.clone(), |f| f.to_string_lossy().into_owned());
-    let mut opts = ReplayOptions::titled(format!("replay of {title}")).count_writes(true);
+    let mut opts = ReplayOptions::titled(format!("replay of {title}"));
     if let Some(s) = session {
         opts = opts.session(SessionId::from(s));
     }
@@ -189,12 +189,13 @@ async fn import(
             s.messages, s.parts, s.id
         )?;
     }
-    let t = report.writes;
-    writeln!(
-        out,
-        "store: {} rows in {} commits, {} bytes handed to the store",
-        t.rows, t.commits, t.bytes
-    )?;
+    if let Some(t) = report.writes {
+        writeln!(
+            out,
+            "store: {} rows in {} commits, {} bytes handed to the store",
+            t.rows, t.commits, t.bytes
+        )?;
+    }
     Ok(())
 }
 

@@ -35,7 +35,7 @@ pub async fn run(forge: &Forge, tenant: &TenantId, out: &mut dyn Write) -> Resul
     )?;
     for (name, text) in EXAMPLES {
         writeln!(out, "\n=== {name} ===")?;
-        let opts = ReplayOptions::titled(*name).count_writes(true);
+        let opts = ReplayOptions::titled(*name);
         let source = format!("examples/streams/{name}");
         let report = match forge.replay_str(tenant, text, opts).await {
             Ok(report) => report,

@@ -144,7 +144,9 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             project::run(opts, out).await
         }
         command => {
-            let forge = forge_store::open(&cli.backend).await?;
+            // The command line reports what each command handed to the store.
+            let options = forge_store::OpenOptions::new().count_writes(true);
+            let forge = forge_store::open_with(&cli.backend, options).await?;
             let result = commands::run(&forge, &cli.tenant, command, quiet, out).await;
             // A bus that does I/O (Redis) queues what was published: deliver it before
             // exiting, also after a failed command (what was committed must reach the

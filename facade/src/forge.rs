@@ -13,7 +13,6 @@ use futures::Stream;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::open::{OpenOptions, Projection};
 use crate::replay::{Line, ReplayError, ReplayOptions, ReplayReport, Replayer};
 use crate::transfer::{self, Export, ImportedSession};
 
@@ -26,7 +25,8 @@ use crate::transfer::{self, Export, ImportedSession};
 pub struct Forge {
     engine: Engine,
     url: String,
-    options: OpenOptions,
+    /// The store under the engine, when it counts what it is handed.
+    counting: Option<Arc<CountingStore>>,
 }
 
 impl fmt::Debug for Forge {
@@ -34,7 +34,7 @@ impl fmt::Debug for Forge {
         f.debug_struct("Forge")
             .field("url", &self.url)
             .field("backend", &self.engine.store.capabilities().name)
-            .field("projection", &self.options.projection)
+            .field("counts_writes", &self.counting.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -67,23 +67,27 @@ pub struct Recovered {
 pub struct ImportReport {
     /// One entry per session.
     pub sessions: Vec<ImportedSession>,
-    /// What reached the store.
-    #[serde(flatten)]
-    pub writes: WriteCounts,
+    /// What reached the store, when the backend was opened with
+    /// [`OpenOptions::count_writes`](crate::OpenOptions::count_writes).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<WriteCounts>,
 }
 
 impl Forge {
-    /// Wraps an engine built by hand (any store, bus and projector). Replays and
-    /// imports that count their writes use a direct projector on it.
+    /// Wraps an engine built by hand (any store, bus and projector).
     pub fn new(engine: Engine) -> Self {
-        Self::from_engine(engine, "(engine)".to_owned(), OpenOptions::default())
+        Self::from_engine(engine, "(engine)".to_owned(), None)
     }
 
-    pub(crate) fn from_engine(engine: Engine, url: String, options: OpenOptions) -> Self {
+    pub(crate) fn from_engine(
+        engine: Engine,
+        url: String,
+        counting: Option<Arc<CountingStore>>,
+    ) -> Self {
         Self {
             engine,
             url,
-            options,
+            counting,
         }
     }
 
@@ -103,20 +107,33 @@ impl Forge {
         &self.url
     }
 
-    /// The engine a write operation uses: this one, or (to count what reaches the
-    /// store) one on the same store and bus whose store counts what it is handed.
-    fn writer(&self, count: bool) -> (Engine, Option<Arc<CountingStore>>) {
-        if !count {
-            return (self.engine.clone(), None);
-        }
-        let counting = Arc::new(CountingStore::new(Arc::clone(&self.engine.store)));
-        let store: Arc<dyn Store> = counting.clone();
-        let bus = Arc::clone(&self.engine.bus);
-        let engine = match self.options.projection {
-            Projection::Direct => Engine::new(store, bus),
-            Projection::GroupCommit(g) => Engine::with_group_commit(store, bus, g),
-        };
-        (engine, Some(counting))
+    /// What reached the store since it was opened, when it was opened with
+    /// [`OpenOptions::count_writes`](crate::OpenOptions::count_writes).
+    pub fn writes(&self) -> Option<WriteCounts> {
+        self.counting.as_ref().map(|c| c.totals())
+    }
+
+    /// Commits what the projector holds and returns what reached the store since
+    /// `before`.
+    async fn written_since(
+        &self,
+        before: Option<WriteCounts>,
+        what: &str,
+    ) -> Result<Option<WriteCounts>> {
+        self.engine
+            .projector
+            .sync()
+            .await
+            .map_err(|e| Error::store(format!("committing the {what}"), e))?;
+        Ok(self
+            .writes()
+            .zip(before)
+            .map(|(after, before)| WriteCounts {
+                commits: after.commits.saturating_sub(before.commits),
+                rows: after.rows.saturating_sub(before.rows),
+                bytes: after.bytes.saturating_sub(before.bytes),
+                page_reads: after.page_reads.saturating_sub(before.page_reads),
+            }))
     }
 
     /// Delivers what the bus queued (Redis) and commits what a group-commit projector
@@ -147,10 +164,11 @@ impl Forge {
         text: &str,
         opts: ReplayOptions,
     ) -> Result<ReplayReport, ReplayError> {
-        let (engine, counting) = self.writer(opts.count_writes);
-        let outcome = Replayer::new(&engine, tenant, opts).run_text(text).await;
-        self.finish_replay(&engine, outcome, counting.as_deref())
-            .await
+        let before = self.writes();
+        let outcome = Replayer::new(&self.engine, tenant, opts)
+            .run_text(text)
+            .await;
+        self.finish_replay(before, outcome).await
     }
 
     /// Replays a recorded stream file (`-` reads standard input).
@@ -184,38 +202,28 @@ impl Forge {
     where
         S: Stream<Item = Line>,
     {
-        let (engine, counting) = self.writer(opts.count_writes);
-        let outcome = Replayer::new(&engine, tenant, opts).run_stream(lines).await;
-        self.finish_replay(&engine, outcome, counting.as_deref())
-            .await
+        let before = self.writes();
+        let outcome = Replayer::new(&self.engine, tenant, opts)
+            .run_stream(lines)
+            .await;
+        self.finish_replay(before, outcome).await
     }
 
-    /// Commits what a counting writer's projector holds and fills in the counts.
+    /// Commits what the projector holds and fills in what the replay wrote.
     async fn finish_replay(
         &self,
-        engine: &Engine,
+        before: Option<WriteCounts>,
         outcome: Result<ReplayReport, ReplayError>,
-        counting: Option<&CountingStore>,
     ) -> Result<ReplayReport, ReplayError> {
-        let Some(counting) = counting else {
-            return outcome;
-        };
-        let synced = engine.projector.sync().await;
-        let writes = Some(counting.totals());
-        match (outcome, synced) {
-            (Ok(mut report), Ok(())) => {
+        let written = self.written_since(before, "replay").await;
+        match (outcome, written) {
+            (Ok(mut report), Ok(writes)) => {
                 report.writes = writes;
                 Ok(report)
             }
-            (Ok(mut report), Err(e)) => {
-                report.writes = writes;
-                Err(ReplayError {
-                    report,
-                    error: Error::store("committing the replay", e),
-                })
-            }
-            (Err(mut e), _) => {
-                e.report.writes = writes;
+            (Ok(report), Err(error)) => Err(ReplayError { report, error }),
+            (Err(mut e), written) => {
+                e.report.writes = written.ok().flatten();
                 Err(e)
             }
         }
@@ -235,17 +243,10 @@ impl Forge {
         text: &str,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<ImportReport> {
-        let (engine, counting) = self.writer(true);
-        let sessions = transfer::import(&engine, tenant, text, progress).await?;
-        engine
-            .projector
-            .sync()
-            .await
-            .map_err(|e| Error::store("committing the import", e))?;
-        Ok(ImportReport {
-            sessions,
-            writes: counting.map(|c| c.totals()).unwrap_or_default(),
-        })
+        let before = self.writes();
+        let sessions = transfer::import(&self.engine, tenant, text, progress).await?;
+        let writes = self.written_since(before, "import").await?;
+        Ok(ImportReport { sessions, writes })
     }
 
     /// Imports a file (`-` reads standard input); see [`Forge::import_str`].
@@ -287,15 +288,7 @@ impl Forge {
     /// # Errors
     /// [`Error::SessionNotFound`], or the store's error.
     pub async fn session(&self, tenant: &TenantId, session: &SessionId) -> Result<SessionState> {
-        self.engine
-            .store
-            .session(tenant, session)
-            .await
-            .map_err(|e| Error::store(format!("reading session {session}"), e))?
-            .ok_or_else(|| Error::SessionNotFound {
-                tenant: tenant.clone(),
-                session: session.clone(),
-            })
+        require_session(&self.engine, tenant, session).await
     }
 
     /// One page of a session's history: the newest page first, messages oldest to
@@ -393,6 +386,23 @@ impl Forge {
             report,
         })
     }
+}
+
+/// The session, or [`Error::SessionNotFound`].
+pub(crate) async fn require_session(
+    engine: &Engine,
+    tenant: &TenantId,
+    session: &SessionId,
+) -> Result<SessionState> {
+    engine
+        .store
+        .session(tenant, session)
+        .await
+        .map_err(|e| Error::store(format!("reading session {session}"), e))?
+        .ok_or_else(|| Error::SessionNotFound {
+            tenant: tenant.clone(),
+            session: session.clone(),
+        })
 }
 
 /// Reads `path`, or standard input for `-`.

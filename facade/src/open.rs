@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_core::url::redact;
-use forge_core::{Bus, Engine, GroupCommitOptions, LocalBus, MemoryStore, Store};
+use forge_core::{Bus, CountingStore, Engine, GroupCommitOptions, LocalBus, MemoryStore, Store};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
@@ -94,6 +94,11 @@ pub struct OpenOptions {
     /// `recover` can rebuild streamed text in the same process (ignored by Redis,
     /// whose bus is durable).
     pub replay_per_session: usize,
+    /// Count what reaches the store (commits, rows, bytes), reported by replays and
+    /// imports and by [`Forge::writes`]. Each row is JSON-encoded once more to count
+    /// its bytes and per-part write counts are kept: meant for tools and tests, not
+    /// for a long-running service.
+    pub count_writes: bool,
 }
 
 impl Default for OpenOptions {
@@ -101,6 +106,7 @@ impl Default for OpenOptions {
         Self {
             projection: Projection::Direct,
             replay_per_session: DEFAULT_REPLAY_PER_SESSION,
+            count_writes: false,
         }
     }
 }
@@ -119,6 +125,13 @@ impl OpenOptions {
             window,
             ..GroupCommitOptions::default()
         });
+        self
+    }
+
+    /// Count what reaches the store (see [`OpenOptions::count_writes`]).
+    #[must_use]
+    pub fn count_writes(mut self, yes: bool) -> Self {
+        self.count_writes = yes;
         self
     }
 
@@ -210,12 +223,19 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
     }
     .instrument(span)
     .await?;
+    let counting = options
+        .count_writes
+        .then(|| Arc::new(CountingStore::new(Arc::clone(&store))));
+    let store: Arc<dyn Store> = match &counting {
+        Some(c) => c.clone(),
+        None => store,
+    };
     let engine = match options.projection {
         Projection::Direct => Engine::new(store, bus),
         Projection::GroupCommit(g) => Engine::with_group_commit(store, bus, g),
     };
     tracing::debug!("opened");
-    Ok(Forge::from_engine(engine, redact(url), options))
+    Ok(Forge::from_engine(engine, redact(url), counting))
 }
 
 /// Opens only the store `url` names (e.g. the target of a projector worker).
@@ -368,7 +388,7 @@ mod tests {
     #[tokio::test]
     async fn debug_never_shows_a_password() {
         let url = "postgres://app:hunter2@db/forge?password=hunter2";
-        let forge = Forge::from_engine(Engine::in_memory(), redact(url), OpenOptions::new());
+        let forge = Forge::from_engine(Engine::in_memory(), redact(url), None);
         let shown = format!("{forge:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("app:***@db"), "{shown}");

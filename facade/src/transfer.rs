@@ -251,15 +251,7 @@ pub(crate) async fn export(
     tenant: &TenantId,
     session: &SessionId,
 ) -> Result<Export> {
-    let state = engine
-        .store
-        .session(tenant, session)
-        .await
-        .map_err(|e| Error::store(format!("reading session {session}"), e))?
-        .ok_or_else(|| Error::SessionNotFound {
-            tenant: tenant.clone(),
-            session: session.clone(),
-        })?;
+    let state = crate::forge::require_session(engine, tenant, session).await?;
     let messages = read_all(engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
         .await
         .map_err(|e| Error::store(format!("reading session {session}"), e))?;

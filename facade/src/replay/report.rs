@@ -14,9 +14,6 @@ pub struct ReplayOptions {
     pub session: Option<SessionId>,
     /// Title of a new session when the input gives none.
     pub default_title: String,
-    /// Count what reaches the store ([`ReplayReport::writes`]); costs one JSON encoding
-    /// of every row written.
-    pub count_writes: bool,
 }
 
 impl ReplayOptions {
@@ -32,13 +29,6 @@ impl ReplayOptions {
     #[must_use]
     pub fn session(mut self, session: SessionId) -> Self {
         self.session = Some(session);
-        self
-    }
-
-    /// Count what reaches the store.
-    #[must_use]
-    pub fn count_writes(mut self, yes: bool) -> Self {
-        self.count_writes = yes;
         self
     }
 }
@@ -58,7 +48,8 @@ pub struct ReplayReport {
     pub user_messages: u64,
     /// Assistant messages started.
     pub assistant_messages: u64,
-    /// What reached the store, when [`ReplayOptions::count_writes`] was set.
+    /// What reached the store during the replay, when the backend was opened with
+    /// [`OpenOptions::count_writes`](crate::OpenOptions::count_writes).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub writes: Option<WriteCounts>,
     /// `part.delta` events published on the bus (never stored).

@@ -1,0 +1,105 @@
+//! The facade's calls as a library user makes them.
+
+use std::time::Duration;
+
+use forge_store::{
+    Error, Line, OpenOptions, ReplayOptions, SessionId, StreamEvent, TenantId, UserLine,
+};
+
+const TURN: &str = r#"{"type":"user","text":"hi"}
+{"type":"text-start","id":"t"}
+{"type":"text-delta","id":"t","text":"hel"}
+{"type":"text-delta","id":"t","text":"lo"}
+{"type":"text-end","id":"t"}
+{"type":"finish","finishReason":"stop"}"#;
+
+fn event(json: &str) -> Line {
+    StreamEvent::from_json(json).expect("event").into()
+}
+
+#[tokio::test]
+async fn group_commit_replay_is_committed_and_counted_when_it_returns() {
+    let options = OpenOptions::new()
+        .group_commit(Duration::from_millis(10))
+        .count_writes(true);
+    let forge = forge_store::open_with("memory://", options).await.unwrap();
+    let tenant = TenantId::default();
+    let report = forge
+        .replay_str(&tenant, TURN, ReplayOptions::titled("t"))
+        .await
+        .unwrap();
+    let writes = report.writes.expect("counted");
+    assert!(writes.commits > 0 && writes.rows >= 4, "{writes:?}");
+    let sid = report.session.unwrap();
+    let all = forge.history_all(&tenant, &sid).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(forge.writes().map(|w| w.rows), Some(writes.rows));
+
+    // A second replay into the same session reports only its own writes: the same
+    // rows but the session's.
+    let again = forge
+        .replay_str(&tenant, TURN, ReplayOptions::default().session(sid.clone()))
+        .await
+        .unwrap();
+    assert_eq!(again.writes.map(|w| w.rows + 1), Some(writes.rows));
+}
+
+#[tokio::test]
+async fn a_stream_out_of_order_is_an_input_error_naming_the_event() {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let tenant = TenantId::default();
+    let lines = vec![
+        Line::from(UserLine::text("hi")),
+        event(r#"{"type":"text-start","id":"t"}"#),
+        event(r#"{"type":"text-delta","id":"nope","text":"x"}"#),
+    ];
+    let err = forge
+        .replay_stream(
+            &tenant,
+            futures::stream::iter(lines),
+            ReplayOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_input(), "{err}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("event 3: text-delta does not fit"), "{msg}");
+    // What was committed stays, and the open answer was closed with the error.
+    let sid = err.report.session.clone().unwrap();
+    let open = forge.recover(&tenant, Some(&sid)).await.unwrap();
+    assert!(open.open_before.is_empty(), "{:?}", open.open_before);
+}
+
+#[tokio::test]
+async fn an_unknown_session_is_not_found_not_empty() {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let tenant = TenantId::default();
+    let sid = SessionId::from("ses_missing".to_owned());
+    for err in [
+        forge.history(&tenant, &sid, None, 10).await.unwrap_err(),
+        forge.view(&tenant, &sid).await.unwrap_err(),
+        forge.export(&tenant, &sid).await.map(|_| ()).unwrap_err(),
+        forge
+            .recover(&tenant, Some(&sid))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::SessionNotFound { .. }), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_file_is_an_io_error_naming_it() {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let err = forge
+        .replay_file(
+            &TenantId::default(),
+            "/nonexistent/turn.jsonl".as_ref(),
+            ReplayOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err.error, Error::Io { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/turn.jsonl"), "{err}");
+}
