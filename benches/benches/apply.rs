@@ -1,4 +1,4 @@
-//! `Store::apply` of one boundary batch per backend: one `part.updated` of a closed
+//! `Store::apply` of one boundary batch per backend: one `message.part.updated` of a closed
 //! 2,000-byte text part, the batch the Processor commits at `text-end`. Every iteration
 //! overwrites the same part (as `text-end` overwrites the part `text-start` created) with
 //! the session's next seq; the text is incompressible random letters, shifted by one

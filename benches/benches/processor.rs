@@ -1,7 +1,7 @@
 //! The Processor's delta path: `Processor::handle(StreamEvent::TextDelta)` of 8-byte
 //! deltas into an open text block, on a `MemoryStore` + `LocalBus` through the
 //! `DirectProjector`. A delta touches no store; it appends to the block's text and
-//! publishes one `part.delta` on the bus.
+//! publishes one `message.part.delta` on the bus.
 //!
 //! Groups (criterion ids):
 //! - `processor/text_delta/no_subscriber`: nobody listens on the bus;

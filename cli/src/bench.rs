@@ -181,7 +181,7 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
 }
 
 /// A replay file as one session's script: `t` gives each line's event time (lines
-/// without one take the previous line's). Compaction tails (`tailStartID`) are
+/// without one take the previous line's). Compaction tails (`tail_start_id`) are
 /// dropped: they do not change what is written.
 pub fn script_from_replay(text: &str) -> Result<Script> {
     let mut items = Vec::new();

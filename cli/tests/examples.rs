@@ -123,7 +123,7 @@ fn compaction_view_starts_at_the_successful_compaction_not_the_failed_one() {
         (view["stored"].as_u64(), view["hidden"].as_u64()),
         (Some(12), Some(2))
     );
-    assert_eq!(view["tail"], 2, "tailStartID keeps the second turn");
+    assert_eq!(view["tail"], 2, "tail_start_id keeps the second turn");
 
     let summary = &msgs[1]["info"];
     assert_eq!(

@@ -53,21 +53,22 @@ fn refs_resolve_to_earlier_message_ids() {
             "\n",
             r#"{"type":"finish"}"#,
             "\n",
+            // The name earlier releases wrote is still read.
             r#"{"type":"user","compaction":{"auto":false,"tailStartID":"@first"}}"#,
             "\n",
-            r#"{"type":"user","compaction":{"auto":true,"tailStartID":"@nope"}}"#,
+            r#"{"type":"user","compaction":{"auto":true,"tail_start_id":"@nope"}}"#,
             "\n",
         ),
     );
     let out = env.run(&["replay", &file]);
-    assert!(stderr(&out).contains("line 4: compaction.tailStartID: @nope names no earlier line"));
+    assert!(stderr(&out).contains("line 4: compaction.tail_start_id: @nope names no earlier line"));
     let sid = env.json(&["sessions"])[0]["info"]["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let history = env.history(&sid);
     assert_eq!(
-        parts(&history[2])[0]["tailStartID"],
+        parts(&history[2])[0]["tail_start_id"],
         history[0]["info"]["id"]
     );
 }

@@ -1,7 +1,7 @@
 //! Events: every change is one. Sync events are persisted and published; bus-only
 //! events (deltas, status) are published and never stored.
 //!
-//! JSON: `{"type": "part.updated", "properties": {"part": …}}`, the shape of the
+//! JSON: `{"type": "message.part.updated", "properties": {"part": …}}`, the shape of the
 //! opencode event stream.
 
 use std::borrow::Cow;
@@ -49,13 +49,13 @@ pub enum SyncEvent {
         message_id: MessageId,
     },
     /// Create or overwrite a part (same id overwrites).
-    #[serde(rename = "part.updated")]
+    #[serde(rename = "message.part.updated", alias = "part.updated")]
     PartUpdated {
         /// The part.
         part: Part,
     },
     /// Remove a part.
-    #[serde(rename = "part.removed")]
+    #[serde(rename = "message.part.removed", alias = "part.removed")]
     PartRemoved {
         /// Its session.
         #[serde(rename = "sessionID")]
@@ -106,13 +106,13 @@ impl SyncEvent {
             Self::SessionDeleted { .. } => "session.deleted",
             Self::MessageUpdated { .. } => "message.updated",
             Self::MessageRemoved { .. } => "message.removed",
-            Self::PartUpdated { .. } => "part.updated",
-            Self::PartRemoved { .. } => "part.removed",
+            Self::PartUpdated { .. } => "message.part.updated",
+            Self::PartRemoved { .. } => "message.part.removed",
         }
     }
 }
 
-/// `part.delta`: text appended to a streaming part. Bus only, never stored.
+/// `message.part.delta`: text appended to a streaming part. Bus only, never stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PartDelta {
     /// The message of the part.
@@ -132,7 +132,7 @@ pub struct PartDelta {
 pub enum Event {
     /// A persisted change, published after its commit.
     Sync(SyncEvent),
-    /// `part.delta`.
+    /// `message.part.delta`.
     PartDelta(PartDelta),
     /// `session.status`: busy / idle / retry, free-form.
     SessionStatus(JsonMap),
@@ -145,7 +145,7 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Sync(s) => s.name(),
-            Self::PartDelta(_) => "part.delta",
+            Self::PartDelta(_) => "message.part.delta",
             Self::SessionStatus(_) => "session.status",
             Self::SessionError(_) => "session.error",
         }
@@ -205,7 +205,9 @@ impl<'de> Deserialize<'de> for Event {
             ))),
         };
         match kind.as_str() {
-            "part.delta" => serde_json::from_value(props())
+            // `part.delta` (and `part.updated` / `part.removed` above): the names of
+            // releases before 0.2, still in durable streams they wrote.
+            "message.part.delta" | "part.delta" => serde_json::from_value(props())
                 .map(Self::PartDelta)
                 .map_err(D::Error::custom),
             "session.status" => obj(props()).map(Self::SessionStatus),
@@ -274,7 +276,7 @@ mod tests {
             delta: "he".into(),
         });
         let v = serde_json::to_value(&delta).unwrap();
-        assert_eq!(v["type"], "part.delta");
+        assert_eq!(v["type"], "message.part.delta");
         assert_eq!(v["properties"]["partID"], "prt_1");
         assert_eq!(serde_json::from_value::<Event>(v).unwrap(), delta);
 
@@ -289,5 +291,22 @@ mod tests {
 
         let bad = serde_json::json!({"type": "nope", "properties": {}});
         assert!(serde_json::from_value::<Event>(bad).is_err());
+    }
+
+    #[test]
+    fn names_written_before_opencodes_are_still_read() {
+        let old_delta = serde_json::json!({"type": "part.delta", "properties":
+            {"messageID": "msg_1", "partID": "prt_1", "field": "text", "delta": "x"}});
+        let e: Event = serde_json::from_value(old_delta).unwrap();
+        assert_eq!(e.name(), "message.part.delta");
+        let old_removed = serde_json::json!({"type": "part.removed", "properties":
+            {"sessionID": "ses_1", "messageID": "msg_1", "partID": "prt_1"}});
+        let e: Event = serde_json::from_value(old_removed).unwrap();
+        assert_eq!(e.name(), "message.part.removed");
+        assert_eq!(
+            serde_json::to_value(&e).unwrap()["type"],
+            "message.part.removed",
+            "written back under the new name"
+        );
     }
 }

@@ -177,10 +177,10 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// # Behavior
     /// - All events of the batch are committed, or none is (an error leaves the store as
     ///   it was). A batch may span sessions and tenants.
-    /// - `session.updated`, `message.updated`, `part.updated` upsert: the same id
+    /// - `session.updated`, `message.updated`, `message.part.updated` upsert: the same id
     ///   overwrites the whole row.
     /// - `session.deleted` removes the session, its messages and their parts;
-    ///   `message.removed` removes the message and its parts; `part.removed` one part.
+    ///   `message.removed` removes the message and its parts; `message.part.removed` one part.
     ///   Removing something absent is not an error.
     /// - A message upsert whose session does not exist, or a part upsert whose message
     ///   does not exist (e.g. was removed), fails with [`Error::NotFound`]; nothing is

@@ -127,3 +127,26 @@ fn whole_number_costs_are_written_as_integers_like_javascript() {
         serde_json::to_string(&raw).unwrap()
     );
 }
+
+#[test]
+fn the_compaction_tail_is_opencodes_snake_case_and_the_old_name_is_still_read() {
+    let old = json!({"id": "prt_1", "sessionID": "ses_1", "messageID": "msg_2",
+                     "type": "compaction", "auto": true, "tailStartID": "msg_1"});
+    let part: Part = serde_json::from_value(old).unwrap();
+    match &part.body {
+        PartBody::Compaction(c) => {
+            assert_eq!(
+                c.tail_start_id.as_ref().map(forge_core::MessageId::as_str),
+                Some("msg_1")
+            );
+            assert!(
+                c.extra.is_empty(),
+                "the old name is not kept as an unknown field"
+            );
+        }
+        other => panic!("not a compaction part: {other:?}"),
+    }
+    let written = serde_json::to_value(&part).unwrap();
+    assert_eq!(written["tail_start_id"], "msg_1");
+    assert!(written.get("tailStartID").is_none(), "{written}");
+}

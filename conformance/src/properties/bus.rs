@@ -30,7 +30,7 @@ const QUIET: Duration = Duration::from_millis(30);
 pub struct Publish {
     /// Session index (0..3).
     pub session: u8,
-    /// 0: `part.delta`, 1: `part.updated`, 2: `session.status`.
+    /// 0: `message.part.delta`, 1: `message.part.updated`, 2: `session.status`.
     pub kind: u8,
     /// Published under a second tenant with the same session id instead.
     pub other_tenant: bool,

@@ -43,7 +43,7 @@ pub enum Op {
     },
     /// `message.removed`.
     RemoveMessage { s: u8, m: u8 },
-    /// `part.updated` of part `p` of message `m` of session `s`.
+    /// `message.part.updated` of part `p` of message `m` of session `s`.
     PutPart {
         s: u8,
         m: u8,
@@ -51,9 +51,9 @@ pub enum Op {
         kind: PartKind,
         v: u8,
     },
-    /// `part.removed`.
+    /// `message.part.removed`.
     RemovePart { s: u8, m: u8, p: u8 },
-    /// `part.updated` of a part of session `s` naming message `m` of the next session.
+    /// `message.part.updated` of a part of session `s` naming message `m` of the next session.
     PutForeignPart { s: u8, m: u8, p: u8 },
 }
 

@@ -304,8 +304,11 @@ pub struct CompactionPart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overflow: Option<bool>,
     /// Keep raw messages from this id up to the compaction message in the view.
+    /// opencode writes this field snake_case; `tailStartID` (written by forge-store
+    /// before 0.2) is read as an alias.
     #[serde(
-        rename = "tailStartID",
+        rename = "tail_start_id",
+        alias = "tailStartID",
         default,
         skip_serializing_if = "Option::is_none"
     )]

@@ -3,7 +3,7 @@
 //! | stream event | what happens |
 //! |---|---|
 //! | `text-start`, `reasoning-start` | create an empty part, persist it |
-//! | `text-delta`, `reasoning-delta` | bus only (`part.delta`) |
+//! | `text-delta`, `reasoning-delta` | bus only (`message.part.delta`) |
 //! | `text-end`, `reasoning-end` | persist the whole part: trailing whitespace trimmed, hook applied (text), `time.end` set |
 //! | `tool-input-start` | persist the tool `pending` |
 //! | `tool-input-delta`, `tool-input-end` | nothing |

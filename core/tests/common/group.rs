@@ -214,7 +214,7 @@ pub const TURN: &[&str] = &[
 /// The invariants every run must keep, checked on what was published.
 pub fn check_published(bus: &CheckingBus) {
     assert_eq!(bus.violations(), Vec::<String>::new());
-    // A delta never arrives before the part.updated that created its part.
+    // A delta never arrives before the message.part.updated that created its part.
     let events = bus.published();
     let mut seen = std::collections::HashSet::new();
     for e in &events {
@@ -224,7 +224,7 @@ pub fn check_published(bus: &CheckingBus) {
             }
             Event::PartDelta(d) => assert!(
                 seen.contains(&d.part_id),
-                "delta for {} before its part.updated",
+                "delta for {} before its message.part.updated",
                 d.part_id
             ),
             _ => {}

@@ -64,7 +64,7 @@ pub struct CompactionLine {
     #[serde(default)]
     pub overflow: Option<bool>,
     /// A message id, or `@ref` of an earlier line: keep messages from there on.
-    #[serde(default, rename = "tailStartID")]
+    #[serde(default, rename = "tail_start_id", alias = "tailStartID")]
     pub tail_start_id: Option<String>,
 }
 

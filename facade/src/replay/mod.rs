@@ -337,7 +337,7 @@ impl<'a> Replayer<'a> {
                 Error::input(
                     at,
                     format!(
-                        "compaction.tailStartID: @{name} names no earlier line (give a user \
+                        "compaction.tail_start_id: @{name} names no earlier line (give a user \
                          line \"ref\":\"{name}\")"
                     ),
                 )

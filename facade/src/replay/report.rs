@@ -52,7 +52,7 @@ pub struct ReplayReport {
     /// [`OpenOptions::count_writes`](crate::OpenOptions::count_writes).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub writes: Option<WriteCounts>,
-    /// `part.delta` events published on the bus (never stored).
+    /// `message.part.delta` events published on the bus (never stored).
     pub deltas: u64,
     /// Stream events accepted and deliberately not persisted (`tool-input-delta`, …).
     pub ignored_events: u64,
