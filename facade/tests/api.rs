@@ -103,3 +103,30 @@ async fn a_missing_file_is_an_io_error_naming_it() {
     assert!(matches!(err.error, Error::Io { .. }), "{err}");
     assert!(err.to_string().contains("/nonexistent/turn.jsonl"), "{err}");
 }
+
+#[tokio::test]
+async fn an_empty_input_is_an_error_and_creates_no_session() {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let tenant = TenantId::default();
+    for text in ["", "\n\n", "# only a comment\n"] {
+        let err = forge
+            .replay_str(&tenant, text, ReplayOptions::titled("empty"))
+            .await
+            .unwrap_err();
+        assert!(err.is_input(), "{err}");
+        assert!(err.to_string().contains("holds no lines"), "{err}");
+    }
+    let empty = forge
+        .replay_stream(
+            &tenant,
+            futures::stream::iter(Vec::<Line>::new()),
+            ReplayOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        empty.to_string().starts_with("event 1 (end of stream)"),
+        "{empty}"
+    );
+    assert!(forge.sessions(&tenant).await.unwrap().is_empty());
+}

@@ -140,13 +140,17 @@ impl<'a> Replayer<'a> {
     {
         let mut items = std::pin::pin!(items);
         let mut n = 0;
+        let mut seen = 0;
         while let Some(item) = items.next().await {
             n += 1;
             self.report.lines = n;
             let at = unit.at(n);
             let step = match item {
                 Ok(None) => continue,
-                Ok(Some(line)) => self.apply(&at, line).await,
+                Ok(Some(line)) => {
+                    seen += 1;
+                    self.apply(&at, line).await
+                }
                 Err(msg) => Err(Error::input(at, msg)),
             };
             match step {
@@ -159,12 +163,20 @@ impl<'a> Replayer<'a> {
             let e = Error::input(
                 unit.end(n + 1),
                 format!(
-                    "assistant message {} is still open; end it with finish, error or abort \
-                     (or add {{\"type\":\"crash\"}} to leave it open on purpose)",
+                    "the stream ended early: assistant message {} is still open; end it with \
+                     finish, error or abort (or add {{\"type\":\"crash\"}} to leave it open \
+                     on purpose)",
                     p.message().id
                 ),
             );
             return Err(self.fail(e).await);
+        }
+        if seen == 0 {
+            // Nothing to store: no session is created for an empty input.
+            return Err(Error::input(
+                unit.end(n + 1),
+                "the input holds no lines (only blank lines and comments, or nothing)",
+            ));
         }
         self.ensure_session(&unit.at(n)).await
     }
