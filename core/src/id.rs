@@ -51,6 +51,42 @@ pub fn ascending(prefix: &str) -> String {
     s
 }
 
+/// The longest id accepted from outside, in bytes.
+pub const MAX_EXTERNAL_ID_LEN: usize = 256;
+
+/// The rules for ids that come from outside (replay files, imports): 1 to
+/// [`MAX_EXTERNAL_ID_LEN`] bytes, and every character printable — no control
+/// characters (NUL, newline, ESC, …) and no whitespace. Generated ids always pass.
+/// (Tenants have stricter rules: see [`crate::TenantId`].)
+///
+/// # Errors
+/// [`crate::Error::InvalidInput`] naming `what`, the rule broken and a short, escaped
+/// prefix of the id.
+pub fn check_external(what: &str, id: &str) -> crate::Result<()> {
+    let shown = || {
+        let prefix: String = id.chars().take(40).collect();
+        let more = if prefix.len() < id.len() { "…" } else { "" };
+        format!("{prefix:?}{more}")
+    };
+    if id.is_empty() {
+        return Err(crate::Error::invalid(format!("{what} is empty")));
+    }
+    if id.len() > MAX_EXTERNAL_ID_LEN {
+        return Err(crate::Error::invalid(format!(
+            "{what} {} is {} bytes long; at most {MAX_EXTERNAL_ID_LEN} are allowed",
+            shown(),
+            id.len()
+        )));
+    }
+    if let Some(c) = id.chars().find(|c| c.is_control() || c.is_whitespace()) {
+        return Err(crate::Error::invalid(format!(
+            "{what} {} holds {c:?}: ids must be printable, without whitespace",
+            shown()
+        )));
+    }
+    Ok(())
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
         $(#[$doc])*
@@ -73,6 +109,15 @@ macro_rules! id_type {
             /// The id as a string slice.
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+
+            /// Checks an id that came from outside (a replay file, an import): see
+            /// [`check_external`].
+            ///
+            /// # Errors
+            /// [`crate::Error::InvalidInput`] naming the rule broken.
+            pub fn check(&self) -> crate::Result<()> {
+                check_external(stringify!($name), &self.0)
             }
         }
 
@@ -133,6 +178,19 @@ id_type!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn external_ids_must_be_printable_and_bounded() {
+        assert!(SessionId::from("ses_dc4a4a0b4ffeUXO9o2FN4OAa72")
+            .check()
+            .is_ok());
+        assert!(PartId::generate().check().is_ok());
+        for bad in ["", "a\0b", "msg\n1", "m 1", "\u{1b}[31m", &"x".repeat(257)] {
+            let e = MessageId::from(bad).check().unwrap_err().to_string();
+            assert!(e.contains("MessageId"), "{e}");
+            assert!(e.len() < 200, "the message quotes a short prefix: {e}");
+        }
+    }
 
     #[test]
     fn ids_ascend_within_one_millisecond() {

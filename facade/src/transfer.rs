@@ -163,6 +163,49 @@ fn session_from(id: &SessionId, messages: &[MessageWithParts]) -> Session {
     }
 }
 
+/// Checks everything from outside before anything is written: every id
+/// ([`forge_core::id::check_external`]), parts that name their own session and
+/// message, and no message or part id twice in one input (no silent last-wins).
+fn check(parsed: &Parsed) -> Result<()> {
+    use std::collections::HashSet;
+    let bad = |at: String, e: forge_core::Error| Error::Input {
+        message: e.to_string(),
+        at,
+        source: Some(Box::new(e)),
+    };
+    let mut messages = HashSet::new();
+    let mut parts = HashSet::new();
+    for (sid, _, msgs) in &parsed.sessions {
+        sid.check()
+            .map_err(|e| bad(format!("session {sid:?}"), e))?;
+        for m in msgs {
+            let at = format!("message {:?}", m.info.id.as_str());
+            m.info.id.check().map_err(|e| bad(at.clone(), e))?;
+            if !messages.insert(m.info.id.clone()) {
+                return Err(Error::input(at, "appears twice in the input"));
+            }
+            for p in &m.parts {
+                let at = format!("{at}: part {:?}", p.id.as_str());
+                p.id.check().map_err(|e| bad(at.clone(), e))?;
+                if p.session_id != *sid || p.message_id != m.info.id {
+                    return Err(Error::input(
+                        at,
+                        format!(
+                            "names session {} and message {}, but it is listed under session \
+                             {sid} and message {}",
+                            p.session_id, p.message_id, m.info.id
+                        ),
+                    ));
+                }
+                if !parts.insert(p.id.clone()) {
+                    return Err(Error::input(at, "appears twice in the input"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Imports `text` (either shape) into `engine`; `progress` is called after each
 /// message with (messages written, messages in all).
 pub(crate) async fn import(
@@ -172,6 +215,7 @@ pub(crate) async fn import(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<ImportedSession>> {
     let parsed = parse(text)?;
+    check(&parsed)?;
     let total: usize = parsed.sessions.iter().map(|(_, _, m)| m.len()).sum();
     let span = tracing::info_span!(
         "import",

@@ -130,3 +130,59 @@ async fn an_empty_input_is_an_error_and_creates_no_session() {
     );
     assert!(forge.sessions(&tenant).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn imports_with_bad_or_repeated_ids_are_refused_whole() {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let tenant = TenantId::default();
+    let message = |id: &str, part: &str| {
+        serde_json::json!({
+            "info": {"id": id, "sessionID": "ses_1", "role": "user",
+                     "time": {"created": 1}, "agent": "build"},
+            "parts": [{"id": part, "sessionID": "ses_1", "messageID": id,
+                       "type": "text", "text": "hi"}]
+        })
+        .to_string()
+    };
+    let cases = [
+        (
+            vec![message("msg_1", "prt_1"), message("msg_1", "prt_2")],
+            "appears twice",
+        ),
+        (
+            vec![message("msg_1", "prt_1"), message("msg_2", "prt_1")],
+            "appears twice",
+        ),
+        (
+            vec![message("msg_1", "prt_1"), message("msg\n2", "prt_2")],
+            "printable",
+        ),
+        (
+            vec![message("msg_1", "prt_1"), message("msg_2", "prt\u{0}")],
+            "printable",
+        ),
+    ];
+    for (lines, why) in cases {
+        let err = forge
+            .import_str(&tenant, &lines.join("\n"), &|_, _| {})
+            .await
+            .unwrap_err();
+        assert!(err.is_input() && err.to_string().contains(why), "{err}");
+        assert!(
+            forge.sessions(&tenant).await.unwrap().is_empty(),
+            "nothing of a refused import is stored ({err})"
+        );
+    }
+    let err = forge
+        .replay_str(
+            &tenant,
+            "{\"type\":\"session\",\"id\":\"ses\\u0000x\"}\n{\"type\":\"user\",\"text\":\"hi\"}",
+            ReplayOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_input() && err.to_string().contains("printable"),
+        "{err}"
+    );
+}

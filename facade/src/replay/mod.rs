@@ -307,6 +307,13 @@ impl<'a> Replayer<'a> {
             (None, Some(id)) => Some(SessionId::from(id)),
             (None, None) => None,
         };
+        if let Some(id) = &wanted {
+            id.check().map_err(|e| Error::Input {
+                at: at.to_owned(),
+                message: format!("session id: {e}"),
+                source: Some(Box::new(e)),
+            })?;
+        }
         let engine = self.engine;
         let store_err = |e| Error::store(format!("{at}: opening the session"), e);
         if let Some(id) = &wanted {
