@@ -1,0 +1,768 @@
+// Records the AI SDK's `streamText(...).fullStream` parts as forge-store replay fixtures.
+//
+// One script, two SDK majors: `ai5` (npm:ai@5.x) and `ai7` (npm:ai@7.x), each driven with
+// the mock language model shipped in its own `ai/test` module. Every part the SDK emits is
+// written as one JSON line, unchanged except for what JSON cannot carry:
+//   - Error objects  -> {name, message, ...own enumerable fields} (recursively, e.g. `cause`)
+//   - Uint8Array     -> base64 string
+//   - Date           -> ISO string (Date#toJSON)
+//   - URL            -> string (URL#toJSON)
+//   - GeneratedFile  -> {type?, mediaType, base64, providerMetadata?} (its public getters)
+//
+// Usage: npm ci && node record.mjs [scenario ...]
+// Output: ../../examples/streams/aisdk/v5/<scenario>.jsonl and .../v7/<scenario>.jsonl
+
+import { mkdirSync, readFileSync, writeFileSync, rmSync, existsSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const outRoot = join(here, '..', '..', 'examples', 'streams', 'aisdk');
+
+// ---------------------------------------------------------------------------------------
+// The two SDKs and what differs between their provider (mock model) specifications.
+
+function pkgVersion(alias) {
+  return JSON.parse(readFileSync(join(here, 'node_modules', alias, 'package.json'), 'utf8')).version;
+}
+
+const PNG_1x1 = Uint8Array.from(
+  Buffer.from(
+    'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==',
+    'base64',
+  ),
+);
+const FIXED_DATE = new Date('2025-01-01T00:00:00.000Z');
+
+async function loadSdks() {
+  const ai5 = await import('ai5');
+  const test5 = await import('ai5/test');
+  const ai7 = await import('ai7');
+  const test7 = await import('ai7/test');
+  return [
+    {
+      tag: 'v5',
+      version: pkgVersion('ai5'),
+      ai: ai5,
+      mockName: 'MockLanguageModelV2',
+      Mock: test5.MockLanguageModelV2,
+      supports: { approval: false, reasoningFile: false },
+      // LanguageModelV2Usage: flat numbers
+      usage: ({ input, output, reasoning = undefined, cached = undefined }) => ({
+        inputTokens: input,
+        outputTokens: output,
+        totalTokens: input + output,
+        ...(reasoning !== undefined ? { reasoningTokens: reasoning } : {}),
+        ...(cached !== undefined ? { cachedInputTokens: cached } : {}),
+      }),
+      // LanguageModelV2FinishReason: a string
+      finishReason: (unified, _raw) => unified,
+      fileData: (bytes) => ({ data: bytes }),
+      providerTool: (ai, name) => ({ type: 'provider-defined', id: `mock.${name}`, name, args: {} }),
+    },
+    {
+      tag: 'v7',
+      version: pkgVersion('ai7'),
+      ai: ai7,
+      mockName: 'MockLanguageModelV4',
+      Mock: test7.MockLanguageModelV4,
+      supports: { approval: true, reasoningFile: true },
+      // LanguageModelV4Usage: nested token details
+      usage: ({ input, output, reasoning = 0, cached = 0 }) => ({
+        inputTokens: { total: input, noCache: input - cached, cacheRead: cached, cacheWrite: 0 },
+        outputTokens: { total: output, text: output - reasoning, reasoning },
+      }),
+      // LanguageModelV4FinishReason: {unified, raw}
+      finishReason: (unified, raw) => ({ unified, raw }),
+      fileData: (bytes) => ({ data: { type: 'data', data: bytes } }),
+      providerTool: (ai, name) => ({ type: 'provider', id: `mock.${name}`, args: {} }),
+    },
+  ];
+}
+
+// ---------------------------------------------------------------------------------------
+// Serialization
+
+function serializeError(err) {
+  const out = { name: err.name, message: err.message };
+  for (const key of Object.keys(err)) {
+    out[key] = err[key];
+  }
+  return out;
+}
+
+function isGeneratedFile(v) {
+  return v !== null && typeof v === 'object' && 'base64Data' in v && 'uint8ArrayData' in v && 'mediaType' in v;
+}
+
+function toJsonLine(value) {
+  return JSON.stringify(value, function replacer(_key, v) {
+    if (v instanceof Error) return serializeError(v);
+    if (isGeneratedFile(v)) {
+      // GeneratedFile: its public getters, not the private base64Data/uint8ArrayData caches
+      return { type: v.type, mediaType: v.mediaType, base64: v.base64, providerMetadata: v.providerMetadata };
+    }
+    if (v instanceof Uint8Array) return Buffer.from(v).toString('base64');
+    if (v instanceof ArrayBuffer) return Buffer.from(new Uint8Array(v)).toString('base64');
+    return v;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Mock model streams
+
+/** A provider stream that enqueues `chunks` one by one (optionally with a delay) and,
+ * like a real HTTP body, errors with the abort reason when `abortSignal` fires. An entry
+ * `{ throw: err }` makes the stream error with `err` at that point. */
+function providerStream(chunks, { delayMs = 0, abortSignal } = {}) {
+  let index = 0;
+  let onAbort;
+  return new ReadableStream({
+    start(controller) {
+      if (abortSignal) {
+        onAbort = () => {
+          try {
+            controller.error(abortSignal.reason);
+          } catch {}
+        };
+        if (abortSignal.aborted) onAbort();
+        else abortSignal.addEventListener('abort', onAbort, { once: true });
+      }
+    },
+    async pull(controller) {
+      if (delayMs) await new Promise((r) => setTimeout(r, delayMs));
+      if (abortSignal?.aborted) return;
+      if (index >= chunks.length) {
+        abortSignal?.removeEventListener('abort', onAbort);
+        controller.close();
+        return;
+      }
+      const chunk = chunks[index++];
+      if (chunk && chunk.throw) {
+        controller.error(chunk.throw);
+        return;
+      }
+      controller.enqueue(chunk);
+    },
+  });
+}
+
+/** A mock model whose n-th doStream call streams `steps[n]` (an array of provider parts,
+ * or a function (options) => array | Promise<stream result>). */
+function mockModel(sdk, steps, { delayMs = 0, modelId = 'mock-model' } = {}) {
+  let call = 0;
+  return new sdk.Mock({
+    provider: 'mock-provider',
+    modelId,
+    doStream: async (options) => {
+      const step = steps[Math.min(call++, steps.length - 1)];
+      const chunks = typeof step === 'function' ? await step(options) : step;
+      return {
+        stream: providerStream(chunks, { delayMs, abortSignal: options.abortSignal }),
+        request: { body: { mock: true } },
+        response: { headers: { 'content-type': 'text/event-stream' } },
+      };
+    },
+  });
+}
+
+// Building blocks for provider parts
+const P = {
+  start: () => [{ type: 'stream-start', warnings: [] }],
+  meta: (id) => [{ type: 'response-metadata', id, modelId: 'mock-model', timestamp: FIXED_DATE }],
+  text: (id, pieces) => [
+    { type: 'text-start', id },
+    ...pieces.map((delta) => ({ type: 'text-delta', id, delta })),
+    { type: 'text-end', id },
+  ],
+  reasoning: (id, pieces) => [
+    { type: 'reasoning-start', id },
+    ...pieces.map((delta) => ({ type: 'reasoning-delta', id, delta })),
+    { type: 'reasoning-end', id },
+  ],
+  toolCall: (toolCallId, toolName, input, { stream = true } = {}) => {
+    const json = JSON.stringify(input);
+    const half = Math.ceil(json.length / 2);
+    return [
+      ...(stream
+        ? [
+            { type: 'tool-input-start', id: toolCallId, toolName },
+            { type: 'tool-input-delta', id: toolCallId, delta: json.slice(0, half) },
+            { type: 'tool-input-delta', id: toolCallId, delta: json.slice(half) },
+            { type: 'tool-input-end', id: toolCallId },
+          ]
+        : []),
+      { type: 'tool-call', toolCallId, toolName, input: json },
+    ];
+  },
+  finish: (sdk, unified, raw, usage) => [
+    { type: 'finish', finishReason: sdk.finishReason(unified, raw), usage: sdk.usage(usage) },
+  ],
+};
+
+// ---------------------------------------------------------------------------------------
+// Tools
+
+function weatherTool(sdk) {
+  return sdk.ai.tool({
+    description: 'Current weather for a city',
+    inputSchema: z.object({ city: z.string() }),
+    execute: async ({ city }) => ({ city, temperature: city === 'Paris' ? 18 : 24, unit: 'C' }),
+  });
+}
+
+function timeTool(sdk) {
+  return sdk.ai.tool({
+    description: 'Current local time in a city',
+    inputSchema: z.object({ city: z.string() }),
+    execute: async ({ city }) => ({ city, time: '14:05' }),
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Scenarios. Each returns { prompt, requests: [ { label?, options | (prev) => options } ] }
+// or { unsupported: 'reason' }.
+
+const usage1 = { input: 12, output: 8 };
+
+const scenarios = {
+  'plain-text': (sdk) => ({
+    prompt: 'Say hello.',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            [...P.start(), ...P.meta('resp-1'), ...P.text('txt-0', ['Hello', ', ', 'world', '!']), ...P.finish(sdk, 'stop', 'end_turn', usage1)],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'reasoning-text': (sdk) => ({
+    prompt: 'What is 6 times 7?',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              ...P.reasoning('rsn-0', ['The user asks for 6*7. ', '6*7 = 42.']),
+              ...P.text('txt-0', ['6 times 7 ', 'is 42.']),
+              ...P.finish(sdk, 'stop', 'end_turn', { input: 20, output: 30, reasoning: 18, cached: 4 }),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'multi-step-tools': (sdk) => ({
+    prompt: 'What is the weather and the time in Paris and Tokyo?',
+    requests: [
+      {
+        options: {
+          tools: { weather: weatherTool(sdk), time: timeTool(sdk) },
+          stopWhen: sdk.ai.stepCountIs(3),
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              ...P.text('txt-0', ['Let me look that up.']),
+              ...P.toolCall('call-1', 'weather', { city: 'Paris' }),
+              ...P.toolCall('call-2', 'time', { city: 'Paris' }),
+              ...P.finish(sdk, 'tool-calls', 'tool_use', { input: 40, output: 25 }),
+            ],
+            [
+              ...P.start(),
+              ...P.meta('resp-2'),
+              ...P.toolCall('call-3', 'weather', { city: 'Tokyo' }),
+              ...P.toolCall('call-4', 'time', { city: 'Tokyo' }, { stream: false }),
+              ...P.finish(sdk, 'tool-calls', 'tool_use', { input: 90, output: 20 }),
+            ],
+            [
+              ...P.start(),
+              ...P.meta('resp-3'),
+              ...P.text('txt-0', ['Paris: 18°C at 14:05. ', 'Tokyo: 24°C at 14:05.']),
+              ...P.finish(sdk, 'stop', 'end_turn', { input: 140, output: 15, cached: 90 }),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'tool-error': (sdk) => ({
+    prompt: 'Read the file missing.txt.',
+    requests: [
+      {
+        options: {
+          tools: {
+            read: sdk.ai.tool({
+              description: 'Read a file',
+              inputSchema: z.object({ path: z.string() }),
+              execute: async ({ path }) => {
+                throw new Error(`ENOENT: no such file or directory, open '${path}'`);
+              },
+            }),
+          },
+          stopWhen: sdk.ai.stepCountIs(2),
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              ...P.toolCall('call-1', 'read', { path: 'missing.txt' }),
+              ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
+            ],
+            [
+              ...P.start(),
+              ...P.meta('resp-2'),
+              ...P.text('txt-0', ['The file does not exist.']),
+              ...P.finish(sdk, 'stop', 'end_turn', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'generator-tool': (sdk) => ({
+    prompt: 'Search the docs for "compaction".',
+    requests: [
+      {
+        options: {
+          tools: {
+            search: sdk.ai.tool({
+              description: 'Search the docs, reporting progress',
+              inputSchema: z.object({ query: z.string() }),
+              execute: async function* ({ query }) {
+                yield { status: 'searching', query };
+                yield { status: 'reading', hits: 2 };
+                yield { status: 'done', results: ['docs/replay-format.md', 'docs/compaction.md'] };
+              },
+            }),
+          },
+          stopWhen: sdk.ai.stepCountIs(2),
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              ...P.toolCall('call-1', 'search', { query: 'compaction' }),
+              ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
+            ],
+            [
+              ...P.start(),
+              ...P.meta('resp-2'),
+              ...P.text('txt-0', ['Two documents mention compaction.']),
+              ...P.finish(sdk, 'stop', 'end_turn', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'tool-approval-granted': (sdk) => approvalScenario(sdk, true),
+  'tool-approval-denied': (sdk) => approvalScenario(sdk, false),
+
+  'provider-executed-tool': (sdk) => ({
+    prompt: 'Search the web for the AI SDK.',
+    requests: [
+      {
+        options: {
+          tools: { web_search: sdk.providerTool(sdk.ai, 'web_search') },
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              { type: 'tool-call', toolCallId: 'srv-1', toolName: 'web_search', input: JSON.stringify({ query: 'AI SDK' }), providerExecuted: true },
+              { type: 'tool-result', toolCallId: 'srv-1', toolName: 'web_search', result: [{ url: 'https://ai-sdk.dev', title: 'AI SDK' }], providerExecuted: true },
+              ...P.text('txt-0', ['The AI SDK is a TypeScript toolkit.']),
+              ...P.finish(sdk, 'stop', 'end_turn', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'file-output': (sdk) => ({
+    prompt: 'Draw a one-pixel image.',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              ...(sdk.supports.reasoningFile
+                ? [{ type: 'reasoning-file', mediaType: 'image/png', ...sdk.fileData(PNG_1x1) }]
+                : []),
+              { type: 'file', mediaType: 'image/png', ...sdk.fileData(PNG_1x1) },
+              ...P.text('txt-0', ['Here is the image.']),
+              ...P.finish(sdk, 'stop', 'end_turn', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  sources: (sdk) => ({
+    prompt: 'Where is the replay format documented?',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              { type: 'source', sourceType: 'url', id: 'src-1', url: 'https://example.com/replay-format', title: 'Replay format' },
+              { type: 'source', sourceType: 'document', id: 'src-2', mediaType: 'text/markdown', title: 'replay-format.md', filename: 'docs/replay-format.md' },
+              ...P.text('txt-0', ['In docs/replay-format.md.']),
+              ...P.finish(sdk, 'stop', 'end_turn', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'error-part': (sdk) => ({
+    prompt: 'Tell me a long story.',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              { type: 'text-start', id: 'txt-0' },
+              { type: 'text-delta', id: 'txt-0', delta: 'Once upon a time' },
+              { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
+              ...P.finish(sdk, 'error', 'error', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'provider-error': (sdk) => ({
+    prompt: 'Hello?',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            async () => {
+              throw new sdk.ai.APICallError({
+                message: 'Bad Request: prompt is too long',
+                url: 'https://api.example.com/v1/messages',
+                requestBodyValues: { model: 'mock-model' },
+                statusCode: 400,
+                responseHeaders: { 'content-type': 'application/json' },
+                responseBody: '{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}',
+                isRetryable: false,
+                data: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } },
+              });
+            },
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'provider-error-retried': (sdk) => ({
+    prompt: 'Hello?',
+    requests: [
+      {
+        options: {
+          maxRetries: 1,
+          model: mockModel(sdk, [
+            async () => {
+              throw new sdk.ai.APICallError({
+                message: 'Service Unavailable',
+                url: 'https://api.example.com/v1/messages',
+                requestBodyValues: { model: 'mock-model' },
+                statusCode: 503,
+                responseHeaders: { 'retry-after-ms': '10' },
+                responseBody: '{"error":"service unavailable"}',
+              });
+            },
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'stream-throws': (sdk) => ({
+    prompt: 'Tell me a story.',
+    requests: [
+      {
+        options: {
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              ...P.meta('resp-1'),
+              { type: 'text-start', id: 'txt-0' },
+              { type: 'text-delta', id: 'txt-0', delta: 'Once upon' },
+              {
+                throw: new sdk.ai.APICallError({
+                  message: 'Connection reset mid-stream',
+                  url: 'https://api.example.com/v1/messages',
+                  requestBodyValues: {},
+                  statusCode: 200,
+                  isRetryable: true,
+                }),
+              },
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+
+  'abort-mid-text': (sdk) => {
+    const controller = new AbortController();
+    let deltas = 0;
+    return {
+      prompt: 'Count slowly to ten.',
+      requests: [
+        {
+          options: {
+            abortSignal: controller.signal,
+            model: mockModel(
+              sdk,
+              [
+                [
+                  ...P.start(),
+                  ...P.meta('resp-1'),
+                  ...P.text('txt-0', ['one ', 'two ', 'three ', 'four ', 'five ', 'six ', 'seven ', 'eight ', 'nine ', 'ten']),
+                  ...P.finish(sdk, 'stop', 'end_turn', usage1),
+                ],
+              ],
+              { delayMs: 5 },
+            ),
+          },
+          onPart: (part) => {
+            if (part.type === 'text-delta' && ++deltas === 3) controller.abort();
+          },
+        },
+      ],
+    };
+  },
+
+  'abort-mid-tool': (sdk) => {
+    const controller = new AbortController();
+    return {
+      prompt: 'Run the slow build.',
+      requests: [
+        {
+          options: {
+            abortSignal: controller.signal,
+            stopWhen: sdk.ai.stepCountIs(2),
+            tools: {
+              build: sdk.ai.tool({
+                description: 'Run a long build',
+                inputSchema: z.object({ target: z.string() }),
+                execute: ({ target }, { abortSignal }) =>
+                  new Promise((resolve, reject) => {
+                    const t = setTimeout(() => resolve({ target, ok: true }), 10_000);
+                    abortSignal?.addEventListener('abort', () => {
+                      clearTimeout(t);
+                      reject(abortSignal.reason);
+                    });
+                  }),
+              }),
+            },
+            model: mockModel(sdk, [
+              [
+                ...P.start(),
+                ...P.meta('resp-1'),
+                ...P.toolCall('call-1', 'build', { target: 'release' }),
+                ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
+              ],
+              [...P.start(), ...P.meta('resp-2'), ...P.text('txt-0', ['Built.']), ...P.finish(sdk, 'stop', 'end_turn', usage1)],
+            ]),
+          },
+          onPart: (part) => {
+            if (part.type === 'tool-call') setTimeout(() => controller.abort(), 20);
+          },
+        },
+      ],
+    };
+  },
+
+  'raw-chunks': (sdk) => ({
+    prompt: 'Say hi.',
+    requests: [
+      {
+        options: {
+          includeRawChunks: true,
+          model: mockModel(sdk, [
+            [
+              ...P.start(),
+              { type: 'raw', rawValue: { type: 'message_start', message: { id: 'msg_1', model: 'mock-model' } } },
+              ...P.meta('resp-1'),
+              { type: 'raw', rawValue: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } } },
+              { type: 'text-start', id: 'txt-0' },
+              { type: 'raw', rawValue: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi!' } } },
+              { type: 'text-delta', id: 'txt-0', delta: 'Hi!' },
+              { type: 'raw', rawValue: { type: 'content_block_stop', index: 0 } },
+              { type: 'text-end', id: 'txt-0' },
+              { type: 'raw', rawValue: { type: 'message_stop' } },
+              ...P.finish(sdk, 'stop', 'end_turn', usage1),
+            ],
+          ]),
+        },
+      },
+    ],
+  }),
+};
+
+function approvalScenario(sdk, approved) {
+  if (!sdk.supports.approval) {
+    return { unsupported: `ai@${sdk.version} has no tool approval (no needsApproval / tool-approval-* parts)` };
+  }
+  const prompt = 'Delete the build directory.';
+  const tools = {
+    shell: sdk.ai.tool({
+      description: 'Run a shell command',
+      inputSchema: z.object({ command: z.string() }),
+      needsApproval: true,
+      execute: async ({ command }) => ({ command, exitCode: 0, stdout: '' }),
+    }),
+  };
+  // The same mock model serves both requests: first the tool call, then the answer.
+  const model = mockModel(sdk, [
+    [
+      ...P.start(),
+      ...P.meta('resp-1'),
+      ...P.toolCall('call-1', 'shell', { command: 'rm -rf build' }),
+      ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
+    ],
+    [
+      ...P.start(),
+      ...P.meta('resp-2'),
+      ...P.text('txt-0', [approved ? 'Deleted the build directory.' : 'Understood, I left the build directory alone.']),
+      ...P.finish(sdk, 'stop', 'end_turn', usage1),
+    ],
+  ]);
+  return {
+    prompt,
+    requests: [
+      {
+        label: 'request 1: the tool call needs approval',
+        options: { model, tools, stopWhen: sdk.ai.stepCountIs(3), prompt },
+      },
+      {
+        label: `request 2: tool-approval-response approved=${approved} passed in the messages`,
+        options: async ({ parts, responseMessages }) => {
+          const request = parts.find((p) => p.type === 'tool-approval-request');
+          return {
+            model,
+            tools,
+            stopWhen: sdk.ai.stepCountIs(3),
+            messages: [
+              { role: 'user', content: prompt },
+              ...responseMessages,
+              {
+                role: 'tool',
+                content: [
+                  {
+                    type: 'tool-approval-response',
+                    approvalId: request.approvalId,
+                    approved,
+                    ...(approved ? {} : { reason: 'not now' }),
+                  },
+                ],
+              },
+            ],
+          };
+        },
+      },
+    ],
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Driver
+
+async function runRequest(sdk, options, onPart) {
+  const errors = [];
+  const result = sdk.ai.streamText({
+    ...options,
+    // the SDK's default onError logs to the console; the error parts are recorded anyway
+    onError: ({ error }) => errors.push(error),
+  });
+  const parts = [];
+  let thrown;
+  try {
+    for await (const part of result.fullStream) {
+      parts.push(part);
+      onPart?.(part);
+    }
+  } catch (error) {
+    // not a part: iterating fullStream rejected. Recorded as a comment line.
+    thrown = error;
+  }
+  let responseMessages = [];
+  // after fullStream rejected, result.response never settles: only read it after a clean end
+  if (thrown === undefined) {
+    try {
+      responseMessages = (await result.response).messages;
+    } catch {}
+  }
+  return { parts, responseMessages, thrown };
+}
+
+async function record(sdk, name, build) {
+  const spec = build(sdk);
+  const dir = join(outRoot, sdk.tag);
+  const file = join(dir, `${name}.jsonl`);
+  if (spec.unsupported) {
+    if (existsSync(file)) rmSync(file);
+    return { name, tag: sdk.tag, unsupported: spec.unsupported };
+  }
+  const lines = [
+    `# recorded with ai@${sdk.version} by scripts/aisdk/record.mjs: ${name}`,
+    `# model: ${sdk.mockName} from ai/test; parts of result.fullStream as JSON, unchanged except:` +
+      ` Uint8Array as base64 string, generated files as {type?, mediaType, base64, providerMetadata?},` +
+      ` Error as {name, message, ...own enumerable fields}, Date as ISO string`,
+    toJsonLine({ type: 'session', title: `aisdk ${sdk.tag} ${name}` }),
+    toJsonLine({ type: 'user', text: spec.prompt }),
+  ];
+  let prev = { parts: [], responseMessages: [] };
+  for (const [i, req] of spec.requests.entries()) {
+    if (spec.requests.length > 1) {
+      lines.push(`# ${req.label ?? `request ${i + 1}`}`);
+      if (i > 0) lines.push(toJsonLine({ type: 'assistant' }));
+    }
+    let options = typeof req.options === 'function' ? await req.options(prev) : req.options;
+    if (!options.prompt && !options.messages) options = { ...options, prompt: spec.prompt };
+    prev = await runRequest(sdk, options, req.onPart);
+    for (const part of prev.parts) lines.push(toJsonLine(part));
+    if (prev.thrown !== undefined) {
+      lines.push(`# iterating result.fullStream threw (no further parts): ${toJsonLine(prev.thrown)}`);
+    }
+  }
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(file, lines.join('\n') + '\n');
+  const types = new Set(
+    lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l).type),
+  );
+  return { name, tag: sdk.tag, file: relative(process.cwd(), file), types: [...types] };
+}
+
+const wanted = process.argv.slice(2);
+const sdks = await loadSdks();
+for (const [name, build] of Object.entries(scenarios)) {
+  if (wanted.length && !wanted.includes(name)) continue;
+  for (const sdk of sdks) {
+    const r = await record(sdk, name, build);
+    if (r.unsupported) console.log(`${sdk.tag} ${name}: skipped (${r.unsupported})`);
+    else console.log(`${sdk.tag} ${name}: ${r.file} [${r.types.join(', ')}]`);
+  }
+}
