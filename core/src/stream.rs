@@ -40,6 +40,20 @@ pub struct StepPatch {
     pub files: Vec<String>,
 }
 
+/// A generated file as the AI SDK streams it: `{mediaType, base64}` (other fields, such
+/// as `providerMetadata`, are ignored).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedFile {
+    /// MIME type.
+    pub media_type: String,
+    /// The content, base64-encoded.
+    pub base64: String,
+    /// A file name, when the producer gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+}
+
 /// One event of the model's stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
@@ -125,6 +139,10 @@ pub enum StreamEvent {
         /// A string, or `{output, title?, metadata?}`, or any JSON (stored as its text).
         #[serde(default)]
         output: Value,
+        /// A progress value of a tool written as an async generator: the tool keeps
+        /// running; only a result without it completes the tool.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        preliminary: bool,
     },
     /// A tool failed.
     #[serde(rename_all = "camelCase")]
@@ -172,6 +190,17 @@ pub enum StreamEvent {
     },
     /// The stream was aborted.
     Abort {},
+    /// A file the model generated: stored as a `file` part with a `data:` URL.
+    File {
+        /// The file.
+        file: GeneratedFile,
+    },
+    /// A file generated as part of the model's reasoning (AI SDK 6+): stored as a
+    /// `file` part marked `"reasoning": true`.
+    ReasoningFile {
+        /// The file.
+        file: GeneratedFile,
+    },
     /// Provider raw chunk: accepted, not persisted.
     Raw {},
     /// A source citation: accepted, not persisted.
@@ -209,6 +238,8 @@ impl StreamEvent {
             Self::Finish { .. } => "finish",
             Self::Error { .. } => "error",
             Self::Abort {} => "abort",
+            Self::File { .. } => "file",
+            Self::ReasoningFile { .. } => "reasoning-file",
             Self::Raw {} => "raw",
             Self::Source {} => "source",
         }

@@ -9,22 +9,12 @@
 
 use std::path::PathBuf;
 
-use forge_store::model::PartBody;
+use forge_store::model::{PartBody, ToolState};
 use forge_store::{ReplayOptions, TenantId};
 use serde_json::Value;
 
 /// Streams not taken yet, with the error they stop at.
 const NOT_YET: &[(&str, &str)] = &[
-    (
-        "v5/generator-tool",
-        "tool-result for call call-1, which is unknown",
-    ),
-    (
-        "v7/generator-tool",
-        "tool-result for call call-1, which is unknown",
-    ),
-    ("v5/file-output", "unknown event type \"file\""),
-    ("v7/file-output", "unknown event type \"reasoning-file\""),
     (
         "v7/tool-approval-granted",
         "unknown event type \"tool-approval-request\"",
@@ -67,31 +57,57 @@ fn fixtures() -> Vec<(String, PathBuf)> {
     out
 }
 
-/// What the stream said, per block id (a block closed by `text-end` is stored with
-/// trailing whitespace trimmed; one closed by an abort as it was): text of the deltas, and the tool call ids.
-fn emitted(text: &str) -> (Vec<(String, String)>, Vec<String>) {
-    // Block ids are reused from step to step (`txt-0` in each): a start opens a new one.
-    let mut blocks: Vec<(String, String)> = Vec::new();
-    let mut calls = Vec::new();
+/// What a stream emitted that must be stored.
+#[derive(Default)]
+struct Emitted {
+    /// Text and reasoning blocks, in order. Block ids are reused from step to step
+    /// (`txt-0` in each): a start opens a new block.
+    blocks: Vec<(String, String)>,
+    /// Tool call ids, in order.
+    calls: Vec<String>,
+    /// Final (not preliminary) results: call id and output.
+    results: Vec<(String, Value)>,
+    /// Generated files: the `data:` URL and whether it came from reasoning.
+    files: Vec<(String, bool)>,
+}
+
+fn emitted(text: &str) -> Emitted {
+    let mut e = Emitted::default();
     for line in text.lines().filter(|l| l.starts_with('{')) {
         let v: Value = serde_json::from_str(line).expect("fixture line");
         let id = || v["id"].as_str().expect("id").to_owned();
         match v["type"].as_str() {
-            Some("text-start" | "reasoning-start") => blocks.push((id(), String::new())),
+            Some("text-start" | "reasoning-start") => e.blocks.push((id(), String::new())),
             Some("text-delta" | "reasoning-delta") => {
                 let id = id();
-                let (_, block) = blocks
+                let (_, block) = e
+                    .blocks
                     .iter_mut()
                     .rev()
                     .find(|(b, _)| *b == id)
                     .expect("a delta of a started block");
                 block.push_str(v["text"].as_str().expect("text"));
             }
-            Some("tool-call") => calls.push(v["toolCallId"].as_str().expect("id").to_owned()),
+            Some("tool-call") => e
+                .calls
+                .push(v["toolCallId"].as_str().expect("id").to_owned()),
+            Some("tool-result") if v["preliminary"] != true => e.results.push((
+                v["toolCallId"].as_str().expect("id").to_owned(),
+                v["output"].clone(),
+            )),
+            Some(kind @ ("file" | "reasoning-file")) => {
+                let f = &v["file"];
+                let url = format!(
+                    "data:{};base64,{}",
+                    f["mediaType"].as_str().expect("mediaType"),
+                    f["base64"].as_str().expect("base64")
+                );
+                e.files.push((url, kind == "reasoning-file"));
+            }
             _ => {}
         }
     }
-    (blocks, calls)
+    e
 }
 
 #[tokio::test]
@@ -114,29 +130,54 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let report = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
         let sid = report.session.expect("session");
         let history = forge.history_all(&tenant, &sid).await.unwrap();
-        let (blocks, calls) = emitted(&text);
+        let want = emitted(&text);
         let mut stored_text = Vec::new();
         let mut stored_calls = Vec::new();
+        let mut stored_results = Vec::new();
+        let mut stored_files = Vec::new();
         for m in history.iter().filter(|m| m.info.as_assistant().is_some()) {
             for p in &m.parts {
                 match &p.body {
                     PartBody::Text(t) => stored_text.push(t.text.clone()),
                     PartBody::Reasoning(r) => stored_text.push(r.text.clone()),
-                    PartBody::Tool(t) => stored_calls.push(t.call_id.clone()),
+                    PartBody::Tool(t) => {
+                        stored_calls.push(t.call_id.clone());
+                        if let ToolState::Completed(c) = &t.state {
+                            stored_results.push((t.call_id.clone(), c.output.clone()));
+                        }
+                    }
+                    PartBody::File(f) => stored_files.push((
+                        f.url.clone(),
+                        f.extra.get("reasoning") == Some(&Value::Bool(true)),
+                    )),
                     _ => {}
                 }
             }
         }
-        for (id, want) in &blocks {
+        for (id, block) in &want.blocks {
             assert!(
                 stored_text
                     .iter()
-                    .any(|s| s == want || s == want.trim_end()),
-                "{name}: block {id} {want:?} not stored as emitted; stored {stored_text:?}"
+                    .any(|s| s == block || s == block.trim_end()),
+                "{name}: block {id} {block:?} not stored as emitted; stored {stored_text:?}"
             );
         }
-        assert_eq!(stored_calls, calls, "{name}: tool calls");
+        assert_eq!(stored_calls, want.calls, "{name}: tool calls");
+        // A tool completes with its final result only; a JSON output is stored as text.
+        let results: Vec<(String, String)> = want
+            .results
+            .into_iter()
+            .map(|(id, v)| match v {
+                Value::String(s) => (id, s),
+                Value::Object(m) if m.get("output").is_some_and(Value::is_string) => {
+                    (id, m["output"].as_str().unwrap_or_default().to_owned())
+                }
+                other => (id, other.to_string()),
+            })
+            .collect();
+        assert_eq!(stored_results, results, "{name}: tool results");
+        assert_eq!(stored_files, want.files, "{name}: generated files");
         accepted += 1;
     }
-    assert_eq!(accepted, 24, "fixtures replayed and checked");
+    assert_eq!(accepted, 28, "fixtures replayed and checked");
 }

@@ -186,3 +186,45 @@ async fn imports_with_bad_or_repeated_ids_are_refused_whole() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_preliminary_result_keeps_the_tool_running_and_is_no_result_for_an_unknown_call() {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let tenant = TenantId::default();
+    let lines = vec![
+        Line::from(UserLine::text("search")),
+        event(r#"{"type":"tool-call","toolCallId":"c1","toolName":"search","input":{}}"#),
+        event(r#"{"type":"tool-result","toolCallId":"c1","output":"10%","preliminary":true}"#),
+        event(r#"{"type":"tool-result","toolCallId":"c9","output":"x","preliminary":true}"#),
+    ];
+    let err = forge
+        .replay_stream(
+            &tenant,
+            futures::stream::iter(lines),
+            ReplayOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("event 4: tool-result does not fit: invalid input: preliminary tool-result for call c9, which is unknown"),
+        "{err}"
+    );
+    let sid = err.report.session.clone().unwrap();
+    let history = forge.history_all(&tenant, &sid).await.unwrap();
+    let tool = history[1]
+        .parts
+        .iter()
+        .find_map(|p| match &p.body {
+            forge_store::model::PartBody::Tool(t) => Some(t.clone()),
+            _ => None,
+        })
+        .expect("the tool part");
+    // The failed replay finalized the turn: the tool was still running (not completed
+    // by its preliminary result), so it is closed as interrupted.
+    assert!(
+        matches!(tool.state, forge_store::model::ToolState::Error(_)),
+        "{:?}",
+        tool.state
+    );
+}

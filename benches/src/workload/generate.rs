@@ -194,6 +194,7 @@ impl Builder {
                 tool_call_id: call_id.to_owned(),
                 tool_name,
                 output: Value::String(output),
+                preliminary: false,
             },
         );
     }

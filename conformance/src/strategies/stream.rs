@@ -189,11 +189,13 @@ fn block_events(block: &BlockSpec, n: usize) -> Vec<StreamEvent> {
                     tool_call_id,
                     tool_name,
                     output: Value::String(o.clone()),
+                    preliminary: false,
                 }),
                 ToolOutcome::Titled(o, t) => out.push(StreamEvent::ToolResult {
                     tool_call_id,
                     tool_name,
                     output: json!({"output": o, "title": t}),
+                    preliminary: false,
                 }),
                 ToolOutcome::Failed(e) => out.push(StreamEvent::ToolError {
                     tool_call_id,

@@ -17,6 +17,7 @@
 //! and reasoning blocks (the delta path), tools, steps, and the messages around a turn.
 
 mod blocks;
+mod files;
 mod lifecycle;
 mod messages;
 mod options;
@@ -187,11 +188,19 @@ impl Processor {
             | StreamEvent::Start {}
             | StreamEvent::Raw {}
             | StreamEvent::Source {} => self.stats.ignored += 1,
+            StreamEvent::File { file } => self.file(file, false).await?,
+            StreamEvent::ReasoningFile { file } => self.file(file, true).await?,
             StreamEvent::ToolCall {
                 tool_call_id,
                 tool_name,
                 input,
             } => self.tool_call(tool_call_id, tool_name, input).await?,
+            StreamEvent::ToolResult {
+                tool_call_id,
+                output,
+                preliminary: true,
+                ..
+            } => self.tool_progress(&tool_call_id, output).await?,
             StreamEvent::ToolResult {
                 tool_call_id,
                 output,

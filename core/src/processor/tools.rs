@@ -123,6 +123,32 @@ impl Processor {
         self.commit_part(part).await
     }
 
+    /// A preliminary result: the tool stays running, its latest progress value in
+    /// `metadata.preliminary`, written and published so subscribers see it.
+    pub(super) async fn tool_progress(&mut self, call_id: &str, output: Value) -> Result<()> {
+        let Some(part) = self.tools.get_mut(call_id) else {
+            return Err(Error::invalid(format!(
+                "preliminary tool-result for call {call_id}, which is unknown"
+            )));
+        };
+        let PartBody::Tool(t) = &mut part.body else {
+            unreachable!("tools map holds tool parts only")
+        };
+        let ToolState::Running(r) = &mut t.state else {
+            return Err(Error::invalid(format!(
+                "preliminary tool-result for call {call_id}, which is not running"
+            )));
+        };
+        let mut metadata = match r.metadata.take() {
+            Some(Value::Object(m)) => m,
+            _ => JsonMap::new(),
+        };
+        metadata.insert("preliminary".into(), output);
+        r.metadata = Some(Value::Object(metadata));
+        let part = part.clone();
+        self.commit_part(part).await
+    }
+
     pub(super) async fn tool_error(&mut self, call_id: &str, error: &Value) -> Result<()> {
         let (mut part, input, start) = self.take_running(call_id, "tool-error")?;
         let now = self.now();
