@@ -177,6 +177,23 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
             .collect();
         assert_eq!(stored_results, results, "{name}: tool results");
         assert_eq!(stored_files, want.files, "{name}: generated files");
+        if name.ends_with("/error-part") {
+            // The SDK follows the error with the step's finish-step and a finish: one
+            // assistant message holds all of it, with the error.
+            let answers: Vec<_> = history
+                .iter()
+                .filter_map(|m| m.info.as_assistant())
+                .collect();
+            assert_eq!(answers.len(), 1, "{name}: one assistant message");
+            assert!(answers[0].error.is_some(), "{name}: the error is recorded");
+            let last = history.last().expect("the answer");
+            assert!(
+                last.parts
+                    .iter()
+                    .any(|p| matches!(p.body, PartBody::StepFinish(_))),
+                "{name}: the step's usage is kept"
+            );
+        }
         accepted += 1;
     }
     assert_eq!(accepted, 28, "fixtures replayed and checked");

@@ -1,7 +1,7 @@
 //! The turn's start (the open assistant message is persisted) and its end (finalize:
 //! everything still open is closed in one batch).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{Outcome, Processor, ProcessorOptions, ProcessorStats};
@@ -42,6 +42,9 @@ impl Processor {
             message,
             blocks: HashMap::new(),
             tools: HashMap::new(),
+            calls: HashSet::new(),
+            in_step: false,
+            pending_error: None,
             opts,
             stats: ProcessorStats::default(),
             done: false,
@@ -84,7 +87,7 @@ impl Processor {
         };
         let closed = events.len();
         let error = match outcome {
-            Outcome::Finished => None,
+            Outcome::Finished => self.pending_error.take(),
             Outcome::Failed(e) => Some(e),
             Outcome::Aborted => Some(MessageError::aborted("The operation was aborted.")),
         };

@@ -24,7 +24,7 @@ mod options;
 mod steps;
 mod tools;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -52,6 +52,12 @@ pub struct Processor {
     blocks: HashMap<String, Part>,
     /// Tool calls not yet completed, by call id.
     tools: HashMap<String, Part>,
+    /// Every call id this message has seen: a call id is used once per message.
+    calls: HashSet<String>,
+    /// A `start-step` is open (its `finish-step` has not come).
+    in_step: bool,
+    /// An `error` inside a step, recorded on the message when `finish` closes it.
+    pending_error: Option<crate::model::MessageError>,
     opts: ProcessorOptions,
     stats: ProcessorStats,
     done: bool,
@@ -70,6 +76,25 @@ impl fmt::Debug for Processor {
 }
 
 impl Processor {
+    /// Records a new call id, or refuses one this message has used already.
+    fn new_call(&mut self, id: &str, what: &str) -> Result<()> {
+        if self.calls.contains(id) {
+            return Err(Error::invalid(format!(
+                "{what} for call {id}, a call id this message has used already"
+            )));
+        }
+        self.calls.insert(id.to_owned());
+        Ok(())
+    }
+
+    /// Whether the stream reported an `error` inside a step and only its `finish-step`
+    /// / `finish` may follow: a caller whose stream moves on (a new message, the end of
+    /// the input) closes the answer with `finalize(Outcome::Finished)`, which records
+    /// that error.
+    pub fn awaits_finish_after_error(&self) -> bool {
+        self.pending_error.is_some()
+    }
+
     /// The assistant message as last persisted.
     pub fn message(&self) -> &Message {
         &self.message
@@ -169,6 +194,7 @@ impl Processor {
                         "tool-input-start for call {id}, which is already open"
                     )));
                 }
+                self.new_call(&id, "tool-input-start")?;
                 let part = self.new_part(PartBody::Tool(ToolPart {
                     call_id: id.clone(),
                     tool: tool_name,
@@ -212,6 +238,13 @@ impl Processor {
                 ..
             } => self.tool_error(&tool_call_id, &error).await?,
             StreamEvent::StartStep {} => {
+                if self.in_step {
+                    return Err(Error::invalid(
+                        "start-step while the previous step is open (no finish-step between \
+                         two start-steps)",
+                    ));
+                }
+                self.in_step = true;
                 let part = self.new_part(PartBody::StepStart(StepStartPart {
                     snapshot: None,
                     extra: JsonMap::new(),
@@ -225,6 +258,10 @@ impl Processor {
                 snapshot,
                 patch,
             } => {
+                if !self.in_step {
+                    return Err(Error::invalid("finish-step without its start-step"));
+                }
+                self.in_step = false;
                 self.finish_step(finish_reason, &usage, cost.unwrap_or(0.0), snapshot, patch)
                     .await?;
             }
@@ -232,11 +269,22 @@ impl Processor {
                 if let (Some(reason), Some(a)) = (finish_reason, self.message.as_assistant_mut()) {
                     a.finish.get_or_insert(reason);
                 }
-                self.finalize(Outcome::Finished).await?;
+                let outcome = match self.pending_error.take() {
+                    Some(error) => Outcome::Failed(error),
+                    None => Outcome::Finished,
+                };
+                self.finalize(outcome).await?;
             }
             StreamEvent::Error { error } => {
-                self.finalize(Outcome::Failed(message_error_from(&error)))
-                    .await?;
+                let error = message_error_from(&error);
+                if self.in_step {
+                    // The SDK follows an error inside a step with that step's
+                    // `finish-step` and a `finish`: they belong to this message, which
+                    // `finish` closes with the error.
+                    self.pending_error = Some(error);
+                } else {
+                    self.finalize(Outcome::Failed(error)).await?;
+                }
             }
             StreamEvent::Abort {} => self.finalize(Outcome::Aborted).await?,
         }

@@ -41,6 +41,7 @@ impl Processor {
                 part.clone()
             }
             None => {
+                self.new_call(&call_id, "tool-call")?;
                 let part = self.new_part(PartBody::Tool(ToolPart {
                     call_id: call_id.clone(),
                     tool,

@@ -19,7 +19,7 @@ use forge_core::processor::{assistant_message, user_message};
 use forge_core::projector::Scope;
 use forge_core::{
     Engine, Flow, MessageId, Outcome, Part, Processor, ProcessorOptions, ProcessorStats, Session,
-    SessionId, TenantId,
+    SessionId, StreamEvent, TenantId,
 };
 use futures::{Stream, StreamExt};
 use tracing::Instrument;
@@ -53,6 +53,8 @@ pub(crate) struct Replayer<'a> {
     last_user: Option<UserCtx>,
     refs: HashMap<String, MessageId>,
     open: Option<Processor>,
+    /// The last stream event finished an answer (and nothing opened another since).
+    finished: bool,
     stats: ProcessorStats,
     report: ReplayReport,
 }
@@ -96,6 +98,7 @@ impl<'a> Replayer<'a> {
             last_user: None,
             refs: HashMap::new(),
             open: None,
+            finished: false,
             stats: ProcessorStats::default(),
             report: ReplayReport::default(),
         }
@@ -159,6 +162,7 @@ impl<'a> Replayer<'a> {
                 Err(e) => return Err(self.fail(e).await),
             }
         }
+        self.close_failed_answer(&unit.end(n + 1)).await?;
         if let Some(p) = &self.open {
             let e = Error::input(
                 unit.end(n + 1),
@@ -194,11 +198,13 @@ impl<'a> Replayer<'a> {
             }
             Line::User(u) => {
                 self.ensure_session(at).await?;
+                self.close_failed_answer(at).await?;
                 self.no_open_assistant(at, "a user message")?;
                 self.user(at, u).await?;
             }
             Line::Assistant(a) => {
                 self.ensure_session(at).await?;
+                self.close_failed_answer(at).await?;
                 self.no_open_assistant(at, "a new assistant message")?;
                 self.start_assistant(at, a).await?;
             }
@@ -206,6 +212,15 @@ impl<'a> Replayer<'a> {
             Line::Stream(event) => {
                 self.ensure_session(at).await?;
                 if self.open.is_none() {
+                    if self.finished && matches!(event, StreamEvent::Finish { .. }) {
+                        // Opening a new answer only to finish it would store an empty
+                        // assistant message.
+                        return Err(Error::input(
+                            at,
+                            "finish does not fit: no assistant message is open (a second \
+                             finish?)",
+                        ));
+                    }
                     self.start_assistant(at, AssistantLine::default()).await?;
                 }
                 let kind = event.kind();
@@ -218,10 +233,27 @@ impl<'a> Replayer<'a> {
                     .map_err(|e| classify(at.to_owned(), kind, e))?;
                 if flow == Flow::Done {
                     self.close_processor();
+                    self.finished = true;
                 }
             }
         }
         Ok(Step::Continue)
+    }
+
+    /// Closes an answer that already failed (an `error` inside a step, then no
+    /// `finish`): the stream moved on, so the error is recorded as the SDK meant it.
+    async fn close_failed_answer(&mut self, at: &str) -> Result<()> {
+        let Some(p) = self.open.as_mut() else {
+            return Ok(());
+        };
+        if !p.awaits_finish_after_error() {
+            return Ok(());
+        }
+        p.finalize(Outcome::Finished)
+            .await
+            .map_err(|e| Error::store(format!("{at}: closing the failed answer"), e))?;
+        self.close_processor();
+        Ok(())
     }
 
     fn no_open_assistant(&self, at: &str, what: &str) -> Result<()> {
@@ -414,6 +446,7 @@ impl<'a> Replayer<'a> {
             .await
             .map_err(|e| classify(at.to_owned(), "the user message", e))?;
         self.report.user_messages += 1;
+        self.finished = false;
         self.last_user = Some(UserCtx { id, agent, model });
         Ok(())
     }
@@ -457,6 +490,7 @@ impl<'a> Replayer<'a> {
             .map_err(|e| classify(at.to_owned(), "the assistant message", e))?;
         self.report.assistant_messages += 1;
         self.open = Some(p);
+        self.finished = false;
         Ok(())
     }
 }

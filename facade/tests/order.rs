@@ -1,0 +1,89 @@
+//! Streams out of order: each is an input error naming the event, and nothing of the
+//! bad event is stored.
+
+use forge_store::model::PartBody;
+use forge_store::{Line, ReplayOptions, StreamEvent, TenantId, UserLine};
+
+fn event(json: &str) -> Line {
+    StreamEvent::from_json(json).expect("event").into()
+}
+
+/// Replays `events` after a user message; returns the error text and the kinds of the
+/// assistant's stored parts.
+async fn refused(events: &[&str]) -> (String, Vec<&'static str>) {
+    let forge = forge_store::open("memory://").await.unwrap();
+    let tenant = TenantId::default();
+    let mut lines = vec![Line::from(UserLine::text("go"))];
+    lines.extend(events.iter().map(|e| event(e)));
+    let err = forge
+        .replay_stream(
+            &tenant,
+            futures::stream::iter(lines),
+            ReplayOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_input(), "{err}");
+    let sid = err.report.session.clone().unwrap();
+    let history = forge.history_all(&tenant, &sid).await.unwrap();
+    let kinds = history[1]
+        .parts
+        .iter()
+        .map(|p| match &p.body {
+            PartBody::StepStart(_) => "step-start",
+            PartBody::StepFinish(_) => "step-finish",
+            PartBody::Tool(_) => "tool",
+            PartBody::Text(_) => "text",
+            _ => "other",
+        })
+        .collect();
+    (err.to_string(), kinds)
+}
+
+const CALL: &str = r#"{"type":"tool-call","toolCallId":"c1","toolName":"read","input":{}}"#;
+const RESULT: &str = r#"{"type":"tool-result","toolCallId":"c1","output":"ok"}"#;
+const START: &str = r#"{"type":"start-step"}"#;
+const FINISH_STEP: &str = r#"{"type":"finish-step","finishReason":"stop"}"#;
+
+#[tokio::test]
+async fn two_start_steps_in_a_row() {
+    let (err, kinds) = refused(&[START, START]).await;
+    assert!(err.starts_with("event 3: start-step does not fit"), "{err}");
+    assert_eq!(kinds, ["step-start"]);
+}
+
+#[tokio::test]
+async fn a_finish_step_without_its_start_step() {
+    let (err, kinds) = refused(&[START, FINISH_STEP, FINISH_STEP]).await;
+    assert!(err.contains("event 4: finish-step does not fit"), "{err}");
+    assert!(err.contains("without its start-step"), "{err}");
+    assert_eq!(kinds, ["step-start", "step-finish"]);
+}
+
+#[tokio::test]
+async fn a_call_id_used_twice_in_one_message() {
+    let (err, kinds) = refused(&[START, CALL, RESULT, CALL]).await;
+    assert!(err.contains("event 5: tool-call does not fit"), "{err}");
+    assert!(err.contains("used already"), "{err}");
+    assert_eq!(kinds, ["step-start", "tool"]);
+    let input_start = r#"{"type":"tool-input-start","id":"c1","toolName":"read"}"#;
+    let (err, kinds) = refused(&[START, CALL, RESULT, input_start]).await;
+    assert!(
+        err.contains("event 5: tool-input-start does not fit"),
+        "{err}"
+    );
+    assert_eq!(kinds, ["step-start", "tool"]);
+}
+
+#[tokio::test]
+async fn a_second_finish_a_result_without_a_call_and_a_delta_without_a_start() {
+    let finish = r#"{"type":"finish","finishReason":"stop"}"#;
+    let (err, _) = refused(&[finish, finish]).await;
+    assert!(err.contains("event 3: finish does not fit"), "{err}");
+    let (err, kinds) = refused(&[START, RESULT]).await;
+    assert!(err.contains("event 3: tool-result does not fit"), "{err}");
+    assert_eq!(kinds, ["step-start"]);
+    let (err, kinds) = refused(&[START, r#"{"type":"text-delta","id":"t","text":"x"}"#]).await;
+    assert!(err.contains("event 3: text-delta does not fit"), "{err}");
+    assert_eq!(kinds, ["step-start"]);
+}
