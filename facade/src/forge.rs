@@ -345,9 +345,14 @@ impl Forge {
     /// # Errors
     /// As [`Forge::view`].
     pub async fn view_report(&self, tenant: &TenantId, session: &SessionId) -> Result<ViewReport> {
+        // One existence check, then the two reads.
         let state = self.session(tenant, session).await?;
-        let view = self.view(tenant, session).await?;
-        let stored = self.history_all(tenant, session).await?.len();
+        let read = |e| Error::store(format!("reading session {session}"), e);
+        let view = self.engine.view(tenant, session).await.map_err(read)?;
+        let stored = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+            .await
+            .map_err(read)?
+            .len();
         Ok(ViewReport {
             session: state,
             hidden: stored.saturating_sub(view.messages.len()),
