@@ -212,6 +212,37 @@ fn unknown_reason() -> String {
 }
 
 impl StreamEvent {
+    /// Every `type` this version understands.
+    pub const KINDS: &'static [&'static str] = &[
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-end",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-end",
+        "tool-call",
+        "tool-result",
+        "tool-error",
+        "finish-step",
+        "finish",
+        "error",
+        "abort",
+        "file",
+        "reasoning-file",
+        "raw",
+        "source",
+    ];
+
+    /// Whether `kind` is a `type` this version understands.
+    pub fn is_known_kind(kind: &str) -> bool {
+        Self::KINDS.contains(&kind)
+    }
+
     /// Parses one JSON line, with an error that names the problem.
     pub fn from_json(line: &str) -> crate::Result<Self> {
         serde_json::from_str(line).map_err(crate::Error::invalid)
