@@ -123,6 +123,9 @@ pub fn part_line(p: &Part) -> String {
         PartBody::Tool(t) => {
             let state = match &t.state {
                 ToolState::Pending(_) => "pending".to_owned(),
+                ToolState::Running(r) if t.awaits_approval() => {
+                    format!("waiting for approval {}", json_brief(&r.input))
+                }
                 ToolState::Running(r) => format!("running {}", json_brief(&r.input)),
                 ToolState::Completed(c) => {
                     format!(
@@ -142,6 +145,17 @@ pub fn part_line(p: &Part) -> String {
             format!("{} {state}", t.tool)
         }
         PartBody::File(f) => format!("{} {}", f.mime, f.filename.as_deref().unwrap_or(&f.url)),
+        PartBody::Source(s) => {
+            let target = s
+                .url
+                .as_deref()
+                .or(s.filename.as_deref())
+                .unwrap_or(&s.source_id);
+            match &s.title {
+                Some(title) => format!("{} {target} {}", s.source_type, quoted(title)),
+                None => format!("{} {target}", s.source_type),
+            }
+        }
         PartBody::Agent(a) => format!("@{}", a.name),
         PartBody::Compaction(c) => {
             let mut s = if c.auto { "auto" } else { "requested" }.to_owned();

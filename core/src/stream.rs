@@ -1,4 +1,4 @@
-//! The model's stream events: the AI SDK v5 `fullStream` vocabulary.
+//! The model's stream events: the AI SDK `fullStream` vocabulary of v5 through v7.
 //!
 //! One JSON object per event, tagged by `type`, with the AI SDK's field names
 //! (`text-delta {id, text}`, `tool-call {toolCallId, toolName, input}`, …). Fields the
@@ -8,25 +8,108 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Token usage as the AI SDK reports it.
+/// Token usage as the AI SDK reports it, in either shape: v5's flat counts
+/// (`reasoningTokens`, `cachedInputTokens`) or v6+'s `inputTokenDetails` /
+/// `outputTokenDetails`. [`Usage::tokens`] maps both to opencode's `tokens`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
-    /// Prompt tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Prompt tokens, cached ones included.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub input_tokens: Option<u64>,
-    /// Completion tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Completion tokens, reasoning included.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub output_tokens: Option<u64>,
     /// Total tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub total_tokens: Option<u64>,
-    /// Reasoning tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Reasoning tokens (v5).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub reasoning_tokens: Option<u64>,
-    /// Prompt tokens served from the provider's cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Prompt tokens served from the provider's cache (v5).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub cached_input_tokens: Option<u64>,
+    /// The split of the prompt tokens (v6+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_token_details: Option<InputTokenDetails>,
+    /// The split of the completion tokens (v6+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_token_details: Option<OutputTokenDetails>,
+}
+
+/// `inputTokenDetails` of a v6+ usage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputTokenDetails {
+    /// Prompt tokens neither read from nor written to the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    pub no_cache_tokens: Option<u64>,
+    /// Prompt tokens read from the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    pub cache_read_tokens: Option<u64>,
+    /// Prompt tokens written to the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    pub cache_write_tokens: Option<u64>,
+}
+
+/// `outputTokenDetails` of a v6+ usage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputTokenDetails {
+    /// Completion tokens of visible text.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    pub text_tokens: Option<u64>,
+    /// Completion tokens spent reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// A token count: any JSON number that is a whole number ≥ 0 (`-0`, `12.0` and `1e3`
+/// included), or `null`.
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    crate::model::whole_u64_opt(d)
+}
+
+impl Usage {
+    /// opencode's `tokens`: `input` without the cached prompt tokens, `output` without
+    /// the reasoning tokens, `reasoning`, `cache {read, write}`, and `total` when the
+    /// producer gave it. Nothing is lost: `input + cache.read + cache.write` is the
+    /// prompt and `output + reasoning` the completion. The v6+ details win over the v5
+    /// fields when both are present.
+    pub fn tokens(&self) -> crate::model::Tokens {
+        let input_details = self.input_token_details.clone().unwrap_or_default();
+        let output_details = self.output_token_details.clone().unwrap_or_default();
+        let read = input_details
+            .cache_read_tokens
+            .or(self.cached_input_tokens)
+            .unwrap_or(0);
+        let write = input_details.cache_write_tokens.unwrap_or(0);
+        let input = input_details.no_cache_tokens.unwrap_or_else(|| {
+            self.input_tokens
+                .unwrap_or(0)
+                .saturating_sub(read)
+                .saturating_sub(write)
+        });
+        let reasoning = output_details
+            .reasoning_tokens
+            .or(self.reasoning_tokens)
+            .unwrap_or(0);
+        let output = output_details.text_tokens.unwrap_or_else(|| {
+            self.output_tokens.unwrap_or(0).saturating_sub(reasoning)
+        });
+        let mut t = crate::model::Tokens {
+            input,
+            output,
+            reasoning,
+            ..crate::model::Tokens::default()
+        };
+        t.cache.read = read;
+        t.cache.write = write;
+        if let Some(total) = self.total_tokens {
+            t.extra.insert("total".into(), Value::from(total));
+        }
+        t
+    }
 }
 
 /// Files changed by a step, attached to `finish-step` (a forge-store extension field:
@@ -144,6 +227,42 @@ pub enum StreamEvent {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         preliminary: bool,
     },
+    /// The tool call needs the user's approval before it runs (AI SDK 6+). The tool
+    /// waits: finalize and recover leave it as it is until a later `tool-result`,
+    /// `tool-error` or `tool-output-denied`, possibly in a later message.
+    #[serde(rename_all = "camelCase")]
+    ToolApprovalRequest {
+        /// The approval request's id.
+        approval_id: String,
+        /// The call it is for (`toolCallId` is read).
+        tool_call: ToolCallRef,
+        /// Why approval is needed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The user's answer to an approval request (AI SDK 6+).
+    #[serde(rename_all = "camelCase")]
+    ToolApprovalResponse {
+        /// The approval request's id.
+        approval_id: String,
+        /// Whether the call may run.
+        approved: bool,
+        /// The call it is for, when the producer names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call: Option<ToolCallRef>,
+        /// Why it was approved or denied.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The user denied the call: the tool closes as an error saying so.
+    #[serde(rename_all = "camelCase")]
+    ToolOutputDenied {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        #[serde(default)]
+        tool_name: String,
+    },
     /// A tool failed.
     #[serde(rename_all = "camelCase")]
     ToolError {
@@ -162,6 +281,9 @@ pub enum StreamEvent {
         /// Why the step ended.
         #[serde(default = "unknown_reason")]
         finish_reason: String,
+        /// The provider's own finish reason (AI SDK 6+), kept on the step-finish part.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw_finish_reason: Option<String>,
         /// Usage of the step.
         #[serde(default)]
         usage: Usage,
@@ -181,6 +303,13 @@ pub enum StreamEvent {
         /// Why it ended.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
+        /// The provider's own finish reason (AI SDK 6+).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw_finish_reason: Option<String>,
+        /// Usage summed over all steps, kept on the message as `totalTokens` (opencode
+        /// has no field for it: its `tokens` are the last step's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total_usage: Option<Usage>,
     },
     /// The stream failed.
     Error {
@@ -189,7 +318,11 @@ pub enum StreamEvent {
         error: Value,
     },
     /// The stream was aborted.
-    Abort {},
+    Abort {
+        /// Why (AI SDK 6+), recorded as the abort error's message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A file the model generated: stored as a `file` part with a `data:` URL.
     File {
         /// The file.
@@ -201,10 +334,60 @@ pub enum StreamEvent {
         /// The file.
         file: GeneratedFile,
     },
-    /// Provider raw chunk: accepted, not persisted.
+    /// A source the model cited (a URL or a document): stored as a `source` part.
+    Source(Source),
+    /// A provider's raw chunk (`includeRawChunks`): counted, not persisted.
     Raw {},
-    /// A source citation: accepted, not persisted.
-    Source {},
+    /// A provider-specific event (`kind` like `openai.compaction`, AI SDK 7): counted,
+    /// not persisted.
+    Custom {
+        /// `provider.name`.
+        #[serde(default)]
+        kind: String,
+    },
+    /// A keep-alive (AI SDK 7): counted, not persisted.
+    Ping {},
+    /// A user message added to the run between two steps (AI SDK 7, experimental):
+    /// counted, not persisted — the agent stores its own user messages.
+    SteeringMessage {},
+}
+
+/// The call an approval request or response is about.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRef {
+    /// Call id.
+    pub tool_call_id: String,
+    /// Tool name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tool_name: String,
+}
+
+/// A `source` event: `{sourceType: "url", id, url, title?}` or
+/// `{sourceType: "document", id, mediaType, title, filename?}`, with
+/// `providerMetadata`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// `url` or `document`.
+    pub source_type: String,
+    /// The source's id, as the provider gave it.
+    pub id: String,
+    /// The URL (url sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// MIME type (document sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// File name (document sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// Provider metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_metadata: Option<Value>,
 }
 
 fn unknown_reason() -> String {
@@ -227,6 +410,9 @@ impl StreamEvent {
         "tool-input-end",
         "tool-call",
         "tool-result",
+        "tool-approval-request",
+        "tool-approval-response",
+        "tool-output-denied",
         "tool-error",
         "finish-step",
         "finish",
@@ -236,6 +422,9 @@ impl StreamEvent {
         "reasoning-file",
         "raw",
         "source",
+        "custom",
+        "ping",
+        "steering-message",
     ];
 
     /// Whether `kind` is a `type` this version understands.
@@ -264,15 +453,21 @@ impl StreamEvent {
             Self::ToolInputEnd { .. } => "tool-input-end",
             Self::ToolCall { .. } => "tool-call",
             Self::ToolResult { .. } => "tool-result",
+            Self::ToolApprovalRequest { .. } => "tool-approval-request",
+            Self::ToolApprovalResponse { .. } => "tool-approval-response",
+            Self::ToolOutputDenied { .. } => "tool-output-denied",
             Self::ToolError { .. } => "tool-error",
             Self::FinishStep { .. } => "finish-step",
             Self::Finish { .. } => "finish",
             Self::Error { .. } => "error",
-            Self::Abort {} => "abort",
+            Self::Abort { .. } => "abort",
             Self::File { .. } => "file",
             Self::ReasoningFile { .. } => "reasoning-file",
             Self::Raw {} => "raw",
-            Self::Source {} => "source",
+            Self::Source(_) => "source",
+            Self::Custom { .. } => "custom",
+            Self::Ping {} => "ping",
+            Self::SteeringMessage {} => "steering-message",
         }
     }
 }

@@ -15,14 +15,6 @@ use serde_json::Value;
 
 /// Streams not taken yet, with the error they stop at.
 const NOT_YET: &[(&str, &str)] = &[
-    (
-        "v7/tool-approval-granted",
-        "unknown event type \"tool-approval-request\"",
-    ),
-    (
-        "v7/tool-approval-denied",
-        "unknown event type \"tool-approval-request\"",
-    ),
     // The SDK's fullStream rejects without an `error` part; the file just ends.
     ("v5/stream-throws", "the stream ended early"),
     ("v7/stream-throws", "the stream ended early"),
@@ -110,6 +102,177 @@ fn emitted(text: &str) -> Emitted {
     e
 }
 
+/// One assistant answer of a fixture: the stream events between two replay lines.
+#[derive(Default)]
+struct Answer {
+    /// `finish-step` events.
+    steps: Vec<Value>,
+    /// The `finish` event.
+    finish: Option<Value>,
+    /// The last `error` event's error.
+    error: Option<Value>,
+    /// An `abort` event, with its reason.
+    abort: Option<Option<String>>,
+    /// `source` events.
+    sources: Vec<Value>,
+    /// Calls the user denied.
+    denied: Vec<String>,
+}
+
+fn answers(text: &str) -> Vec<Answer> {
+    let mut out: Vec<Answer> = Vec::new();
+    let mut current: Option<Answer> = None;
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(line).expect("fixture line");
+        let kind = v["type"].as_str().expect("type");
+        if matches!(kind, "session" | "user" | "assistant") {
+            out.extend(current.take());
+            continue;
+        }
+        let a = current.get_or_insert_with(Answer::default);
+        match kind {
+            "finish-step" => a.steps.push(v),
+            "finish" => a.finish = Some(v),
+            "error" => a.error = Some(v["error"].clone()),
+            "abort" => a.abort = Some(v["reason"].as_str().map(str::to_owned)),
+            "source" => a.sources.push(v),
+            "tool-output-denied" => a
+                .denied
+                .push(v["toolCallId"].as_str().expect("id").to_owned()),
+            _ => {}
+        }
+    }
+    out.extend(current);
+    out
+}
+
+/// Checks that `tokens` (opencode's shape) keeps every count of the SDK's `usage`, in
+/// either the v5 or the v7 shape: nothing is lost, whichever way it is split.
+fn check_tokens(name: &str, what: &str, tokens: &Value, usage: &Value) {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let prompt = n(&tokens["input"]) + n(&tokens["cache"]["read"]) + n(&tokens["cache"]["write"]);
+    let completion = n(&tokens["output"]) + n(&tokens["reasoning"]);
+    assert_eq!(prompt, n(&usage["inputTokens"]), "{name}: {what}: prompt tokens");
+    assert_eq!(completion, n(&usage["outputTokens"]), "{name}: {what}: completion tokens");
+    let read = usage["inputTokenDetails"]["cacheReadTokens"]
+        .as_u64()
+        .or(usage["cachedInputTokens"].as_u64())
+        .unwrap_or(0);
+    assert_eq!(n(&tokens["cache"]["read"]), read, "{name}: {what}: cache read");
+    assert_eq!(
+        n(&tokens["cache"]["write"]),
+        n(&usage["inputTokenDetails"]["cacheWriteTokens"]),
+        "{name}: {what}: cache write"
+    );
+    let reasoning = usage["outputTokenDetails"]["reasoningTokens"]
+        .as_u64()
+        .or(usage["reasoningTokens"].as_u64())
+        .unwrap_or(0);
+    assert_eq!(n(&tokens["reasoning"]), reasoning, "{name}: {what}: reasoning");
+    assert_eq!(tokens.get("total"), usage.get("totalTokens"), "{name}: {what}: total");
+}
+
+/// Checks each assistant message against the answer its events came from: usage and
+/// raw finish reasons per step, the message's tokens (the last step's), cost, total
+/// usage, sources, errors and aborts, denied calls.
+fn check_answers(name: &str, text: &str, history: &[forge_store::model::MessageWithParts]) {
+    let want = answers(text);
+    let got: Vec<_> = history
+        .iter()
+        .filter(|m| m.info.as_assistant().is_some())
+        .collect();
+    assert_eq!(got.len(), want.len(), "{name}: one assistant message per answer");
+    for (i, (m, a)) in got.iter().zip(&want).enumerate() {
+        let name = format!("{name} answer {i}");
+        let info = serde_json::to_value(&m.info).expect("message json");
+        let parts: Vec<Value> = m
+            .parts
+            .iter()
+            .map(|p| serde_json::to_value(p).expect("part json"))
+            .collect();
+        let of = |kind: &'static str| parts.iter().filter(move |p| p["type"] == kind);
+        let steps: Vec<_> = of("step-finish").collect();
+        assert_eq!(steps.len(), a.steps.len(), "{name}: step-finish parts");
+        for (part, step) in steps.iter().zip(&a.steps) {
+            assert_eq!(part["reason"], step["finishReason"], "{name}: reason");
+            assert_eq!(part.get("rawReason"), step.get("rawFinishReason"), "{name}: raw reason");
+            check_tokens(&name, "step tokens", &part["tokens"], &step["usage"]);
+        }
+        if let Some(last) = steps.last() {
+            assert_eq!(info["tokens"], last["tokens"], "{name}: message tokens = last step's");
+        }
+        let cost: f64 = steps.iter().map(|p| p["cost"].as_f64().unwrap_or(0.0)).sum();
+        assert_eq!(info["cost"].as_f64(), Some(cost), "{name}: cost summed over steps");
+        match &a.finish {
+            Some(f) => {
+                assert_eq!(info.get("rawFinish"), f.get("rawFinishReason"), "{name}: raw finish");
+                match f.get("totalUsage") {
+                    Some(total) => check_tokens(&name, "total usage", &info["totalTokens"], total),
+                    None => assert!(info.get("totalTokens").is_none(), "{name}: no total"),
+                }
+            }
+            None => assert!(info.get("totalTokens").is_none(), "{name}: no finish, no total"),
+        }
+        let sources: Vec<_> = of("source").collect();
+        assert_eq!(sources.len(), a.sources.len(), "{name}: sources");
+        for (part, src) in sources.iter().zip(&a.sources) {
+            assert_eq!(part["sourceType"], src["sourceType"], "{name}: source type");
+            assert_eq!(part["sourceID"], src["id"], "{name}: source id");
+            for key in ["url", "title", "mediaType", "filename"] {
+                assert_eq!(part.get(key), src.get(key), "{name}: source {key}");
+            }
+            assert_eq!(part.get("metadata"), src.get("providerMetadata"), "{name}: metadata");
+        }
+        let error = &info["error"];
+        match (&a.error, &a.abort) {
+            (Some(e), _) => {
+                assert!(error.is_object(), "{name}: the error is recorded");
+                let call = match e["errors"].as_array() {
+                    Some(attempts) => attempts.last().expect("an attempt"),
+                    None => e,
+                };
+                if let Some(status) = call.get("statusCode") {
+                    let overflow = error["name"] == "ContextOverflowError";
+                    assert!(
+                        error["name"] == "APIError" || overflow,
+                        "{name}: an API error keeps its kind: {error}"
+                    );
+                    if !overflow {
+                        assert_eq!(&error["data"]["statusCode"], status, "{name}: status");
+                        for key in ["isRetryable", "responseHeaders", "responseBody"] {
+                            assert_eq!(error["data"].get(key), call.get(key), "{name}: {key}");
+                        }
+                    }
+                }
+                assert_eq!(error["data"]["message"], e["message"], "{name}: message");
+            }
+            (None, Some(reason)) => {
+                assert_eq!(error["name"], "MessageAbortedError", "{name}: aborted");
+                if let Some(reason) = reason {
+                    assert_eq!(error["data"]["message"], reason.as_str(), "{name}: reason");
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    // A denied call closes as an error that says so, wherever the call was made.
+    let denied: Vec<&String> = want.iter().flat_map(|a| &a.denied).collect();
+    for call in denied {
+        let tool = history
+            .iter()
+            .flat_map(|m| &m.parts)
+            .find_map(|p| match &p.body {
+                PartBody::Tool(t) if &t.call_id == call => Some(t),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{name}: denied call {call} stored"));
+        let ToolState::Error(e) = &tool.state else {
+            panic!("{name}: denied call {call} is {:?}", tool.state)
+        };
+        assert!(e.error.contains("denied"), "{name}: {}", e.error);
+    }
+}
+
 #[tokio::test]
 async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
     let mut accepted = 0;
@@ -177,6 +340,7 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
             .collect();
         assert_eq!(stored_results, results, "{name}: tool results");
         assert_eq!(stored_files, want.files, "{name}: generated files");
+        check_answers(&name, &text, &history);
         if name.ends_with("/error-part") {
             // The SDK follows the error with the step's finish-step and a finish: one
             // assistant message holds all of it, with the error.
@@ -196,5 +360,5 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         }
         accepted += 1;
     }
-    assert_eq!(accepted, 28, "fixtures replayed and checked");
+    assert_eq!(accepted, 30, "fixtures replayed and checked");
 }

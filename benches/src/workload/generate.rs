@@ -130,6 +130,8 @@ impl Builder {
             EVENT_GAP_MS,
             StreamEvent::Finish {
                 finish_reason: Some("stop".to_owned()),
+                raw_finish_reason: None,
+                total_usage: None,
             },
         );
     }
@@ -210,12 +212,13 @@ impl Builder {
             EVENT_GAP_MS,
             StreamEvent::FinishStep {
                 finish_reason: reason.to_owned(),
+                raw_finish_reason: None,
                 usage: Usage {
                     input_tokens: Some(input_tokens as u64),
                     output_tokens: Some(output_tokens as u64),
                     total_tokens: Some((input_tokens + output_tokens) as u64),
                     reasoning_tokens: (reasoning_tokens > 0).then_some(reasoning_tokens as u64),
-                    cached_input_tokens: None,
+                    ..Usage::default()
                 },
                 cost: None,
                 snapshot: None,

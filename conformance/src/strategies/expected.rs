@@ -164,7 +164,7 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
             StreamEvent::Error { error } => {
                 fed.ended = Some(StreamEnd::Error(error.as_str().unwrap_or_default().into()));
             }
-            StreamEvent::Abort {} => fed.ended = Some(StreamEnd::Abort),
+            StreamEvent::Abort { .. } => fed.ended = Some(StreamEnd::Abort),
             _ => {}
         }
         if fed.ended.is_some() {

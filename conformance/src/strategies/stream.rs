@@ -250,6 +250,7 @@ impl StreamSpec {
             let k = k as u64;
             out.push(StreamEvent::FinishStep {
                 finish_reason: step.reason.clone(),
+                raw_finish_reason: None,
                 usage: Usage {
                     input_tokens: Some(100 + k),
                     output_tokens: Some(10 + k),
@@ -266,11 +267,13 @@ impl StreamSpec {
         match &self.end {
             StreamEnd::Finish => out.push(StreamEvent::Finish {
                 finish_reason: Some("stop".into()),
+                raw_finish_reason: None,
+                total_usage: None,
             }),
             StreamEnd::Error(e) => out.push(StreamEvent::Error {
                 error: Value::String(e.clone()),
             }),
-            StreamEnd::Abort => out.push(StreamEvent::Abort {}),
+            StreamEnd::Abort => out.push(StreamEvent::Abort { reason: None }),
             StreamEnd::Open => {}
         }
         out

@@ -64,6 +64,7 @@ pub struct UserMessage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UserTime {
     /// Unix milliseconds.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub created: i64,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -128,9 +129,10 @@ pub struct AssistantMessage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AssistantTime {
     /// When the answer started.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub created: i64,
     /// When it was closed; unset while open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::model::num::whole_i64_opt")]
     pub completed: Option<i64>,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -192,7 +194,8 @@ impl ErrorName {
         }
     }
 
-    fn parse(s: String) -> Self {
+    /// The name for a JSON name (`Other` for one this version does not know).
+    pub fn parse(s: String) -> Self {
         match s.as_str() {
             "MessageAbortedError" => Self::Aborted,
             "MessageOutputLengthError" => Self::OutputLength,

@@ -8,6 +8,7 @@
 
 mod message;
 pub(crate) mod num;
+pub(crate) use num::whole_u64_opt;
 mod part;
 mod session;
 
@@ -17,9 +18,9 @@ pub use message::{
 };
 pub use part::{
     AgentPart, CacheTokens, CompactionPart, FilePart, Part, PartBody, PartTime, PatchPart,
-    ReasoningPart, RetryPart, RetryTime, SnapshotPart, StepFinishPart, StepStartPart, SubtaskPart,
+    ReasoningPart, RetryPart, RetryTime, SnapshotPart, SourcePart, StepFinishPart, StepStartPart, SubtaskPart,
     TextPart, Tokens, ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning, ToolState,
-    ToolTime, ToolTimeEnded, KNOWN_PART_KINDS,
+    ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS,
 };
 pub use session::{Session, SessionTime};
 

@@ -49,6 +49,8 @@ pub enum PartBody {
     Patch(PatchPart),
     /// `retry`.
     Retry(RetryPart),
+    /// `source`.
+    Source(SourcePart),
     /// A kind this version does not know; every field is kept.
     Unknown {
         /// The `type` value.
@@ -62,9 +64,10 @@ pub enum PartBody {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PartTime {
     /// When the block started.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub start: i64,
     /// When the block was closed; unset while it streams.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::model::num::whole_i64_opt")]
     pub end: Option<i64>,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -150,6 +153,57 @@ pub struct ToolPart {
     #[serde(flatten)]
     pub extra: JsonMap,
 }
+
+impl ToolPart {
+    /// Whether the call waits for the user's approval: `running` with
+    /// `metadata.approval.status == "requested"` (see [`ToolPart::request_approval`]).
+    /// Such a tool is not open work: finalize and recover leave it waiting.
+    pub fn awaits_approval(&self) -> bool {
+        match &self.state {
+            ToolState::Running(r) => r
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get("approval"))
+                .and_then(|a| a.get("status"))
+                .and_then(Value::as_str)
+                .is_some_and(|s| s == APPROVAL_REQUESTED),
+            _ => false,
+        }
+    }
+
+    /// Marks a running call as waiting for approval `id` (with the producer's reason):
+    /// `metadata.approval = {id, status: "requested", reason?}` on the running state.
+    /// Returns false (and changes nothing) unless the tool is running.
+    pub fn request_approval(&mut self, id: &str, reason: Option<&str>) -> bool {
+        let ToolState::Running(r) = &mut self.state else {
+            return false;
+        };
+        let mut approval = JsonMap::new();
+        approval.insert("id".into(), Value::String(id.to_owned()));
+        approval.insert("status".into(), Value::String(APPROVAL_REQUESTED.into()));
+        if let Some(reason) = reason {
+            approval.insert("reason".into(), Value::String(reason.to_owned()));
+        }
+        let mut meta = match r.metadata.take() {
+            Some(Value::Object(m)) => m,
+            _ => JsonMap::new(),
+        };
+        meta.insert("approval".into(), Value::Object(approval));
+        r.metadata = Some(Value::Object(meta));
+        true
+    }
+
+    /// The approval record of a running call (`metadata.approval`), if any.
+    pub fn approval(&self) -> Option<&Value> {
+        match &self.state {
+            ToolState::Running(r) => r.metadata.as_ref().and_then(|m| m.get("approval")),
+            _ => None,
+        }
+    }
+}
+
+/// `metadata.approval.status` of a tool waiting for the user's approval.
+pub const APPROVAL_REQUESTED: &str = "requested";
 
 /// The state of a tool call, tagged by `status`:
 /// `pending` → `running` → `completed` | `error`.
@@ -242,6 +296,7 @@ pub struct ToolError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolTime {
     /// Unix milliseconds.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub start: i64,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -252,11 +307,13 @@ pub struct ToolTime {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolTimeEnded {
     /// Unix milliseconds.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub start: i64,
     /// Unix milliseconds.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub end: i64,
     /// When the output was pruned from the model's view.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::model::num::whole_i64_opt")]
     pub compacted: Option<i64>,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -369,13 +426,13 @@ pub struct StepFinishPart {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tokens {
     /// Input tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::num::whole_u64")]
     pub input: u64,
     /// Output tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::num::whole_u64")]
     pub output: u64,
     /// Reasoning tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::num::whole_u64")]
     pub reasoning: u64,
     /// Prompt-cache tokens.
     #[serde(default)]
@@ -389,10 +446,10 @@ pub struct Tokens {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CacheTokens {
     /// Tokens read from the cache.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::num::whole_u64")]
     pub read: u64,
     /// Tokens written to the cache.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::num::whole_u64")]
     pub write: u64,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -426,6 +483,7 @@ pub struct PatchPart {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RetryPart {
     /// Attempt number, from 1.
+    #[serde(deserialize_with = "crate::model::num::whole_u32")]
     pub attempt: u32,
     /// The error that caused the retry.
     pub error: MessageError,
@@ -440,7 +498,40 @@ pub struct RetryPart {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RetryTime {
     /// Unix milliseconds.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub created: i64,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+/// A source the model cited: a URL or a document. forge-store's own part kind (opencode
+/// has none; its clients keep a part of a kind they do not know as it is), with the AI
+/// SDK's field names, so a `source` stream event and the UI message's
+/// `source-url`/`source-document` parts map onto it without loss.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourcePart {
+    /// `url` or `document`.
+    #[serde(rename = "sourceType")]
+    pub source_type: String,
+    /// The provider's id of the source.
+    #[serde(rename = "sourceID")]
+    pub source_id: String,
+    /// The URL (url sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// MIME type (document sources).
+    #[serde(rename = "mediaType", default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// File name (document sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// Provider metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
     /// Unknown fields, kept.
     #[serde(flatten)]
     pub extra: JsonMap,
@@ -490,6 +581,7 @@ part_kinds! {
     Snapshot => "snapshot",
     Patch => "patch",
     Retry => "retry",
+    Source => "source",
 }
 
 impl Part {
@@ -499,7 +591,10 @@ impl Part {
         match &self.body {
             PartBody::Text(t) => t.time.as_ref().is_some_and(|t| t.end.is_none()),
             PartBody::Reasoning(r) => r.time.end.is_none(),
-            PartBody::Tool(t) => matches!(t.state, ToolState::Pending(_) | ToolState::Running(_)),
+            PartBody::Tool(t) => {
+                matches!(t.state, ToolState::Pending(_) | ToolState::Running(_))
+                    && !t.awaits_approval()
+            }
             _ => false,
         }
     }

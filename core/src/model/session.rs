@@ -25,8 +25,10 @@ pub struct Session {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionTime {
     /// When the session was created.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub created: i64,
     /// When the session was last changed.
+    #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub updated: i64,
     /// Unknown fields, kept.
     #[serde(flatten)]

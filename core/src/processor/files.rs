@@ -1,9 +1,10 @@
-//! Generated files (`file`, `reasoning-file`): one closed `file` part each.
+//! Generated files (`file`, `reasoning-file`) and cited sources (`source`): one closed
+//! part each.
 
 use super::Processor;
 use crate::error::Result;
-use crate::model::{FilePart, JsonMap, PartBody};
-use crate::stream::GeneratedFile;
+use crate::model::{FilePart, JsonMap, PartBody, SourcePart};
+use crate::stream::{GeneratedFile, Source};
 
 impl Processor {
     /// A generated file: one closed `file` part, its content as a `data:` URL.
@@ -19,6 +20,23 @@ impl Processor {
             url,
             source: None,
             extra,
+        }));
+        self.commit_part(part).await
+    }
+}
+
+impl Processor {
+    /// A cited source: one closed `source` part with the SDK's fields.
+    pub(super) async fn source(&mut self, source: Source) -> Result<()> {
+        let part = self.new_part(PartBody::Source(SourcePart {
+            source_type: source.source_type,
+            source_id: source.id,
+            url: source.url,
+            title: source.title,
+            media_type: source.media_type,
+            filename: source.filename,
+            metadata: source.provider_metadata,
+            extra: JsonMap::new(),
         }));
         self.commit_part(part).await
     }

@@ -42,6 +42,7 @@ impl Processor {
             message,
             blocks: HashMap::new(),
             tools: HashMap::new(),
+            awaiting: HashMap::new(),
             calls: HashSet::new(),
             in_step: false,
             pending_error: None,
@@ -64,8 +65,9 @@ impl Processor {
 
     /// Closes the turn: every open text/reasoning part is persisted with the text
     /// accumulated so far and `time.end`; every `pending`/`running` tool becomes an
-    /// `error` ("Tool execution aborted", `metadata.interrupted = true`); the message
-    /// gets `time.completed` (and the error of a failed or aborted turn). One batch.
+    /// `error` ("Tool execution aborted", `metadata.interrupted = true`) — except a call
+    /// waiting for the user's approval, which stays waiting; the message gets
+    /// `time.completed` (and the error of a failed or aborted turn). One batch.
     /// Calling it again does nothing.
     pub async fn finalize(&mut self, outcome: Outcome) -> Result<()> {
         if self.done {

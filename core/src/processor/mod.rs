@@ -8,7 +8,14 @@
 //! | `tool-input-start` | persist the tool `pending` |
 //! | `tool-input-delta`, `tool-input-end` | nothing |
 //! | `tool-call` | persist `running` |
-//! | `tool-result` / `tool-error` | persist `completed` / `error` (only from `running`) |
+//! | `tool-result` / `tool-error` | persist `completed` / `error` (only from `running`, or a call waiting for approval, also in an earlier message) |
+//! | `tool-result` with `preliminary: true` | persist the running tool with the progress in `metadata.preliminary` |
+//! | `tool-approval-request` | persist the running tool with `metadata.approval` `requested`: waiting, not open |
+//! | `tool-approval-response` | record the decision; the call is open again |
+//! | `tool-output-denied` | persist `error` "The user denied this tool call" |
+//! | `file`, `reasoning-file` | persist a closed `file` part (data URL) |
+//! | `source` | persist a closed `source` part |
+//! | `start`, `tool-input-delta`, `tool-input-end`, `raw`, `custom`, `ping`, `steering-message` | counted in [`ProcessorStats::ignored`] |
 //! | `start-step` | persist a step-start part |
 //! | `finish-step` | persist step-finish, patch and the message's usage in one batch |
 //! | `finish`, `error`, `abort` | [`Processor::finalize`] |
@@ -52,6 +59,9 @@ pub struct Processor {
     blocks: HashMap<String, Part>,
     /// Tool calls not yet completed, by call id.
     tools: HashMap<String, Part>,
+    /// Tool calls of this message waiting for the user's approval, by call id: not open
+    /// work, so finalize leaves them as they are.
+    awaiting: HashMap<String, Part>,
     /// Every call id this message has seen: a call id is used once per message.
     calls: HashSet<String>,
     /// A `start-step` is open (its `finish-step` has not come).
@@ -213,7 +223,31 @@ impl Processor {
             | StreamEvent::ToolInputEnd { .. }
             | StreamEvent::Start {}
             | StreamEvent::Raw {}
-            | StreamEvent::Source {} => self.stats.ignored += 1,
+            | StreamEvent::Custom { .. }
+            | StreamEvent::Ping {}
+            | StreamEvent::SteeringMessage {} => self.stats.ignored += 1,
+            StreamEvent::Source(source) => self.source(source).await?,
+            StreamEvent::ToolApprovalRequest {
+                approval_id,
+                tool_call,
+                reason,
+            } => {
+                self.approval_request(&tool_call.tool_call_id, &approval_id, reason.as_deref())
+                    .await?;
+            }
+            StreamEvent::ToolApprovalResponse {
+                approval_id,
+                approved,
+                tool_call,
+                reason,
+            } => {
+                let call = tool_call.as_ref().map(|c| c.tool_call_id.as_str());
+                self.approval_response(&approval_id, call, approved, reason.as_deref())
+                    .await?;
+            }
+            StreamEvent::ToolOutputDenied { tool_call_id, .. } => {
+                self.output_denied(&tool_call_id).await?;
+            }
             StreamEvent::File { file } => self.file(file, false).await?,
             StreamEvent::ReasoningFile { file } => self.file(file, true).await?,
             StreamEvent::ToolCall {
@@ -253,6 +287,7 @@ impl Processor {
             }
             StreamEvent::FinishStep {
                 finish_reason,
+                raw_finish_reason,
                 usage,
                 cost,
                 snapshot,
@@ -262,12 +297,32 @@ impl Processor {
                     return Err(Error::invalid("finish-step without its start-step"));
                 }
                 self.in_step = false;
-                self.finish_step(finish_reason, &usage, cost.unwrap_or(0.0), snapshot, patch)
-                    .await?;
+                self.finish_step(
+                    finish_reason,
+                    raw_finish_reason,
+                    &usage,
+                    cost.unwrap_or(0.0),
+                    snapshot,
+                    patch,
+                )
+                .await?;
             }
-            StreamEvent::Finish { finish_reason } => {
-                if let (Some(reason), Some(a)) = (finish_reason, self.message.as_assistant_mut()) {
-                    a.finish.get_or_insert(reason);
+            StreamEvent::Finish {
+                finish_reason,
+                raw_finish_reason,
+                total_usage,
+            } => {
+                if let Some(a) = self.message.as_assistant_mut() {
+                    if let Some(reason) = finish_reason {
+                        a.finish.get_or_insert(reason);
+                    }
+                    if let Some(raw) = raw_finish_reason {
+                        a.extra.insert("rawFinish".into(), Value::String(raw));
+                    }
+                    if let Some(total) = total_usage {
+                        let tokens = serde_json::to_value(total.tokens()).map_err(Error::invalid)?;
+                        a.extra.insert("totalTokens".into(), tokens);
+                    }
                 }
                 let outcome = match self.pending_error.take() {
                     Some(error) => Outcome::Failed(error),
@@ -276,7 +331,16 @@ impl Processor {
                 self.finalize(outcome).await?;
             }
             StreamEvent::Error { error } => {
-                let error = message_error_from(&error);
+                let mut error = message_error_from(&error);
+                if error.name == crate::model::ErrorName::Auth {
+                    if let Some(a) = self.message.as_assistant() {
+                        error
+                            .data
+                            .extra
+                            .entry("providerID")
+                            .or_insert_with(|| Value::String(a.provider_id.clone()));
+                    }
+                }
                 if self.in_step {
                     // The SDK follows an error inside a step with that step's
                     // `finish-step` and a `finish`: they belong to this message, which
@@ -286,7 +350,13 @@ impl Processor {
                     self.finalize(Outcome::Failed(error)).await?;
                 }
             }
-            StreamEvent::Abort {} => self.finalize(Outcome::Aborted).await?,
+            StreamEvent::Abort { reason } => {
+                let outcome = match reason {
+                    Some(reason) => Outcome::Failed(crate::model::MessageError::aborted(reason)),
+                    None => Outcome::Aborted,
+                };
+                self.finalize(outcome).await?;
+            }
         }
         Ok(if self.done {
             Flow::Done

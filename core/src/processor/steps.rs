@@ -4,37 +4,33 @@
 use super::Processor;
 use crate::error::Result;
 use crate::event::SyncEvent;
-use crate::model::{JsonMap, PartBody, PatchPart, StepFinishPart, Tokens};
-use crate::stream::{StepPatch, Usage};
+use serde_json::Value;
 
-fn tokens_from(usage: &Usage) -> Tokens {
-    let mut t = Tokens {
-        input: usage.input_tokens.unwrap_or(0),
-        output: usage.output_tokens.unwrap_or(0),
-        reasoning: usage.reasoning_tokens.unwrap_or(0),
-        ..Tokens::default()
-    };
-    t.cache.read = usage.cached_input_tokens.unwrap_or(0);
-    t
-}
+use crate::model::{JsonMap, PartBody, PatchPart, StepFinishPart};
+use crate::stream::{StepPatch, Usage};
 
 impl Processor {
     pub(super) async fn finish_step(
         &mut self,
         reason: String,
+        raw_reason: Option<String>,
         usage: &Usage,
         cost: f64,
         snapshot: Option<String>,
         patch: Option<StepPatch>,
     ) -> Result<()> {
-        let tokens = tokens_from(usage);
+        let tokens = usage.tokens();
+        let mut extra = JsonMap::new();
+        if let Some(raw) = &raw_reason {
+            extra.insert("rawReason".into(), Value::String(raw.clone()));
+        }
         let mut events = vec![SyncEvent::PartUpdated {
             part: self.new_part(PartBody::StepFinish(StepFinishPart {
                 reason: reason.clone(),
                 snapshot,
                 cost,
                 tokens: tokens.clone(),
-                extra: JsonMap::new(),
+                extra,
             })),
         }];
         if let Some(p) = patch {
@@ -62,16 +58,46 @@ impl Processor {
 mod tests {
     use super::*;
 
+    fn usage(json: &str) -> Usage {
+        serde_json::from_str(json).unwrap()
+    }
+
     #[test]
-    fn usage_maps_to_tokens_with_missing_counts_as_zero() {
-        let usage = Usage {
-            input_tokens: Some(3),
-            output_tokens: Some(5),
-            reasoning_tokens: None,
-            cached_input_tokens: Some(2),
-            ..Usage::default()
-        };
-        let t = tokens_from(&usage);
-        assert_eq!((t.input, t.output, t.reasoning, t.cache.read), (3, 5, 0, 2));
+    fn v5_usage_maps_to_opencode_tokens_without_losing_a_count() {
+        let u = usage(
+            r#"{"inputTokens":10,"outputTokens":7,"reasoningTokens":3,"cachedInputTokens":4,"totalTokens":17}"#,
+        );
+        let t = u.tokens();
+        // input excludes the cached prompt tokens; output excludes the reasoning.
+        assert_eq!((t.input, t.output, t.reasoning), (6, 4, 3));
+        assert_eq!((t.cache.read, t.cache.write), (4, 0));
+        assert_eq!(t.extra["total"], 17);
+        // Missing counts are zero.
+        let t = usage(r#"{"inputTokens":3}"#).tokens();
+        assert_eq!((t.input, t.output, t.reasoning, t.cache.read), (3, 0, 0, 0));
+        assert!(!t.extra.contains_key("total"));
+    }
+
+    #[test]
+    fn v7_usage_details_map_to_opencode_tokens() {
+        let u = usage(
+            r#"{"inputTokens":20,"inputTokenDetails":{"noCacheTokens":12,"cacheReadTokens":5,"cacheWriteTokens":3},
+                "outputTokens":9,"outputTokenDetails":{"textTokens":7,"reasoningTokens":2},"totalTokens":29,
+                "raw":{"anything":1}}"#,
+        );
+        let t = u.tokens();
+        assert_eq!((t.input, t.output, t.reasoning), (12, 7, 2));
+        assert_eq!((t.cache.read, t.cache.write), (5, 3));
+        assert_eq!(t.extra["total"], 29);
+        // Details win over the v5 fields when a producer sends both.
+        let u = usage(
+            r#"{"inputTokens":20,"cachedInputTokens":1,"inputTokenDetails":{"cacheReadTokens":5},"reasoningTokens":1,
+                "outputTokens":9,"outputTokenDetails":{"reasoningTokens":2}}"#,
+        );
+        let t = u.tokens();
+        assert_eq!((t.input, t.cache.read, t.reasoning, t.output), (15, 5, 2, 7));
+        // -0 and 1e1 are whole numbers too.
+        let t = usage(r#"{"inputTokens":-0,"outputTokens":1e1}"#).tokens();
+        assert_eq!((t.input, t.output), (0, 10));
     }
 }
