@@ -210,8 +210,10 @@ async fn a_step_finish_writes_step_patch_and_message_usage_in_one_batch() {
     let kinds: Vec<&str> = answer.parts.iter().map(forge_core::Part::kind).collect();
     assert_eq!(kinds, ["step-start", "step-finish", "patch"]);
     let a = answer.info.as_assistant().unwrap();
-    assert_eq!(a.tokens.input, 100);
+    // opencode's split: input without the cached prompt, output without the reasoning.
+    assert_eq!(a.tokens.input, 93);
     assert_eq!(a.tokens.cache.read, 7);
+    assert_eq!((a.tokens.output, a.tokens.reasoning), (15, 5));
     assert!((a.cost - 0.25).abs() < f64::EPSILON);
     assert_eq!(a.finish.as_deref(), Some("tool-calls"));
 }
