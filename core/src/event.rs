@@ -1,8 +1,10 @@
 //! Events: every change is one. Sync events are persisted and published; bus-only
 //! events (deltas, status) are published and never stored.
 //!
-//! JSON: `{"type": "message.part.updated", "properties": {"part": …}}`, the shape of the
-//! opencode event stream.
+//! JSON: `{"type": "message.part.updated", "properties": {"sessionID": …, "part": …}}`,
+//! the shape of opencode's `/event` stream (checked against a recorded opencode 1.18.33
+//! log). Every event names its session in `properties.sessionID`. An event type
+//! forge-store does not model decodes as [`Event::Other`] and encodes back unchanged.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -12,11 +14,16 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::id::{MessageId, PartId, SessionId};
-use crate::model::{JsonMap, Message, Part, Session};
+use crate::model::{JsonMap, Message, MessageError, Part, Session};
 use crate::tenant::TenantId;
 
 /// A change that is persisted by projection and then published on the bus.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Encoded with `sessionID` in every event's properties (for `session.updated`,
+/// `message.updated` and `message.part.updated` it is taken from the info or part);
+/// decoding ignores keys it does not need (`sessionID` next to an info, opencode's
+/// `time`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "type", content = "properties")]
 pub enum SyncEvent {
     /// Create or overwrite a session.
@@ -112,9 +119,106 @@ impl SyncEvent {
     }
 }
 
+/// The properties of a sync event, borrowed from it: what goes on the wire.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SyncProps<'a> {
+    Session {
+        #[serde(rename = "sessionID")]
+        session_id: &'a SessionId,
+        info: &'a Session,
+    },
+    Message {
+        #[serde(rename = "sessionID")]
+        session_id: &'a SessionId,
+        info: &'a Message,
+    },
+    Part {
+        #[serde(rename = "sessionID")]
+        session_id: &'a SessionId,
+        part: &'a Part,
+    },
+    Ids {
+        #[serde(rename = "sessionID")]
+        session_id: &'a SessionId,
+        #[serde(rename = "messageID", skip_serializing_if = "Option::is_none")]
+        message_id: Option<&'a MessageId>,
+        #[serde(rename = "partID", skip_serializing_if = "Option::is_none")]
+        part_id: Option<&'a PartId>,
+    },
+}
+
+/// `{"type": …, "properties": …}`.
+#[derive(Serialize)]
+struct Tagged<'a, P: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    properties: P,
+}
+
+/// `{"sessionID": …}`: the properties of `session.idle`.
+#[derive(Serialize, Deserialize)]
+struct SessionOnly<S> {
+    #[serde(rename = "sessionID")]
+    session_id: S,
+}
+
+impl Serialize for SyncEvent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let properties = match self {
+            Self::SessionUpdated { info } => SyncProps::Session {
+                session_id: &info.id,
+                info,
+            },
+            Self::MessageUpdated { info } => SyncProps::Message {
+                session_id: &info.session_id,
+                info,
+            },
+            Self::PartUpdated { part } => SyncProps::Part {
+                session_id: &part.session_id,
+                part,
+            },
+            Self::SessionDeleted { session_id } => SyncProps::Ids {
+                session_id,
+                message_id: None,
+                part_id: None,
+            },
+            Self::MessageRemoved {
+                session_id,
+                message_id,
+            } => SyncProps::Ids {
+                session_id,
+                message_id: Some(message_id),
+                part_id: None,
+            },
+            Self::PartRemoved {
+                session_id,
+                message_id,
+                part_id,
+            } => SyncProps::Ids {
+                session_id,
+                message_id: Some(message_id),
+                part_id: Some(part_id),
+            },
+        };
+        Tagged {
+            kind: self.name(),
+            properties,
+        }
+        .serialize(s)
+    }
+}
+
 /// `message.part.delta`: text appended to a streaming part. Bus only, never stored.
+///
+/// JSON: `{"sessionID", "messageID", "partID", "field", "delta"}`. A delta written
+/// before deltas carried `sessionID` decodes with an empty session id; inside an
+/// [`Envelope`] it takes the envelope's session.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PartDelta {
+    /// The session of the part.
+    #[serde(rename = "sessionID", default = "no_session")]
+    pub session_id: SessionId,
     /// The message of the part.
     #[serde(rename = "messageID")]
     pub message_id: MessageId,
@@ -127,6 +231,10 @@ pub struct PartDelta {
     pub delta: String,
 }
 
+fn no_session() -> SessionId {
+    SessionId::from("")
+}
+
 /// Any event on the bus.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -134,26 +242,81 @@ pub enum Event {
     Sync(SyncEvent),
     /// `message.part.delta`.
     PartDelta(PartDelta),
-    /// `session.status`: busy / idle / retry, free-form.
+    /// `session.status`: `{"sessionID", "status": {"type": "busy" | "idle" | "retry", …}}`,
+    /// free-form.
     SessionStatus(JsonMap),
-    /// `session.error`: an error surfaced to the session's clients, free-form.
+    /// `session.idle`: `{"sessionID"}`, after the `idle` status of a finished turn.
+    SessionIdle {
+        /// The session.
+        session_id: SessionId,
+    },
+    /// `session.error`: `{"sessionID", "error"}`, an error surfaced to the session's
+    /// clients, free-form.
     SessionError(JsonMap),
+    /// An event type forge-store does not model (opencode's `plugin.added`,
+    /// `session.diff`, `server.heartbeat`, …), kept as it came so it encodes back
+    /// unchanged.
+    Other {
+        /// Its `type`.
+        kind: String,
+        /// Its `properties`.
+        properties: JsonMap,
+    },
 }
 
 impl Event {
+    /// `session.status` with `{"type": status}` (`busy`, `idle`).
+    pub fn status(session: &SessionId, status: &str) -> Self {
+        let mut inner = JsonMap::new();
+        inner.insert("type".into(), Value::String(status.to_owned()));
+        let mut m = JsonMap::new();
+        m.insert(
+            "sessionID".into(),
+            Value::String(session.as_str().to_owned()),
+        );
+        m.insert("status".into(), Value::Object(inner));
+        Self::SessionStatus(m)
+    }
+
+    /// `session.error` carrying a message's error as its JSON.
+    pub fn session_error(session: &SessionId, error: &MessageError) -> Self {
+        let mut m = JsonMap::new();
+        m.insert(
+            "sessionID".into(),
+            Value::String(session.as_str().to_owned()),
+        );
+        // A MessageError is a name and a JSON object: it always serializes.
+        m.insert(
+            "error".into(),
+            serde_json::to_value(error).unwrap_or(Value::Null),
+        );
+        Self::SessionError(m)
+    }
+
     /// The event's `type` name.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             Self::Sync(s) => s.name(),
             Self::PartDelta(_) => "message.part.delta",
             Self::SessionStatus(_) => "session.status",
+            Self::SessionIdle { .. } => "session.idle",
             Self::SessionError(_) => "session.error",
+            Self::Other { kind, .. } => kind,
         }
     }
 
     /// Whether this event is also persisted (a sync event).
     pub fn is_sync(&self) -> bool {
         matches!(self, Self::Sync(_))
+    }
+
+    /// Whether this is a session's status report: `session.status`, `session.idle`
+    /// or `session.error`.
+    pub fn is_status(&self) -> bool {
+        matches!(
+            self,
+            Self::SessionStatus(_) | Self::SessionIdle { .. } | Self::SessionError(_)
+        )
     }
 }
 
@@ -165,39 +328,50 @@ impl From<SyncEvent> for Event {
 
 impl Serialize for Event {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Tagged<'a, T: Serialize> {
-            #[serde(rename = "type")]
-            kind: &'static str,
-            properties: &'a T,
-        }
+        let kind = self.name();
         match self {
             Self::Sync(e) => e.serialize(s),
             Self::PartDelta(d) => Tagged {
-                kind: self.name(),
+                kind,
                 properties: d,
             }
             .serialize(s),
-            Self::SessionStatus(m) | Self::SessionError(m) => Tagged {
-                kind: self.name(),
-                properties: m,
+            Self::SessionIdle { session_id } => Tagged {
+                kind,
+                properties: SessionOnly { session_id },
             }
             .serialize(s),
+            Self::SessionStatus(properties)
+            | Self::SessionError(properties)
+            | Self::Other { properties, .. } => Tagged { kind, properties }.serialize(s),
         }
     }
 }
 
+/// The `type` names [`SyncEvent`] decodes, with those of releases before 0.2.
+const SYNC_NAMES: [&str; 8] = [
+    "session.updated",
+    "session.deleted",
+    "message.updated",
+    "message.removed",
+    "message.part.updated",
+    "message.part.removed",
+    "part.updated",
+    "part.removed",
+];
+
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut v = Value::deserialize(d)?;
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| D::Error::custom("event without a string `type`"))?
-            .to_owned();
-        let props = v.get_mut("properties").map(Value::take);
-        let props = || props.clone().unwrap_or(Value::Object(JsonMap::new()));
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(rename = "type")]
+            kind: String,
+            #[serde(default)]
+            properties: Option<Value>,
+        }
+        let Wire { kind, properties } = Wire::deserialize(d)?;
+        let props = properties.unwrap_or_else(|| Value::Object(JsonMap::new()));
         let obj = |v: Value| match v {
             Value::Object(m) => Ok(m),
             other => Err(D::Error::custom(format!(
@@ -205,21 +379,30 @@ impl<'de> Deserialize<'de> for Event {
             ))),
         };
         match kind.as_str() {
-            // `part.delta` (and `part.updated` / `part.removed` above): the names of
-            // releases before 0.2, still in durable streams they wrote.
-            "message.part.delta" | "part.delta" => serde_json::from_value(props())
+            // `part.delta` (and `part.updated` / `part.removed`): the names of releases
+            // before 0.2, still in durable streams they wrote.
+            "message.part.delta" | "part.delta" => serde_json::from_value(props)
                 .map(Self::PartDelta)
-                .map_err(D::Error::custom),
-            "session.status" => obj(props()).map(Self::SessionStatus),
-            "session.error" => obj(props()).map(Self::SessionError),
-            _ => {
+                .map_err(|e| D::Error::custom(format!("{kind}: {e}"))),
+            "session.status" => obj(props).map(Self::SessionStatus),
+            "session.error" => obj(props).map(Self::SessionError),
+            "session.idle" => serde_json::from_value::<SessionOnly<SessionId>>(props)
+                .map(|p| Self::SessionIdle {
+                    session_id: p.session_id,
+                })
+                .map_err(|e| D::Error::custom(format!("{kind}: {e}"))),
+            name if SYNC_NAMES.contains(&name) => {
                 let mut m = JsonMap::new();
-                m.insert("type".into(), Value::String(kind.clone()));
-                m.insert("properties".into(), props());
+                m.insert("type".into(), Value::String(kind));
+                m.insert("properties".into(), props);
                 serde_json::from_value(Value::Object(m))
                     .map(Self::Sync)
                     .map_err(D::Error::custom)
             }
+            _ => Ok(Self::Other {
+                properties: obj(props)?,
+                kind,
+            }),
         }
     }
 }
@@ -228,7 +411,7 @@ impl<'de> Deserialize<'de> for Event {
 ///
 /// `seq` is per session and strictly increasing, assigned by the projector; deltas get
 /// one too. It orders everything a subscriber sees for a session and is the resume point.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Envelope<E = Event> {
     /// Tenant.
     pub tenant: TenantId,
@@ -239,6 +422,45 @@ pub struct Envelope<E = Event> {
     pub seq: u64,
     /// The event.
     pub event: E,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeWire<E> {
+    tenant: TenantId,
+    #[serde(rename = "sessionID")]
+    session_id: SessionId,
+    seq: u64,
+    event: E,
+}
+
+impl<E> From<EnvelopeWire<E>> for Envelope<E> {
+    fn from(w: EnvelopeWire<E>) -> Self {
+        Self {
+            tenant: w.tenant,
+            session_id: w.session_id,
+            seq: w.seq,
+            event: w.event,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Envelope<SyncEvent> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        EnvelopeWire::deserialize(d).map(Self::from)
+    }
+}
+
+impl<'de> Deserialize<'de> for Envelope<Event> {
+    /// A delta written without `sessionID` takes the envelope's session.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut env = Self::from(EnvelopeWire::<Event>::deserialize(d)?);
+        if let Event::PartDelta(delta) = &mut env.event {
+            if delta.session_id.as_str().is_empty() {
+                delta.session_id = env.session_id.clone();
+            }
+        }
+        Ok(env)
+    }
 }
 
 impl Envelope<SyncEvent> {
@@ -267,16 +489,22 @@ pub type BusEvent = Arc<Envelope<Event>>;
 mod tests {
     use super::*;
 
-    #[test]
-    fn events_round_trip_through_json_in_the_opencode_shape() {
-        let delta = Event::PartDelta(PartDelta {
+    fn delta() -> PartDelta {
+        PartDelta {
+            session_id: "ses_1".into(),
             message_id: "msg_1".into(),
             part_id: "prt_1".into(),
             field: Cow::Borrowed("text"),
             delta: "he".into(),
-        });
+        }
+    }
+
+    #[test]
+    fn events_round_trip_through_json_in_the_opencode_shape() {
+        let delta = Event::PartDelta(delta());
         let v = serde_json::to_value(&delta).unwrap();
         assert_eq!(v["type"], "message.part.delta");
+        assert_eq!(v["properties"]["sessionID"], "ses_1");
         assert_eq!(v["properties"]["partID"], "prt_1");
         assert_eq!(serde_json::from_value::<Event>(v).unwrap(), delta);
 
@@ -286,18 +514,67 @@ mod tests {
         });
         let v = serde_json::to_value(&removed).unwrap();
         assert_eq!(v["type"], "message.removed");
-        assert_eq!(v["properties"]["sessionID"], "ses_1");
+        assert_eq!(
+            v["properties"],
+            serde_json::json!({"sessionID": "ses_1", "messageID": "msg_1"})
+        );
         assert_eq!(serde_json::from_value::<Event>(v).unwrap(), removed);
 
-        let bad = serde_json::json!({"type": "nope", "properties": {}});
-        assert!(serde_json::from_value::<Event>(bad).is_err());
+        let deleted = Event::Sync(SyncEvent::SessionDeleted {
+            session_id: "ses_1".into(),
+        });
+        let v = serde_json::to_value(&deleted).unwrap();
+        assert_eq!(v["properties"], serde_json::json!({"sessionID": "ses_1"}));
+        assert_eq!(serde_json::from_value::<Event>(v).unwrap(), deleted);
+
+        let session = Session::new("title", 1);
+        let sid = session.id.clone();
+        let updated = Event::Sync(SyncEvent::SessionUpdated { info: session });
+        let v = serde_json::to_value(&updated).unwrap();
+        assert_eq!(v["properties"]["sessionID"], sid.as_str());
+        assert_eq!(serde_json::from_value::<Event>(v).unwrap(), updated);
+
+        let idle = Event::SessionIdle {
+            session_id: "ses_1".into(),
+        };
+        let v = serde_json::to_value(&idle).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "session.idle", "properties": {"sessionID": "ses_1"}})
+        );
+        assert_eq!(serde_json::from_value::<Event>(v).unwrap(), idle);
+
+        let busy = Event::status(&"ses_1".into(), "busy");
+        assert_eq!(
+            serde_json::to_value(&busy).unwrap(),
+            serde_json::json!({"type": "session.status",
+                "properties": {"sessionID": "ses_1", "status": {"type": "busy"}}})
+        );
+    }
+
+    #[test]
+    fn an_unknown_type_reads_as_other_and_writes_back_unchanged() {
+        let v = serde_json::json!({"type": "plugin.added", "properties": {"id": "x", "n": [1]}});
+        let e: Event = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(e.name(), "plugin.added");
+        assert!(matches!(e, Event::Other { .. }));
+        assert_eq!(serde_json::to_value(&e).unwrap(), v);
+
+        let bare: Event = serde_json::from_value(serde_json::json!({"type": "x.y"})).unwrap();
+        assert_eq!(
+            serde_json::to_value(&bare).unwrap(),
+            serde_json::json!({"type": "x.y", "properties": {}})
+        );
+        let not_an_object = serde_json::json!({"type": "x.y", "properties": 3});
+        assert!(serde_json::from_value::<Event>(not_an_object).is_err());
+        assert!(serde_json::from_value::<Event>(serde_json::json!({"properties": {}})).is_err());
     }
 
     #[test]
     fn names_written_before_opencodes_are_still_read() {
         let old_delta = serde_json::json!({"type": "part.delta", "properties":
             {"messageID": "msg_1", "partID": "prt_1", "field": "text", "delta": "x"}});
-        let e: Event = serde_json::from_value(old_delta).unwrap();
+        let e: Event = serde_json::from_value(old_delta.clone()).unwrap();
         assert_eq!(e.name(), "message.part.delta");
         let old_removed = serde_json::json!({"type": "part.removed", "properties":
             {"sessionID": "ses_1", "messageID": "msg_1", "partID": "prt_1"}});
@@ -308,5 +585,14 @@ mod tests {
             "message.part.removed",
             "written back under the new name"
         );
+
+        // A delta without `sessionID` takes its envelope's.
+        let env = serde_json::json!({"tenant": "t1", "sessionID": "ses_9", "seq": 3,
+            "event": old_delta});
+        let env: Envelope<Event> = serde_json::from_value(env).unwrap();
+        let Event::PartDelta(d) = &env.event else {
+            panic!("{env:?}")
+        };
+        assert_eq!(d.session_id.as_str(), "ses_9");
     }
 }

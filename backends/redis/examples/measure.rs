@@ -17,6 +17,7 @@ fn delta(tenant: &TenantId, session: &SessionId, seq: u64, text: &str) -> forge_
         session_id: session.clone(),
         seq,
         event: Event::PartDelta(PartDelta {
+            session_id: session.clone(),
             message_id: "msg_1".into(),
             part_id: "prt_1".into(),
             field: Cow::Borrowed("text"),

@@ -30,7 +30,8 @@ const QUIET: Duration = Duration::from_millis(30);
 pub struct Publish {
     /// Session index (0..3).
     pub session: u8,
-    /// 0: `message.part.delta`, 1: `message.part.updated`, 2: `session.status`.
+    /// 0: `message.part.delta`, 1: `message.part.updated`, 2: `session.status`,
+    /// 3: `session.idle`, 4: an event type forge-store does not model (`plugin.added`).
     pub kind: u8,
     /// Published under a second tenant with the same session id instead.
     pub other_tenant: bool,
@@ -57,7 +58,7 @@ pub struct ResumeCase {
 }
 
 fn publish() -> impl Strategy<Value = Publish> {
-    (0u8..3, 0u8..3, proptest::bool::weighted(0.15)).prop_map(|(session, kind, other_tenant)| {
+    (0u8..3, 0u8..5, proptest::bool::weighted(0.15)).prop_map(|(session, kind, other_tenant)| {
         Publish {
             session,
             kind,
@@ -104,6 +105,7 @@ impl Publisher {
         let n = *seq;
         let event = match p.kind {
             0 => Event::PartDelta(PartDelta {
+                session_id: session.clone(),
                 message_id: "msg_1".into(),
                 part_id: "prt_1".into(),
                 field: "text".into(),
@@ -118,6 +120,16 @@ impl Publisher {
                     (n % 250) as u8,
                 ),
             }),
+            3 => Event::SessionIdle {
+                session_id: session.clone(),
+            },
+            4 => Event::Other {
+                kind: "plugin.added".to_owned(),
+                properties: json!({"id": format!("p{n}"), "n": n})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            },
             _ => Event::SessionStatus(
                 json!({"type": "busy", "n": n})
                     .as_object()

@@ -41,6 +41,7 @@ impl Processor {
             buf.push_str(&text);
         }
         let delta = PartDelta {
+            session_id: part.session_id.clone(),
             message_id: part.message_id.clone(),
             part_id: part.id.clone(),
             field: Cow::Borrowed("text"),

@@ -60,6 +60,7 @@ impl Processor {
             info: p.message.clone(),
         }])
         .await?;
+        p.emit_status(crate::event::Event::status(&p.scope.session_id, "busy"));
         Ok(p)
     }
 
@@ -110,11 +111,34 @@ impl Processor {
             deltas = self.stats.deltas,
             "processor finalized",
         );
+        let session = &self.scope.session_id;
+        if let Some(error) = self.message.as_assistant().and_then(|a| a.error.as_ref()) {
+            if error.name != crate::model::ErrorName::Aborted {
+                self.emit_status(crate::event::Event::session_error(session, error));
+            }
+        }
+        self.emit_status(crate::event::Event::status(session, "idle"));
+        self.emit_status(crate::event::Event::SessionIdle {
+            session_id: session.clone(),
+        });
         Ok(())
     }
 
     /// Whether the turn has been finalized.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Publishes a session status event (bus only). It reports a commit that already
+    /// succeeded, so a failure to publish it is logged and does not fail the call.
+    fn emit_status(&self, event: crate::event::Event) {
+        if let Err(e) = self.projector.emit(&self.scope, event) {
+            tracing::warn!(
+                tenant = %self.scope.tenant,
+                session = %self.scope.session_id,
+                error = &e as &(dyn std::error::Error + 'static),
+                "publishing a session status failed; the turn is committed",
+            );
+        }
     }
 }

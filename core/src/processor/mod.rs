@@ -20,6 +20,11 @@
 //! | `finish-step` | persist step-finish, patch and the message's usage in one batch |
 //! | `finish`, `error`, `abort` | [`Processor::finalize`] |
 //!
+//! Around the turn it publishes the session's status, bus only, as opencode does:
+//! `session.status` busy once [`Processor::start`] committed the open message; after
+//! finalize committed, `session.error` (a failed turn, not an aborted one), then
+//! `session.status` idle and `session.idle`.
+//!
 //! Inside, one file per concern: options and stats, the turn's start and finalize, text
 //! and reasoning blocks (the delta path), tools, steps, and the messages around a turn.
 
