@@ -51,11 +51,7 @@ struct Parsed {
 }
 
 fn from_value<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::Input {
-        at: what.to_owned(),
-        message: e.to_string(),
-        source: Some(Box::new(e)),
-    })
+    serde_json::from_value(v).map_err(|e| Error::input_with(what, e.to_string(), e))
 }
 
 fn parse_document(mut doc: JsonMap) -> Result<Parsed> {
@@ -93,11 +89,8 @@ fn parse_lines(text: &str) -> Result<Parsed> {
         let v: Value = serde_json::from_str(line).map_err(|e| {
             let msg = e.to_string();
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
-            Error::Input {
-                at: format!("line {n}"),
-                message: format!("malformed JSON at column {}: {msg}", e.column()),
-                source: Some(Box::new(e)),
-            }
+            let message = format!("malformed JSON at column {}: {msg}", e.column());
+            Error::input_with(format!("line {n}"), message, e)
         })?;
         let m: MessageWithParts = from_value(v, &format!("line {n}"))?;
         let sid = m.info.session_id.clone();
@@ -168,11 +161,7 @@ fn session_from(id: &SessionId, messages: &[MessageWithParts]) -> Session {
 /// message, and no message or part id twice in one input (no silent last-wins).
 fn check(parsed: &Parsed) -> Result<()> {
     use std::collections::HashSet;
-    let bad = |at: String, e: forge_core::Error| Error::Input {
-        message: e.to_string(),
-        at,
-        source: Some(Box::new(e)),
-    };
+    let bad = |at: String, e: forge_core::Error| Error::input_with(at, e.to_string(), e);
     let mut messages = HashSet::new();
     let mut parts = HashSet::new();
     for (sid, _, msgs) in &parsed.sessions {

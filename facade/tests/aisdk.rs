@@ -23,9 +23,6 @@ const NOT_YET: &[(&str, &str)] = &[
         "v7/tool-approval-denied",
         "unknown event type \"tool-approval-request\"",
     ),
-    // The SDK's fullStream rejects without an `error` part; the file just ends.
-    ("v5/stream-throws", "the stream ended early"),
-    ("v7/stream-throws", "the stream ended early"),
 ];
 
 fn fixtures() -> Vec<(String, PathBuf)> {
@@ -117,10 +114,11 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let text = std::fs::read_to_string(&path).expect("fixture");
         let forge = forge_store::open("memory://").await.unwrap();
         let tenant = TenantId::default();
-        let outcome = forge
-            .replay_str(&tenant, &text, ReplayOptions::titled(&name))
-            .await;
-        if let Some((_, why)) = NOT_YET.iter().find(|(n, _)| *n == name) {
+        let not_yet = NOT_YET.iter().find(|(n, _)| *n == name);
+        // Strict: a stream with an event type this version does not know is not taken.
+        let opts = ReplayOptions::titled(&name).strict(not_yet.is_some());
+        let outcome = forge.replay_str(&tenant, &text, opts).await;
+        if let Some((_, why)) = not_yet {
             let err = outcome.err().unwrap_or_else(|| {
                 panic!("{name} replays now: check it field by field and take it off NOT_YET")
             });
@@ -194,7 +192,22 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                 "{name}: the step's usage is kept"
             );
         }
+        if name.ends_with("/stream-throws") {
+            // The SDK's fullStream rejects without an `error` part; the file just ends.
+            let answer = history.last().and_then(|m| m.info.as_assistant());
+            let error = answer.and_then(|a| a.error.as_ref()).expect("an error");
+            assert_eq!(error.name.as_str(), "UnknownError", "{name}");
+            let message = error.data.message.as_deref().unwrap_or_default();
+            assert!(
+                message.contains("the stream ended early"),
+                "{name}: {message}"
+            );
+            assert_eq!(
+                report.ended_early.as_ref(),
+                history.last().map(|m| &m.info.id)
+            );
+        }
         accepted += 1;
     }
-    assert_eq!(accepted, 28, "fixtures replayed and checked");
+    assert_eq!(accepted, 30, "fixtures replayed and checked");
 }
