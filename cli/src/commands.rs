@@ -210,9 +210,14 @@ async fn import(
         } else {
             "added to the existing session"
         };
+        let replaced = if s.replaced > 0 {
+            format!(", {} of the messages replaced stored ones", s.replaced)
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "imported {} messages, {} parts into {} ({how})",
+            "imported {} messages, {} parts into {} ({how}{replaced})",
             s.messages, s.parts, s.id
         )?;
     }
