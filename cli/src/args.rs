@@ -43,12 +43,27 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Feed a recorded model stream (JSONL, see docs/replay-format.md) into a session.
+    ///
+    /// By default an event of a type this version does not know is counted and skipped
+    /// (one warning sums them up), and a file that ends while an answer is open closes
+    /// that answer with an error saying the stream ended early (a warning says so). A
+    /// bad line stops the replay, naming the line.
     Replay {
         /// The file (`-` for stdin).
         file: PathBuf,
         /// Continue this session (or create it with this id).
         #[arg(long)]
         session: Option<String>,
+        /// Stop with an error at an event of an unknown type, and at a file that ends
+        /// while an answer is open.
+        #[arg(long)]
+        strict: bool,
+        /// Skip bad lines (malformed JSON, bad fields, an event that does not fit the
+        /// stream) with a warning each, and go on; a skipped line stores nothing. Store
+        /// failures still stop the replay. With --strict: unknown types and an early
+        /// end still stop it.
+        #[arg(long)]
+        lenient: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

@@ -197,7 +197,8 @@ pub fn script_from_replay(text: &str) -> Result<Script> {
             t = at;
         }
         let item = match line {
-            Line::Session(_) => continue,
+            // Nothing to measure (a replay skips an unknown type too).
+            Line::Session(_) | Line::Unknown { .. } => continue,
             Line::Crash => break,
             Line::User(mut u) => Item::User {
                 parts: user_part_bodies(&mut u, None)

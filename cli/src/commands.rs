@@ -25,8 +25,19 @@ pub async fn run(
         Command::Replay {
             file,
             session,
+            strict,
+            lenient,
             json,
-        } => replay(forge, tenant, &file, session, json, out).await,
+        } => {
+            let opts = ReplayOptions::default().strict(strict).lenient(lenient);
+            let how = ReplayHow {
+                session,
+                opts,
+                json,
+                quiet,
+            };
+            replay(forge, tenant, &file, how, out).await
+        }
         Command::Import { file, json } => {
             import(forge, tenant, &file, Progress::new(quiet, json), json, out).await
         }
@@ -117,27 +128,43 @@ fn source_name(file: &Path) -> String {
     }
 }
 
+/// The options of `replay`.
+struct ReplayHow {
+    session: Option<String>,
+    /// `--strict`, `--lenient`.
+    opts: ReplayOptions,
+    json: bool,
+    quiet: bool,
+}
+
 async fn replay(
     forge: &Forge,
     tenant: &TenantId,
     file: &Path,
-    session: Option<String>,
-    json: bool,
+    how: ReplayHow,
     out: &mut dyn Write,
 ) -> Result<()> {
+    let json = how.json;
     let source = source_name(file);
     let title = file
         .file_name()
         .filter(|f| *f != "-")
         .map_or(source.clone(), |f| f.to_string_lossy().into_owned());
-    let mut opts = ReplayOptions::titled(format!("replay of {title}"));
-    if let Some(s) = session {
+    let mut opts = how.opts;
+    opts.default_title = format!("replay of {title}");
+    if let Some(s) = how.session {
         opts = opts.session(SessionId::from(s));
     }
     let (report, error) = match forge.replay_file(tenant, file, opts).await {
         Ok(report) => (report, None),
         Err(e) => (e.report, Some(e.error)),
     };
+    if !how.quiet {
+        let mut err = std::io::stderr().lock();
+        for warning in show::replay_warnings(&report, &source) {
+            writeln!(err, "forge-store: warning: {warning}")?;
+        }
+    }
     if json {
         let mut value = serde_json::to_value(&report)?;
         if let Value::Object(map) = &mut value {
@@ -183,9 +210,14 @@ async fn import(
         } else {
             "added to the existing session"
         };
+        let replaced = if s.replaced > 0 {
+            format!(", {} of the messages replaced stored ones", s.replaced)
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "imported {} messages, {} parts into {} ({how})",
+            "imported {} messages, {} parts into {} ({how}{replaced})",
             s.messages, s.parts, s.id
         )?;
     }

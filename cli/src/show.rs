@@ -368,6 +368,27 @@ pub fn recover_report(out: &mut dyn Write, r: &RecoverReport) -> io::Result<()> 
     )
 }
 
+/// The warnings of a replay, one line each: the unknown event types (one line for
+/// all), every skipped line, and an answer the input left open.
+pub fn replay_warnings(r: &ReplayReport, source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(summary) = r.unknown_summary() {
+        out.push(format!("{source}: {summary}"));
+    }
+    for s in &r.skipped {
+        out.push(format!("{source}: skipped line {}: {}", s.line, s.message));
+    }
+    if let Some(id) = &r.ended_early {
+        out.push(format!(
+            "{source}: the stream ended early: assistant message {id} was still open at the \
+             end of the file and was closed with an error (end it with finish, error or \
+             abort, or add {{\"type\":\"crash\"}} to leave it open; --strict makes this an \
+             error)"
+        ));
+    }
+    out
+}
+
 /// What a replay wrote.
 pub fn replay_report(
     out: &mut dyn Write,
@@ -407,6 +428,28 @@ pub fn replay_report(
          persisted",
         r.deltas, r.ignored_events
     )?;
+    if !r.unknown_events.is_empty() {
+        writeln!(
+            out,
+            "  unknown:  {} event(s) of {} type(s) this version does not know, skipped",
+            r.unknown_count(),
+            r.unknown_events.len()
+        )?;
+    }
+    if !r.skipped.is_empty() {
+        writeln!(
+            out,
+            "  skipped:  {} bad line(s) (--lenient), nothing of them stored",
+            r.skipped.len()
+        )?;
+    }
+    if let Some(id) = &r.ended_early {
+        writeln!(
+            out,
+            "  ended early: the input ended while assistant message {id} was open; it was \
+             closed with an error"
+        )?;
+    }
     if let Some(line) = r.crash_line {
         let open = r.left_open.unwrap_or_default();
         writeln!(

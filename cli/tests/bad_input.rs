@@ -3,18 +3,18 @@
 
 mod common;
 
-use common::{open_things, parts, stderr, Env};
+use common::{open_things, parts, stderr, stdout, Env};
 
 const USER: &str = r#"{"type":"session","title":"bad input"}
 {"type":"user","text":"hello"}
 {"type":"text-start","id":"t"}
 {"type":"text-delta","id":"t","text":"partial answer"}"#;
 
-/// Replays `tail` after a user message and an open text block; returns stderr and the
-/// stored history of the (only) session.
+/// Replays `tail` after a user message and an open text block (with `--strict`);
+/// returns stderr and the stored history of the (only) session.
 fn replay_failing(env: &Env, tail: &str) -> (String, Vec<serde_json::Value>) {
     let file = env.file("bad.jsonl", &format!("{USER}\n{tail}\n"));
-    let out = env.run(&["replay", &file]);
+    let out = env.run(&["replay", "--strict", &file]);
     assert!(!out.status.success(), "replay must fail on {tail}");
     let err = stderr(&out);
     assert_eq!(err.trim_end().lines().count(), 1, "one-line error: {err}");
@@ -47,7 +47,7 @@ fn malformed_line_reports_its_number_and_keeps_what_was_committed() {
 }
 
 #[test]
-fn unknown_event_type_is_reported_not_skipped() {
+fn unknown_event_type_is_an_error_under_strict() {
     let env = Env::new();
     let (err, history) = replay_failing(&env, r#"{"type":"text-delat","id":"t","text":"x"}"#);
     assert!(
@@ -81,12 +81,131 @@ fn typo_in_a_replay_line_field_is_an_error() {
 }
 
 #[test]
-fn end_of_file_with_an_open_answer_is_an_error_and_closes_it() {
+fn end_of_file_with_an_open_answer_is_an_error_under_strict_and_closes_it() {
     let env = Env::new();
     let (err, history) = replay_failing(&env, "");
     assert!(err.contains("line 6 (end of file)"), "{err}");
     assert!(err.contains("still open"), "{err}");
     assert_committed_and_closed(&history, 6);
+}
+
+#[test]
+fn unknown_event_types_are_skipped_with_one_warning() {
+    let env = Env::new();
+    let file = env.file(
+        "unknown.jsonl",
+        &format!(
+            "{USER}\n{}\n{}\n{}\n{}\n",
+            r#"{"type":"tool-approval-request","approvalId":"a"}"#,
+            r#"{"type":"ping"}"#,
+            r#"{"type":"ping"}"#,
+            r#"{"type":"finish"}"#
+        ),
+    );
+    let out = env.run(&["replay", &file]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "one warning: {err}");
+    assert!(
+        err.starts_with(&format!(
+            "forge-store: warning: {file}: 3 events of types this version does not know \
+             were skipped: \"tool-approval-request\" ×1 (first at line 5), \"ping\" ×2 (first \
+             at line 6)"
+        )),
+        "{err}"
+    );
+    assert!(stdout(&out).contains("unknown:  3 event(s) of 2 type(s)"));
+    let quiet = env.run(&["-q", "replay", &file]);
+    assert!(quiet.status.success());
+    assert_eq!(stderr(&quiet), "", "-q: no warnings");
+    let report = env.json(&["replay", &file]);
+    assert_eq!(report["unknown_events"][1]["kind"], "ping");
+    assert_eq!(report["unknown_events"][1]["count"], 2);
+    assert_eq!(report["unknown_events"][1]["first_line"], 6);
+}
+
+#[test]
+fn end_of_file_with_an_open_answer_closes_it_as_ended_early_with_a_warning() {
+    let env = Env::new();
+    let file = env.file("throws.jsonl", &format!("{USER}\n"));
+    let out = env.run(&["replay", &file, "--json"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "one warning: {err}");
+    assert!(
+        err.contains("the stream ended early: assistant message msg_"),
+        "{err}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let sid = report["session"].as_str().unwrap();
+    let history = env.history(sid);
+    assert_eq!(report["ended_early"], history[1]["info"]["id"]);
+    assert_eq!(open_things(&history), (0, 0));
+    assert_eq!(history[1]["info"]["error"]["name"], "UnknownError");
+    let msg = history[1]["info"]["error"]["data"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(msg.starts_with("the stream ended early"), "{msg}");
+    assert_eq!(parts(&history[1])[0]["text"], "partial answer");
+}
+
+#[test]
+fn lenient_skips_each_bad_line_with_a_warning_and_goes_on() {
+    let env = Env::new();
+    let file = env.file(
+        "bad.jsonl",
+        &format!(
+            "{USER}\n{}\n{}\n{}\n{}\n{}\n",
+            r#"{"type":"text-delta","id":"t","#,
+            r#"{"type":"tool-result","toolCallId":"nope","output":"x"}"#,
+            r#"{"type":"text-delta","id":"t","text":" and the rest"}"#,
+            r#"{"type":"text-end","id":"t"}"#,
+            r#"{"type":"finish"}"#
+        ),
+    );
+    let out = env.run(&["replay", "--lenient", &file]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().collect();
+    assert_eq!(warnings.len(), 2, "{err}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "forge-store: warning: {file}: skipped line 5: malformed JSON"
+        )),
+        "{err}"
+    );
+    assert!(
+        warnings[1].contains("skipped line 6: tool-result does not fit"),
+        "{err}"
+    );
+    assert!(stdout(&out).contains("skipped:  2 bad line(s)"));
+    let sid = env.json(&["sessions"])[0]["info"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let history = env.history(&sid);
+    assert_eq!(parts(&history[1])[0]["text"], "partial answer and the rest");
+    assert!(history[1]["info"]["error"].is_null());
+}
+
+#[test]
+fn a_huge_value_in_the_wrong_place_gives_a_short_error() {
+    let env = Env::new();
+    let big = "x".repeat(5 << 20);
+    let file = env.file(
+        "big.jsonl",
+        &format!("{USER}\n{{\"type\":\"text-delta\",\"id\":\"t\",\"text\":[\"{big}\"]}}\n{{\"type\":\"{big}\"}}\n"),
+    );
+    let out = env.run(&["replay", "--lenient", "--strict", &file]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 2, "a warning and the error");
+    for line in err.lines() {
+        assert!(line.len() < 1000, "{} bytes: {}", line.len(), &line[..200]);
+    }
+    assert!(err.contains("skipped line 5: text-delta event"), "{err}");
+    assert!(err.contains("line 6: unknown event type \"xxx"), "{err}");
+    assert!(err.contains(&format!("({} bytes)", big.len())), "{err}");
 }
 
 #[test]

@@ -102,9 +102,10 @@ fn export_of_an_imported_session_equals_the_input() {
     assert_eq!(report["sessions"][0]["messages"], 2);
     assert_eq!(report["sessions"][0]["parts"], 10);
     assert_eq!(
-        report["commits"], 3,
-        "session.updated, then one batch per message"
+        report["commits"], 1,
+        "one batch: session.updated and every message with its parts"
     );
+    assert_eq!(report["sessions"][0]["replaced"], 0);
 
     let out = env.dir.path().join("out.json");
     let printed = env.ok(&["export", SES, "--out", &out.display().to_string()]);

@@ -15,19 +15,39 @@ use serde_json::Value;
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// Prompt tokens, cached ones included.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub input_tokens: Option<u64>,
     /// Completion tokens, reasoning included.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub output_tokens: Option<u64>,
     /// Total tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub total_tokens: Option<u64>,
     /// Reasoning tokens (v5).
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub reasoning_tokens: Option<u64>,
     /// Prompt tokens served from the provider's cache (v5).
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub cached_input_tokens: Option<u64>,
     /// The split of the prompt tokens (v6+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,13 +62,25 @@ pub struct Usage {
 #[serde(rename_all = "camelCase")]
 pub struct InputTokenDetails {
     /// Prompt tokens neither read from nor written to the cache.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub no_cache_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub cache_read_tokens: Option<u64>,
     /// Prompt tokens written to the cache.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub cache_write_tokens: Option<u64>,
 }
 
@@ -57,10 +89,18 @@ pub struct InputTokenDetails {
 #[serde(rename_all = "camelCase")]
 pub struct OutputTokenDetails {
     /// Completion tokens of visible text.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub text_tokens: Option<u64>,
     /// Completion tokens spent reasoning.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "count")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "count"
+    )]
     pub reasoning_tokens: Option<u64>,
 }
 
@@ -94,9 +134,9 @@ impl Usage {
             .reasoning_tokens
             .or(self.reasoning_tokens)
             .unwrap_or(0);
-        let output = output_details.text_tokens.unwrap_or_else(|| {
-            self.output_tokens.unwrap_or(0).saturating_sub(reasoning)
-        });
+        let output = output_details
+            .text_tokens
+            .unwrap_or_else(|| self.output_tokens.unwrap_or(0).saturating_sub(reasoning));
         let mut t = crate::model::Tokens {
             input,
             output,

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use forge_core::model::{Part, PartBody, ToolPart, ToolState};
-use forge_core::{Error, Outcome, Store};
+use forge_core::{Error, Outcome};
 
 const CALL: &[&str] = &[
     r#"{"type":"start-step"}"#,
@@ -66,7 +66,11 @@ async fn finalize_and_recover_leave_a_call_waiting_for_approval_as_it_is() {
     let report = h.engine.recover(&h.tenant, None).await.unwrap();
     assert!(report.is_empty(), "recover closes nothing: {report:?}");
     let after = h.parts().await;
-    assert_eq!(tool(&after, "c1").0, part, "recover left the call unchanged");
+    assert_eq!(
+        tool(&after, "c1").0,
+        part,
+        "recover left the call unchanged"
+    );
 }
 
 #[tokio::test]
@@ -146,7 +150,10 @@ async fn a_denial_closes_the_call_as_an_error_that_says_so() {
     let meta = e.metadata.as_ref().unwrap();
     assert_eq!(meta["denied"], true);
     assert_eq!(meta["approval"]["id"], "ap-1");
-    assert!(meta.get("interrupted").is_none(), "a denial is not an interruption");
+    assert!(
+        meta.get("interrupted").is_none(),
+        "a denial is not an interruption"
+    );
 }
 
 #[tokio::test]

@@ -5,10 +5,17 @@
 //! would not open (always redacted), the line of a stream that did not fit, the file
 //! that could not be read. Input errors and backend errors are different variants, so
 //! a caller can tell "your stream is malformed" from "the database went away".
+//!
+//! Input errors quote the input, which may be anything: every [`Error::Input`] is built
+//! through one constructor that [`clip`]s its text, so a 5 MB value or a newline in an
+//! id gives a short message on one line.
 
+use std::fmt;
 use std::path::PathBuf;
 
 use forge_core::{SessionId, TenantId};
+
+use crate::clip::clip;
 
 /// A result of the facade.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -50,13 +57,17 @@ pub enum Error {
     },
     /// The input (a stream line, an import document) is not what it must be. Nothing of
     /// the bad item was stored.
+    ///
+    /// `at` and `message` are [`clip`](crate::clip)ped: one line each, every quoted
+    /// value cut to [`QUOTE_MAX`](crate::QUOTE_MAX) bytes.
     #[error("{at}: {message}")]
     Input {
         /// Where: `line 12`, `messages[3]`, `event 40`.
         at: String,
         /// What is wrong.
         message: String,
-        /// The parser's or the engine's own error, when there is one.
+        /// The parser's or the engine's own error, when there is one: a
+        /// [`ClippedError`], which displays as clipped and gives the original.
         #[source]
         source: Option<forge_core::BoxError>,
     },
@@ -91,12 +102,26 @@ pub enum Error {
 }
 
 impl Error {
-    /// An [`Error::Input`] without a further source.
-    pub(crate) fn input(at: impl Into<String>, message: impl Into<String>) -> Self {
+    /// An [`Error::Input`] without a further source; `at` and `message` are clipped.
+    pub(crate) fn input(at: impl AsRef<str>, message: impl AsRef<str>) -> Self {
         Self::Input {
-            at: at.into(),
-            message: message.into(),
+            at: clip(at.as_ref()),
+            message: clip(message.as_ref()),
             source: None,
+        }
+    }
+
+    /// An [`Error::Input`] caused by `source` (the parser's or the engine's error), kept
+    /// as a [`ClippedError`]; `at` and `message` are clipped.
+    pub(crate) fn input_with(
+        at: impl AsRef<str>,
+        message: impl AsRef<str>,
+        source: impl Into<forge_core::BoxError>,
+    ) -> Self {
+        Self::Input {
+            at: clip(at.as_ref()),
+            message: clip(message.as_ref()),
+            source: Some(Box::new(ClippedError(source.into()))),
         }
     }
 
@@ -120,6 +145,58 @@ impl Error {
     pub fn is_input(&self) -> bool {
         matches!(self, Self::Input { .. })
     }
+
+    /// An input error a lenient replay skips: the line itself is bad. A conflict with
+    /// what the store holds is the store's answer, not the line's fault, and is not.
+    pub(crate) fn is_skippable_input(&self) -> bool {
+        let Self::Input { source, .. } = self else {
+            return false;
+        };
+        let engine = source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<ClippedError>())
+            .and_then(|c| c.get_ref().downcast_ref::<forge_core::Error>());
+        !matches!(engine, Some(forge_core::Error::Conflict { .. }))
+    }
+}
+
+/// The source of an [`Error::Input`]: the parser's or the engine's error, displayed
+/// [`clip`](crate::clip)ped like the message (their own text may quote the input in
+/// full: serde writes `invalid type: string "…"` with the whole string).
+/// [`ClippedError::get_ref`] gives the original, e.g. to downcast it to
+/// `serde_json::Error` or [`forge_core::Error`].
+pub struct ClippedError(forge_core::BoxError);
+
+impl ClippedError {
+    /// The original error.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.0.as_ref()
+    }
+
+    /// The original error, unwrapped.
+    pub fn into_inner(self) -> forge_core::BoxError {
+        self.0
+    }
+}
+
+impl fmt::Display for ClippedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&clip(&self.0.to_string()))
+    }
+}
+
+impl fmt::Debug for ClippedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ClippedError")
+            .field(&clip(&format!("{:?}", self.0)))
+            .finish()
+    }
+}
+
+impl std::error::Error for ClippedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 impl From<forge_core::Error> for Error {
@@ -134,11 +211,53 @@ impl From<forge_core::Error> for Error {
 /// is the input's fault; anything else is the store's.
 pub(crate) fn classify(at: String, what: &str, e: forge_core::Error) -> Error {
     match e {
-        forge_core::Error::InvalidInput(_) | forge_core::Error::Conflict { .. } => Error::Input {
-            message: format!("{what} does not fit: {e}"),
-            at,
-            source: Some(Box::new(e)),
-        },
+        forge_core::Error::InvalidInput(_) | forge_core::Error::Conflict { .. } => {
+            Error::input_with(at, format!("{what} does not fit: {e}"), e)
+        }
         other => Error::store(format!("{at}: {what}"), other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_errors_are_clipped_and_so_is_their_source() {
+        let big = "B".repeat(5 << 20);
+        let parsed: std::result::Result<u64, _> = serde_json::from_value(big.clone().into());
+        let Err(serde) = parsed else {
+            panic!("a string is no u64")
+        };
+        assert!(serde.to_string().len() > big.len(), "serde quotes it all");
+        let e = Error::input_with(
+            format!("message {:?}", "m\nid"),
+            format!("`t`: {serde}"),
+            serde,
+        );
+        let text = e.to_string();
+        assert!(text.len() < 2 * crate::QUOTE_MAX, "{} bytes", text.len());
+        assert!(text.contains(&format!("({} bytes)", big.len())), "{text}");
+        let source = std::error::Error::source(&e).expect("the parser's error");
+        assert!(source.to_string().len() < 2 * crate::QUOTE_MAX);
+        assert!(format!("{source:?}").len() < 2 * crate::QUOTE_MAX);
+        let original = source
+            .downcast_ref::<ClippedError>()
+            .and_then(|c| c.get_ref().downcast_ref::<serde_json::Error>());
+        assert!(original.is_some(), "the original stays reachable");
+        let plain = Error::input("line\n2", "bad\u{7}");
+        assert_eq!(plain.to_string(), "line\\n2: bad\\u{7}");
+    }
+
+    #[test]
+    fn a_conflict_is_not_skippable_input() {
+        let conflict = classify(
+            "line 1".into(),
+            "x",
+            forge_core::Error::conflict("stored differently"),
+        );
+        assert!(conflict.is_input() && !conflict.is_skippable_input());
+        let invalid = classify("line 1".into(), "x", forge_core::Error::invalid("bad"));
+        assert!(invalid.is_skippable_input());
     }
 }

@@ -231,12 +231,23 @@ impl Forge {
 
     /// Imports sessions in the opencode export shape: one export document
     /// `{info, messages: [{info, parts}]}`, or one `{info, parts}` message per line.
-    /// Ids, times and unknown fields are kept. `progress(done, total)` is called after
-    /// each message.
+    /// Ids, times and unknown fields are kept; a message or part whose id is stored
+    /// already is overwritten (counted as `replaced`). `progress(done, total)` is
+    /// called after each session's batch, in messages.
+    ///
+    /// All or nothing: the whole input is parsed and checked before anything is
+    /// written, each session is written as one batch (which every backend applies
+    /// whole or not at all), and if a session's batch fails, the sessions this call
+    /// wrote before it are taken back — a session it created is deleted; in a session
+    /// that existed, the messages it added are removed and those it overwrote are put
+    /// back as they were. Nothing that existed before is deleted. Subscribers of the
+    /// bus see the writes and then their undoing. Concurrent writers to the same
+    /// sessions are not isolated from an import.
     ///
     /// # Errors
-    /// [`Error::Input`] naming the bad line or item (nothing of it is stored);
-    /// [`Error::Store`] when writing fails.
+    /// [`Error::Input`] naming the bad line or item (nothing is stored);
+    /// [`Error::Store`] when writing fails (nothing is stored; if taking back failed
+    /// too, the error says so and names the sessions that keep what was written).
     pub async fn import_str(
         &self,
         tenant: &TenantId,

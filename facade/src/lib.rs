@@ -1,18 +1,22 @@
 #![doc = include_str!("../README.md")]
 
+mod clip;
 mod error;
 mod forge;
 mod open;
 pub mod replay;
 mod transfer;
 
-pub use error::{Error, Result};
+pub use clip::{clip, MESSAGE_MAX, QUOTE_MAX};
+pub use error::{ClippedError, Error, Result};
 pub use forge::{Forge, ImportReport, Recovered, ViewReport};
 pub use open::{
     is_redis, open, open_store, open_with, schemes, OpenOptions, Projection, Scheme, DEFAULT_URL,
     SCHEMES,
 };
-pub use replay::{Line, ReplayError, ReplayOptions, ReplayReport, UserLine};
+pub use replay::{
+    Line, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents, UserLine,
+};
 pub use transfer::{Export, ImportedSession};
 
 /// The engine's building blocks, for what the facade does not wrap: the model, the

@@ -9,13 +9,24 @@
 //!
 //! Ids, times and unknown fields are kept as they are (the model keeps unknown fields
 //! and unknown part kinds), so `export` of an imported session gives back the same JSON
-//! value. Import writes `session.updated`, then one batch per message (message + parts).
+//! value.
+//!
+//! Import is all or nothing per input. Everything is parsed and checked before
+//! anything is written; then each session is one batch (`session.updated` if it is
+//! written, then every message with its parts), which a store applies whole or not at
+//! all. If a later session's batch fails, the sessions written before are undone:
+//! a session the import created is deleted, and in a session that existed the
+//! messages the import added are removed and the ones it overwrote are put back as
+//! they were. Nothing that existed before is deleted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use forge_core::model::{JsonMap, SessionTime};
+use forge_core::projector::Scope;
 use forge_core::store::MAX_PAGE_LIMIT;
-use forge_core::{read_all, Engine, MessageWithParts, Session, SessionId, TenantId};
+use forge_core::{
+    read_all, Engine, MessageId, MessageWithParts, PartId, Session, SessionId, SyncEvent, TenantId,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::Instrument;
@@ -42,6 +53,9 @@ pub struct ImportedSession {
     pub messages: usize,
     /// Parts written.
     pub parts: usize,
+    /// Of the messages written, those that were stored already (same id) and were
+    /// overwritten.
+    pub replaced: usize,
 }
 
 /// Parsed input: sessions to write (`None`: create or continue from the messages), each
@@ -51,11 +65,7 @@ struct Parsed {
 }
 
 fn from_value<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::Input {
-        at: what.to_owned(),
-        message: e.to_string(),
-        source: Some(Box::new(e)),
-    })
+    serde_json::from_value(v).map_err(|e| Error::input_with(what, e.to_string(), e))
 }
 
 fn parse_document(mut doc: JsonMap) -> Result<Parsed> {
@@ -93,11 +103,8 @@ fn parse_lines(text: &str) -> Result<Parsed> {
         let v: Value = serde_json::from_str(line).map_err(|e| {
             let msg = e.to_string();
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
-            Error::Input {
-                at: format!("line {n}"),
-                message: format!("malformed JSON at column {}: {msg}", e.column()),
-                source: Some(Box::new(e)),
-            }
+            let message = format!("malformed JSON at column {}: {msg}", e.column());
+            Error::input_with(format!("line {n}"), message, e)
         })?;
         let m: MessageWithParts = from_value(v, &format!("line {n}"))?;
         let sid = m.info.session_id.clone();
@@ -168,11 +175,7 @@ fn session_from(id: &SessionId, messages: &[MessageWithParts]) -> Session {
 /// message, and no message or part id twice in one input (no silent last-wins).
 fn check(parsed: &Parsed) -> Result<()> {
     use std::collections::HashSet;
-    let bad = |at: String, e: forge_core::Error| Error::Input {
-        message: e.to_string(),
-        at,
-        source: Some(Box::new(e)),
-    };
+    let bad = |at: String, e: forge_core::Error| Error::input_with(at, e.to_string(), e);
     let mut messages = HashSet::new();
     let mut parts = HashSet::new();
     for (sid, _, msgs) in &parsed.sessions {
@@ -206,8 +209,9 @@ fn check(parsed: &Parsed) -> Result<()> {
     Ok(())
 }
 
-/// Imports `text` (either shape) into `engine`; `progress` is called after each
-/// message with (messages written, messages in all).
+/// Imports `text` (either shape) into `engine`, all of it or nothing (see the module
+/// docs); `progress` is called after each session's batch with (messages written,
+/// messages in all).
 pub(crate) async fn import(
     engine: &Engine,
     tenant: &TenantId,
@@ -228,6 +232,125 @@ pub(crate) async fn import(
         .await
 }
 
+/// One session of the input, ready to write.
+struct Plan {
+    id: SessionId,
+    /// The session row to write: the document's, or one made from the messages for a
+    /// session that does not exist.
+    info: Option<Session>,
+    messages: Vec<MessageWithParts>,
+    /// How to take the batch back.
+    undo: Undo,
+    /// Messages stored already (overwritten by the batch).
+    replaced: usize,
+}
+
+/// How to take back a session's batch after a later one failed.
+enum Undo {
+    /// The session did not exist: delete it.
+    Delete,
+    /// It existed: restore what the batch overwrote, remove what it added.
+    Restore {
+        /// The session row as it was, if the batch overwrote it.
+        info: Option<Session>,
+        messages: Vec<Restore>,
+    },
+}
+
+/// One message of a batch into an existing session.
+struct Restore {
+    id: MessageId,
+    /// The parts the batch wrote.
+    parts: Vec<PartId>,
+    /// The message as stored before, if it was.
+    before: Option<MessageWithParts>,
+}
+
+impl Undo {
+    fn events(self, session: &SessionId) -> Vec<SyncEvent> {
+        let Undo::Restore { info, messages } = self else {
+            return vec![SyncEvent::SessionDeleted {
+                session_id: session.clone(),
+            }];
+        };
+        let mut events: Vec<SyncEvent> = info
+            .map(|info| SyncEvent::SessionUpdated { info })
+            .into_iter()
+            .collect();
+        for m in messages {
+            let Some(before) = m.before else {
+                events.push(SyncEvent::MessageRemoved {
+                    session_id: session.clone(),
+                    message_id: m.id,
+                });
+                continue;
+            };
+            let kept: HashSet<&PartId> = before.parts.iter().map(|p| &p.id).collect();
+            for part_id in m.parts.iter().filter(|p| !kept.contains(p)) {
+                events.push(SyncEvent::PartRemoved {
+                    session_id: session.clone(),
+                    message_id: m.id.clone(),
+                    part_id: part_id.clone(),
+                });
+            }
+            events.push(SyncEvent::MessageUpdated { info: before.info });
+            events.extend(
+                before
+                    .parts
+                    .into_iter()
+                    .map(|part| SyncEvent::PartUpdated { part }),
+            );
+        }
+        events
+    }
+}
+
+/// Reads what the import would overwrite and decides what to write.
+async fn plan(
+    engine: &Engine,
+    tenant: &TenantId,
+    sid: SessionId,
+    info: Option<Session>,
+    messages: Vec<MessageWithParts>,
+) -> Result<Plan> {
+    let read = |e| Error::store(format!("reading session {sid}"), e);
+    let before = engine.store.session(tenant, &sid).await.map_err(read)?;
+    let Some(before) = before else {
+        let info = info.unwrap_or_else(|| session_from(&sid, &messages));
+        return Ok(Plan {
+            id: sid,
+            info: Some(info),
+            messages,
+            undo: Undo::Delete,
+            replaced: 0,
+        });
+    };
+    let mut restore = Vec::with_capacity(messages.len());
+    for m in &messages {
+        let stored = engine
+            .store
+            .message(tenant, &sid, &m.info.id)
+            .await
+            .map_err(read)?;
+        restore.push(Restore {
+            id: m.info.id.clone(),
+            parts: m.parts.iter().map(|p| p.id.clone()).collect(),
+            before: stored,
+        });
+    }
+    let replaced = restore.iter().filter(|r| r.before.is_some()).count();
+    Ok(Plan {
+        undo: Undo::Restore {
+            info: info.as_ref().map(|_| before.info),
+            messages: restore,
+        },
+        id: sid,
+        info,
+        messages,
+        replaced,
+    })
+}
+
 async fn write_sessions(
     engine: &Engine,
     tenant: &TenantId,
@@ -235,55 +358,100 @@ async fn write_sessions(
     total: usize,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<ImportedSession>> {
-    let mut written = 0;
-    let mut done = Vec::new();
+    let mut plans = Vec::with_capacity(parsed.sessions.len());
     for (sid, info, messages) in parsed.sessions {
-        let at = format!("session {sid}");
-        let put = |e| classify(at.clone(), "the session", e);
-        let (scope, session_written) = match info {
-            Some(info) => (engine.put_session(tenant, info).await.map_err(put)?, true),
-            None => match engine
-                .store
-                .session(tenant, &sid)
-                .await
-                .map_err(|e| Error::store(format!("reading {at}"), e))?
-            {
-                Some(_) => (
-                    engine
-                        .scope(tenant, &sid)
-                        .await
-                        .map_err(|e| Error::store(format!("opening {at}"), e))?,
-                    false,
-                ),
-                None => {
-                    let s = session_from(&sid, &messages);
-                    (engine.put_session(tenant, s).await.map_err(put)?, true)
-                }
-            },
-        };
-        let mut report = ImportedSession {
+        plans.push(plan(engine, tenant, sid, info, messages).await?);
+    }
+    let mut written = 0;
+    let mut done = Vec::with_capacity(plans.len());
+    let mut undo: Vec<(Scope, Undo)> = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let sid = plan.id.clone();
+        let report = ImportedSession {
             id: sid.clone(),
-            session_written,
-            messages: 0,
-            parts: 0,
+            session_written: plan.info.is_some(),
+            messages: plan.messages.len(),
+            parts: plan.messages.iter().map(|m| m.parts.len()).sum(),
+            replaced: plan.replaced,
         };
-        for m in messages {
-            let id = m.info.id.clone();
-            let n = m.parts.len();
-            engine
-                .put_message(&scope, m.info, m.parts)
-                .await
-                .map_err(|e| {
-                    classify(format!("message {id} of session {sid}"), "the message", e)
-                })?;
-            report.messages += 1;
-            report.parts += n;
-            written += 1;
-            progress(written, total);
+        let scope = match engine.scope(tenant, &sid).await {
+            Ok(scope) => scope,
+            Err(e) => {
+                let e = Error::store(format!("opening session {sid}"), e);
+                return Err(take_back(engine, undo, e).await);
+            }
+        };
+        let mut events = Vec::with_capacity(1 + report.messages + report.parts);
+        events.extend(plan.info.map(|info| SyncEvent::SessionUpdated { info }));
+        for m in plan.messages {
+            events.push(SyncEvent::MessageUpdated { info: m.info });
+            events.extend(
+                m.parts
+                    .into_iter()
+                    .map(|part| SyncEvent::PartUpdated { part }),
+            );
         }
+        if let Err(e) = engine.projector.commit(&scope, events).await {
+            let e = classify(format!("session {sid}"), "the import's batch", e);
+            return Err(take_back(engine, undo, e).await);
+        }
+        undo.push((scope, plan.undo));
+        written += report.messages;
+        progress(written, total);
         done.push(report);
     }
+    // A projector that holds writes back (group commit) commits them now, so that their
+    // failure is still this import's to take back.
+    if let Err(e) = engine.projector.sync().await {
+        let e = Error::store("committing the import", e);
+        return Err(take_back(engine, undo, e).await);
+    }
     Ok(done)
+}
+
+/// Takes back the sessions written so far, newest first, after `error`; returns
+/// `error`, noting if taking back failed too (and which sessions keep what the import
+/// wrote).
+async fn take_back(engine: &Engine, written: Vec<(Scope, Undo)>, error: Error) -> Error {
+    let mut left: Vec<SessionId> = Vec::new();
+    let mut first_failure = None;
+    for (scope, undo) in written.into_iter().rev() {
+        let sid = scope.session_id.clone();
+        let events = undo.events(&sid);
+        let undone = match engine.projector.commit(&scope, events).await {
+            Ok(_) => engine.projector.sync().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = undone {
+            tracing::error!(session = %sid, error = %e, "taking back an import failed");
+            first_failure.get_or_insert(e);
+            left.push(sid);
+        }
+    }
+    let Some(failure) = first_failure else {
+        return error;
+    };
+    let left: Vec<String> = left.iter().map(ToString::to_string).collect();
+    let note = format!(
+        "; taking back what the import wrote failed too ({failure}): sessions {} keep it",
+        left.join(", ")
+    );
+    match error {
+        Error::Store { action, source } => Error::Store {
+            action: format!("{action}{note}"),
+            source,
+        },
+        Error::Input {
+            at,
+            message,
+            source,
+        } => Error::Input {
+            at,
+            message: format!("{message}{note}"),
+            source,
+        },
+        other => Error::store(format!("{other}{note}"), failure),
+    }
 }
 
 /// Reads a whole session for export.

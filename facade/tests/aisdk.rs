@@ -1,24 +1,16 @@
 //! Streams recorded from the real AI SDK (`examples/streams/aisdk/v5`, `v7`; recorded by
 //! `scripts/aisdk/record.mjs` with `ai` 5.0.277 and 7.0.173 and their mock models).
 //!
-//! Each fixture either replays, and then every text and reasoning block is stored as the
-//! deltas spelled it and every tool call is a stored tool part; or it is one of the
-//! listed streams this release does not take yet, and then it fails with the listed
-//! error. A listed stream that starts replaying fails this test until it is removed
-//! from the list (and gets checked field by field).
+//! Every fixture replays with no event type left unknown, and is checked field by
+//! field: each text and reasoning block is stored as the deltas spelled it, each tool
+//! call is a stored tool part with its final result, files and sources are parts, each
+//! step's usage is kept without losing a count, and errors and aborts keep their shape.
 
 use std::path::PathBuf;
 
 use forge_store::model::{PartBody, ToolState};
 use forge_store::{ReplayOptions, TenantId};
 use serde_json::Value;
-
-/// Streams not taken yet, with the error they stop at.
-const NOT_YET: &[(&str, &str)] = &[
-    // The SDK's fullStream rejects without an `error` part; the file just ends.
-    ("v5/stream-throws", "the stream ended early"),
-    ("v7/stream-throws", "the stream ended early"),
-];
 
 fn fixtures() -> Vec<(String, PathBuf)> {
     let root: PathBuf = [
@@ -111,8 +103,10 @@ struct Answer {
     finish: Option<Value>,
     /// The last `error` event's error.
     error: Option<Value>,
-    /// An `abort` event, with its reason.
-    abort: Option<Option<String>>,
+    /// An `abort` event.
+    aborted: bool,
+    /// Its reason, when it gave one.
+    abort_reason: Option<String>,
     /// `source` events.
     sources: Vec<Value>,
     /// Calls the user denied.
@@ -134,7 +128,10 @@ fn answers(text: &str) -> Vec<Answer> {
             "finish-step" => a.steps.push(v),
             "finish" => a.finish = Some(v),
             "error" => a.error = Some(v["error"].clone()),
-            "abort" => a.abort = Some(v["reason"].as_str().map(str::to_owned)),
+            "abort" => {
+                a.aborted = true;
+                a.abort_reason = v["reason"].as_str().map(str::to_owned);
+            }
             "source" => a.sources.push(v),
             "tool-output-denied" => a
                 .denied
@@ -152,13 +149,25 @@ fn check_tokens(name: &str, what: &str, tokens: &Value, usage: &Value) {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let prompt = n(&tokens["input"]) + n(&tokens["cache"]["read"]) + n(&tokens["cache"]["write"]);
     let completion = n(&tokens["output"]) + n(&tokens["reasoning"]);
-    assert_eq!(prompt, n(&usage["inputTokens"]), "{name}: {what}: prompt tokens");
-    assert_eq!(completion, n(&usage["outputTokens"]), "{name}: {what}: completion tokens");
+    assert_eq!(
+        prompt,
+        n(&usage["inputTokens"]),
+        "{name}: {what}: prompt tokens"
+    );
+    assert_eq!(
+        completion,
+        n(&usage["outputTokens"]),
+        "{name}: {what}: completion tokens"
+    );
     let read = usage["inputTokenDetails"]["cacheReadTokens"]
         .as_u64()
         .or(usage["cachedInputTokens"].as_u64())
         .unwrap_or(0);
-    assert_eq!(n(&tokens["cache"]["read"]), read, "{name}: {what}: cache read");
+    assert_eq!(
+        n(&tokens["cache"]["read"]),
+        read,
+        "{name}: {what}: cache read"
+    );
     assert_eq!(
         n(&tokens["cache"]["write"]),
         n(&usage["inputTokenDetails"]["cacheWriteTokens"]),
@@ -168,8 +177,16 @@ fn check_tokens(name: &str, what: &str, tokens: &Value, usage: &Value) {
         .as_u64()
         .or(usage["reasoningTokens"].as_u64())
         .unwrap_or(0);
-    assert_eq!(n(&tokens["reasoning"]), reasoning, "{name}: {what}: reasoning");
-    assert_eq!(tokens.get("total"), usage.get("totalTokens"), "{name}: {what}: total");
+    assert_eq!(
+        n(&tokens["reasoning"]),
+        reasoning,
+        "{name}: {what}: reasoning"
+    );
+    assert_eq!(
+        tokens.get("total"),
+        usage.get("totalTokens"),
+        "{name}: {what}: total"
+    );
 }
 
 /// Checks each assistant message against the answer its events came from: usage and
@@ -181,7 +198,11 @@ fn check_answers(name: &str, text: &str, history: &[forge_store::model::MessageW
         .iter()
         .filter(|m| m.info.as_assistant().is_some())
         .collect();
-    assert_eq!(got.len(), want.len(), "{name}: one assistant message per answer");
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{name}: one assistant message per answer"
+    );
     for (i, (m, a)) in got.iter().zip(&want).enumerate() {
         let name = format!("{name} answer {i}");
         let info = serde_json::to_value(&m.info).expect("message json");
@@ -195,23 +216,44 @@ fn check_answers(name: &str, text: &str, history: &[forge_store::model::MessageW
         assert_eq!(steps.len(), a.steps.len(), "{name}: step-finish parts");
         for (part, step) in steps.iter().zip(&a.steps) {
             assert_eq!(part["reason"], step["finishReason"], "{name}: reason");
-            assert_eq!(part.get("rawReason"), step.get("rawFinishReason"), "{name}: raw reason");
+            assert_eq!(
+                part.get("rawReason"),
+                step.get("rawFinishReason"),
+                "{name}: raw reason"
+            );
             check_tokens(&name, "step tokens", &part["tokens"], &step["usage"]);
         }
         if let Some(last) = steps.last() {
-            assert_eq!(info["tokens"], last["tokens"], "{name}: message tokens = last step's");
+            assert_eq!(
+                info["tokens"], last["tokens"],
+                "{name}: message tokens = last step's"
+            );
         }
-        let cost: f64 = steps.iter().map(|p| p["cost"].as_f64().unwrap_or(0.0)).sum();
-        assert_eq!(info["cost"].as_f64(), Some(cost), "{name}: cost summed over steps");
+        let cost: f64 = steps
+            .iter()
+            .map(|p| p["cost"].as_f64().unwrap_or(0.0))
+            .sum();
+        assert_eq!(
+            info["cost"].as_f64(),
+            Some(cost),
+            "{name}: cost summed over steps"
+        );
         match &a.finish {
             Some(f) => {
-                assert_eq!(info.get("rawFinish"), f.get("rawFinishReason"), "{name}: raw finish");
+                assert_eq!(
+                    info.get("rawFinish"),
+                    f.get("rawFinishReason"),
+                    "{name}: raw finish"
+                );
                 match f.get("totalUsage") {
                     Some(total) => check_tokens(&name, "total usage", &info["totalTokens"], total),
                     None => assert!(info.get("totalTokens").is_none(), "{name}: no total"),
                 }
             }
-            None => assert!(info.get("totalTokens").is_none(), "{name}: no finish, no total"),
+            None => assert!(
+                info.get("totalTokens").is_none(),
+                "{name}: no finish, no total"
+            ),
         }
         let sources: Vec<_> = of("source").collect();
         assert_eq!(sources.len(), a.sources.len(), "{name}: sources");
@@ -221,10 +263,14 @@ fn check_answers(name: &str, text: &str, history: &[forge_store::model::MessageW
             for key in ["url", "title", "mediaType", "filename"] {
                 assert_eq!(part.get(key), src.get(key), "{name}: source {key}");
             }
-            assert_eq!(part.get("metadata"), src.get("providerMetadata"), "{name}: metadata");
+            assert_eq!(
+                part.get("metadata"),
+                src.get("providerMetadata"),
+                "{name}: metadata"
+            );
         }
         let error = &info["error"];
-        match (&a.error, &a.abort) {
+        match (&a.error, a.aborted.then_some(&a.abort_reason)) {
             (Some(e), _) => {
                 assert!(error.is_object(), "{name}: the error is recorded");
                 let call = match e["errors"].as_array() {
@@ -280,17 +326,16 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let text = std::fs::read_to_string(&path).expect("fixture");
         let forge = forge_store::open("memory://").await.unwrap();
         let tenant = TenantId::default();
-        let outcome = forge
-            .replay_str(&tenant, &text, ReplayOptions::titled(&name))
-            .await;
-        if let Some((_, why)) = NOT_YET.iter().find(|(n, _)| *n == name) {
-            let err = outcome.err().unwrap_or_else(|| {
-                panic!("{name} replays now: check it field by field and take it off NOT_YET")
-            });
-            assert!(err.to_string().contains(why), "{name}: {err}");
-            continue;
-        }
+        let opts = ReplayOptions::titled(&name);
+        let outcome = forge.replay_str(&tenant, &text, opts).await;
         let report = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Every event type of the SDK is known: none is merely counted.
+        assert_eq!(
+            report.unknown_count(),
+            0,
+            "{name}: {:?}",
+            report.unknown_summary()
+        );
         let sid = report.session.expect("session");
         let history = forge.history_all(&tenant, &sid).await.unwrap();
         let want = emitted(&text);
@@ -358,7 +403,22 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                 "{name}: the step's usage is kept"
             );
         }
+        if name.ends_with("/stream-throws") {
+            // The SDK's fullStream rejects without an `error` part; the file just ends.
+            let answer = history.last().and_then(|m| m.info.as_assistant());
+            let error = answer.and_then(|a| a.error.as_ref()).expect("an error");
+            assert_eq!(error.name.as_str(), "UnknownError", "{name}");
+            let message = error.data.message.as_deref().unwrap_or_default();
+            assert!(
+                message.contains("the stream ended early"),
+                "{name}: {message}"
+            );
+            assert_eq!(
+                report.ended_early.as_ref(),
+                history.last().map(|m| &m.info.id)
+            );
+        }
         accepted += 1;
     }
-    assert_eq!(accepted, 30, "fixtures replayed and checked");
+    assert_eq!(accepted, 32, "fixtures replayed and checked");
 }

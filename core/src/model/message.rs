@@ -132,7 +132,11 @@ pub struct AssistantTime {
     #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub created: i64,
     /// When it was closed; unset while open.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::model::num::whole_i64_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::num::whole_i64_opt"
+    )]
     pub completed: Option<i64>,
     /// Unknown fields, kept.
     #[serde(flatten)]

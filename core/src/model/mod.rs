@@ -18,9 +18,9 @@ pub use message::{
 };
 pub use part::{
     AgentPart, CacheTokens, CompactionPart, FilePart, Part, PartBody, PartTime, PatchPart,
-    ReasoningPart, RetryPart, RetryTime, SnapshotPart, SourcePart, StepFinishPart, StepStartPart, SubtaskPart,
-    TextPart, Tokens, ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning, ToolState,
-    ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS,
+    ReasoningPart, RetryPart, RetryTime, SnapshotPart, SourcePart, StepFinishPart, StepStartPart,
+    SubtaskPart, TextPart, Tokens, ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning,
+    ToolState, ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS,
 };
 pub use session::{Session, SessionTime};
 

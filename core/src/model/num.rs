@@ -50,9 +50,8 @@ where
         }
     }
     let v = d.deserialize_any(Whole(what))?;
-    T::try_from(v).map_err(|_| {
-        serde::de::Error::custom(format_args!("{v} is out of range for {what}"))
-    })
+    T::try_from(v)
+        .map_err(|_| serde::de::Error::custom(format_args!("{v} is out of range for {what}")))
 }
 
 /// Deserializes a `u64` from any whole JSON number.

@@ -67,7 +67,11 @@ pub struct PartTime {
     #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub start: i64,
     /// When the block was closed; unset while it streams.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::model::num::whole_i64_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::num::whole_i64_opt"
+    )]
     pub end: Option<i64>,
     /// Unknown fields, kept.
     #[serde(flatten)]
@@ -313,7 +317,11 @@ pub struct ToolTimeEnded {
     #[serde(deserialize_with = "crate::model::num::whole_i64")]
     pub end: i64,
     /// When the output was pruned from the model's view.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::model::num::whole_i64_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::num::whole_i64_opt"
+    )]
     pub compacted: Option<i64>,
     /// Unknown fields, kept.
     #[serde(flatten)]

@@ -53,7 +53,9 @@ pub fn message_error_from(value: &Value) -> MessageError {
     if is_context_overflow(code, &text, body) {
         let mut e = MessageError::new(ErrorName::ContextOverflow, text);
         if let Some(b) = body {
-            e.data.extra.insert("responseBody".into(), Value::String(b.to_owned()));
+            e.data
+                .extra
+                .insert("responseBody".into(), Value::String(b.to_owned()));
         }
         return e;
     }
@@ -66,7 +68,9 @@ pub fn message_error_from(value: &Value) -> MessageError {
         .and_then(Value::as_bool)
         .unwrap_or(code == 408 || code == 409 || code == 429 || code >= 500);
     e.data.extra.insert("statusCode".into(), status.clone());
-    e.data.extra.insert("isRetryable".into(), Value::Bool(retryable));
+    e.data
+        .extra
+        .insert("isRetryable".into(), Value::Bool(retryable));
     for key in ["responseHeaders", "responseBody", "url"] {
         if let Some(v) = call.get(key).filter(|v| !v.is_null()) {
             e.data.extra.insert(key.into(), v.clone());
@@ -191,7 +195,10 @@ mod tests {
                 {"statusCode": 500, "isRetryable": true},
                 {"statusCode": 503, "isRetryable": true, "responseHeaders": {"a": "b"}}]}));
         assert_eq!(retry.name, ErrorName::Api);
-        assert_eq!(retry.data.message.as_deref(), Some("Failed after 2 attempts"));
+        assert_eq!(
+            retry.data.message.as_deref(),
+            Some("Failed after 2 attempts")
+        );
         assert_eq!(retry.data.extra["statusCode"], 503);
         assert_eq!(retry.data.extra["responseHeaders"]["a"], "b");
         let aborted = message_error_from(&json!({"name": "AbortError", "message": "x"}));

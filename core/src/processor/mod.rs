@@ -325,7 +325,8 @@ impl Processor {
                         a.extra.insert("rawFinish".into(), Value::String(raw));
                     }
                     if let Some(total) = total_usage {
-                        let tokens = serde_json::to_value(total.tokens()).map_err(Error::invalid)?;
+                        let tokens =
+                            serde_json::to_value(total.tokens()).map_err(Error::invalid)?;
                         a.extra.insert("totalTokens".into(), tokens);
                     }
                 }

@@ -95,7 +95,10 @@ mod tests {
                 "outputTokens":9,"outputTokenDetails":{"reasoningTokens":2}}"#,
         );
         let t = u.tokens();
-        assert_eq!((t.input, t.cache.read, t.reasoning, t.output), (15, 5, 2, 7));
+        assert_eq!(
+            (t.input, t.cache.read, t.reasoning, t.output),
+            (15, 5, 2, 7)
+        );
         // -0 and 1e1 are whole numbers too.
         let t = usage(r#"{"inputTokens":-0,"outputTokens":1e1}"#).tokens();
         assert_eq!((t.input, t.output), (0, 10));

@@ -191,7 +191,7 @@ impl Processor {
         let local = self
             .awaiting
             .iter()
-            .find(|(id, p)| call_id.map_or(true, |c| *id == c) && by_approval(p))
+            .find(|(id, p)| call_id.is_none_or(|c| *id == c) && by_approval(p))
             .map(|(id, _)| id.clone());
         let found = match (local, call_id) {
             (Some(id), _) => self.awaiting.remove(&id),

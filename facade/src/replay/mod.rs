@@ -9,17 +9,21 @@
 //! Bad input stops the replay at its line: the error names the line and what is wrong,
 //! what was committed before stays, and the open assistant message is finalized with
 //! the error so nothing is left open — except after a `crash` marker, which stops
-//! without finalize on purpose.
+//! without finalize on purpose. With [`ReplayOptions::lenient()`] a bad line is skipped
+//! instead; every check that can refuse a line runs before the line writes anything,
+//! so a skipped line stores nothing.
+//!
+//! Two things are not bad input unless [`ReplayOptions::strict()`] says so: an event of
+//! a type this version does not know (counted and skipped), and an input that ends
+//! while an assistant message is open (a producer whose stream threw): the message is
+//! closed with an `UnknownError` saying the stream ended early.
 
 use std::collections::HashMap;
 
-use forge_core::id::{now_ms, PartId};
-use forge_core::model::{ErrorName, MessageBody, MessageError, ModelRef};
-use forge_core::processor::{assistant_message, user_message};
+use forge_core::model::{ErrorName, MessageError, ModelRef};
 use forge_core::projector::Scope;
 use forge_core::{
-    Engine, Flow, MessageId, Outcome, Part, Processor, ProcessorOptions, ProcessorStats, Session,
-    SessionId, StreamEvent, TenantId,
+    Engine, Flow, MessageId, Outcome, Processor, ProcessorStats, StreamEvent, TenantId,
 };
 use futures::{Stream, StreamExt};
 use tracing::Instrument;
@@ -27,15 +31,24 @@ use tracing::Instrument;
 use crate::error::{classify, Error, Result};
 
 mod line;
+mod probe;
 mod report;
+mod turns;
 
 pub use line::{
-    parse_line, user_part_bodies, AssistantLine, CompactionLine, Line, SessionLine, UserLine,
+    integer, parse_line, user_part_bodies, AssistantLine, CompactionLine, Line, SessionLine,
+    UserLine, LINE_KINDS,
 };
-pub use report::{LeftOpen, ReplayError, ReplayOptions, ReplayReport};
+pub use report::{LeftOpen, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents};
 
 /// The agent a user message names when its line does not.
 pub const DEFAULT_AGENT: &str = "build";
+
+/// What an answer the input left open is closed with (as an `UnknownError`). It names
+/// no line or id: the same stream gives the same stored history.
+pub const ENDED_EARLY: &str = "the stream ended early: the input ended while this assistant \
+     message was open; end it with finish, error or abort (or add {\"type\":\"crash\"} to \
+     leave it open on purpose)";
 
 struct UserCtx {
     id: MessageId,
@@ -55,12 +68,15 @@ pub(crate) struct Replayer<'a> {
     open: Option<Processor>,
     /// The last stream event finished an answer (and nothing opened another since).
     finished: bool,
+    /// Lines applied (not blank, not a comment, not skipped, not of an unknown type).
+    applied: usize,
     stats: ProcessorStats,
     report: ReplayReport,
 }
 
 enum Step {
-    Continue,
+    Applied,
+    Unknown(String),
     Crash,
 }
 
@@ -99,6 +115,7 @@ impl<'a> Replayer<'a> {
             refs: HashMap::new(),
             open: None,
             finished: false,
+            applied: 0,
             stats: ProcessorStats::default(),
             report: ReplayReport::default(),
         }
@@ -141,103 +158,162 @@ impl<'a> Replayer<'a> {
     where
         S: Stream<Item = std::result::Result<Option<Line>, String>>,
     {
+        self.check_options()?;
         let mut items = std::pin::pin!(items);
         let mut n = 0;
-        let mut seen = 0;
         while let Some(item) = items.next().await {
             n += 1;
             self.report.lines = n;
             let at = unit.at(n);
             let step = match item {
                 Ok(None) => continue,
-                Ok(Some(line)) => {
-                    seen += 1;
-                    self.apply(&at, line).await
-                }
-                Err(msg) => Err(Error::input(at, msg)),
+                Ok(Some(line)) => self.apply(&at, line).await,
+                Err(msg) => Err(Error::input(&at, msg)),
             };
             match step {
-                Ok(Step::Continue) => {}
+                Ok(Step::Applied) => self.applied += 1,
+                Ok(Step::Unknown(kind)) if self.opts.strict => {
+                    let e = Error::input(
+                        &at,
+                        format!(
+                            "unknown event type {kind:?}: not a replay line (session, user, \
+                             assistant, crash) nor an AI SDK stream event this version handles \
+                             (strict mode)"
+                        ),
+                    );
+                    return Err(self.fail(e).await);
+                }
+                Ok(Step::Unknown(kind)) => self.count_unknown(n, kind),
                 Ok(Step::Crash) => return self.crash(n).await,
+                Err(e) if self.opts.lenient && e.is_skippable_input() => self.skip(n, e),
                 Err(e) => return Err(self.fail(e).await),
             }
         }
-        self.close_failed_answer(&unit.end(n + 1)).await?;
+        self.end(unit, n).await
+    }
+
+    /// The input ended after `n` items.
+    async fn end(&mut self, unit: Unit, n: usize) -> Result<()> {
+        let end = unit.end(n + 1);
+        self.close_failed_answer(&end).await?;
         if let Some(p) = &self.open {
-            let e = Error::input(
-                unit.end(n + 1),
-                format!(
-                    "the stream ended early: assistant message {} is still open; end it with \
-                     finish, error or abort (or add {{\"type\":\"crash\"}} to leave it open \
-                     on purpose)",
-                    p.message().id
-                ),
-            );
-            return Err(self.fail(e).await);
+            if self.opts.strict {
+                let e = Error::input(
+                    &end,
+                    format!(
+                        "the stream ended early: assistant message {} is still open; end it \
+                         with finish, error or abort (or add {{\"type\":\"crash\"}} to leave \
+                         it open on purpose)",
+                        p.message().id
+                    ),
+                );
+                return Err(self.fail(e).await);
+            }
+            self.close_ended_early(&end).await?;
         }
-        if seen == 0 {
+        if self.applied == 0 && self.scope.is_none() {
             // Nothing to store: no session is created for an empty input.
-            return Err(Error::input(
-                unit.end(n + 1),
-                "the input holds no lines (only blank lines and comments, or nothing)",
-            ));
+            let unknown = self.report.unknown_count();
+            let skipped = self.report.skipped.len();
+            let message = if unknown == 0 && skipped == 0 {
+                "the input holds no lines (only blank lines and comments, or nothing)".to_owned()
+            } else {
+                format!(
+                    "the input holds nothing to replay: {unknown} event(s) of unknown types, \
+                     {skipped} skipped line(s), and blank lines and comments"
+                )
+            };
+            return Err(Error::input(end, message));
         }
         self.ensure_session(&unit.at(n)).await
     }
 
+    fn check_options(&self) -> Result<()> {
+        match &self.opts.session {
+            Some(id) => id
+                .check()
+                .map_err(|e| Error::input_with("options", format!("session id: {e}"), e)),
+            None => Ok(()),
+        }
+    }
+
+    fn count_unknown(&mut self, n: usize, kind: String) {
+        tracing::debug!(line = n, kind = %crate::clip(&kind), "event of an unknown type skipped");
+        match self
+            .report
+            .unknown_events
+            .iter_mut()
+            .find(|u| u.kind == kind)
+        {
+            Some(u) => u.count += 1,
+            None => self.report.unknown_events.push(UnknownEvents {
+                kind,
+                count: 1,
+                first_line: n,
+            }),
+        }
+    }
+
+    fn skip(&mut self, n: usize, e: Error) {
+        let message = match e {
+            Error::Input { message, .. } => message,
+            other => other.to_string(),
+        };
+        tracing::debug!(line = n, %message, "bad line skipped");
+        self.report.skipped.push(SkippedLine { line: n, message });
+    }
+
     async fn apply(&mut self, at: &str, line: Line) -> Result<Step> {
         match line {
-            Line::Session(s) => {
-                if self.scope.is_some() || self.session_line.is_some() {
-                    return Err(Error::input(
-                        at,
-                        "a session line must come first, and only once",
-                    ));
-                }
-                self.session_line = Some(s);
-            }
-            Line::User(u) => {
-                self.ensure_session(at).await?;
-                self.close_failed_answer(at).await?;
-                self.no_open_assistant(at, "a user message")?;
-                self.user(at, u).await?;
-            }
-            Line::Assistant(a) => {
-                self.ensure_session(at).await?;
-                self.close_failed_answer(at).await?;
-                self.no_open_assistant(at, "a new assistant message")?;
-                self.start_assistant(at, a).await?;
-            }
+            Line::Session(s) => self.session_line(at, s)?,
+            Line::User(u) => self.user(at, u).await?,
+            Line::Assistant(a) => self.assistant(at, a).await?,
             Line::Crash => return Ok(Step::Crash),
-            Line::Stream(event) => {
-                self.ensure_session(at).await?;
-                if self.open.is_none() {
-                    if self.finished && matches!(event, StreamEvent::Finish { .. }) {
-                        // Opening a new answer only to finish it would store an empty
-                        // assistant message.
-                        return Err(Error::input(
-                            at,
-                            "finish does not fit: no assistant message is open (a second \
-                             finish?)",
-                        ));
-                    }
-                    self.start_assistant(at, AssistantLine::default()).await?;
-                }
-                let kind = event.kind();
-                let Some(p) = self.open.as_mut() else {
-                    return Err(Error::input(at, "no assistant message is open"));
-                };
-                let flow = p
-                    .handle(event)
-                    .await
-                    .map_err(|e| classify(at.to_owned(), kind, e))?;
-                if flow == Flow::Done {
-                    self.close_processor();
-                    self.finished = true;
-                }
-            }
+            Line::Stream(event) => self.event(at, event).await?,
+            Line::Unknown { kind } => return Ok(Step::Unknown(kind)),
         }
-        Ok(Step::Continue)
+        Ok(Step::Applied)
+    }
+
+    async fn event(&mut self, at: &str, event: StreamEvent) -> Result<()> {
+        if self.open.is_none() {
+            if self.finished && matches!(event, StreamEvent::Finish { .. }) {
+                // Opening a new answer only to finish it would store an empty assistant
+                // message.
+                return Err(Error::input(
+                    at,
+                    "finish does not fit: no assistant message is open (a second finish?)",
+                ));
+            }
+            self.has_user(at).await?;
+            if self.opts.lenient {
+                // Opening the answer stores it: make sure the event will not be refused.
+                let scope = self.scope(at)?;
+                // Boxed: a Processor's futures are large, and this one is rarely needed.
+                let probe = probe::fits_a_new_answer(
+                    self.engine,
+                    self.tenant,
+                    &scope.session_id,
+                    at,
+                    &event,
+                );
+                Box::pin(probe).await?;
+            }
+            self.start_assistant(at, AssistantLine::default()).await?;
+        }
+        let kind = event.kind();
+        let Some(p) = self.open.as_mut() else {
+            return Err(Error::input(at, "no assistant message is open"));
+        };
+        let flow = p
+            .handle(event)
+            .await
+            .map_err(|e| classify(at.to_owned(), kind, e))?;
+        if flow == Flow::Done {
+            self.close_processor();
+            self.finished = true;
+        }
+        Ok(())
     }
 
     /// Closes an answer that already failed (an `error` inside a step, then no
@@ -253,6 +329,26 @@ impl<'a> Replayer<'a> {
             .await
             .map_err(|e| Error::store(format!("{at}: closing the failed answer"), e))?;
         self.close_processor();
+        Ok(())
+    }
+
+    /// Closes the answer the input left open with [`ENDED_EARLY`].
+    async fn close_ended_early(&mut self, at: &str) -> Result<()> {
+        let Some(p) = self.open.as_mut() else {
+            return Ok(());
+        };
+        let id = p.message().id.clone();
+        let error = MessageError::new(ErrorName::Unknown, ENDED_EARLY);
+        let closed = p.finalize(Outcome::Failed(error)).await;
+        self.close_processor();
+        closed.map_err(|e| {
+            Error::store(
+                format!("{at}: closing assistant message {id}, which the stream left open"),
+                e,
+            )
+        })?;
+        tracing::info!(message_id = %id, "the stream ended early; its answer was closed");
+        self.report.ended_early = Some(id);
         Ok(())
     }
 
@@ -318,206 +414,5 @@ impl<'a> Replayer<'a> {
         }
         self.close_processor();
         e
-    }
-
-    fn scope(&self, at: &str) -> Result<Scope> {
-        self.scope
-            .clone()
-            .ok_or_else(|| Error::input(at, "no session yet"))
-    }
-
-    async fn ensure_session(&mut self, at: &str) -> Result<()> {
-        if self.scope.is_some() {
-            return Ok(());
-        }
-        let line = self.session_line.take().unwrap_or_default();
-        let wanted = match (&self.opts.session, line.id) {
-            (Some(id), _) => Some(id.clone()),
-            (None, Some(id)) if id.trim().is_empty() => {
-                return Err(Error::input(at, "session line: empty `id`"))
-            }
-            (None, Some(id)) => Some(SessionId::from(id)),
-            (None, None) => None,
-        };
-        if let Some(id) = &wanted {
-            id.check().map_err(|e| Error::Input {
-                at: at.to_owned(),
-                message: format!("session id: {e}"),
-                source: Some(Box::new(e)),
-            })?;
-        }
-        let engine = self.engine;
-        let store_err = |e| Error::store(format!("{at}: opening the session"), e);
-        if let Some(id) = &wanted {
-            if let Some(state) = engine
-                .store
-                .session(self.tenant, id)
-                .await
-                .map_err(store_err)?
-            {
-                self.scope = Some(engine.scope(self.tenant, id).await.map_err(store_err)?);
-                self.report.session = Some(id.clone());
-                self.report.title = state.info.title;
-                self.last_user = last_user_in_store(engine, self.tenant, id)
-                    .await
-                    .map_err(store_err)?;
-                return Ok(());
-            }
-        }
-        let title = line
-            .title
-            .unwrap_or_else(|| self.opts.default_title.clone());
-        let mut session = Session::new(title, now_ms());
-        if let Some(id) = wanted {
-            session.id = id;
-        }
-        self.report.session = Some(session.id.clone());
-        self.report.title.clone_from(&session.title);
-        self.report.created = true;
-        let scope = engine
-            .put_session(self.tenant, session)
-            .await
-            .map_err(|e| classify(at.to_owned(), "the session line", e))?;
-        self.scope = Some(scope);
-        Ok(())
-    }
-
-    fn resolve(&self, at: &str, reference: &str) -> Result<MessageId> {
-        match reference.strip_prefix('@') {
-            Some(name) => self.refs.get(name).cloned().ok_or_else(|| {
-                Error::input(
-                    at,
-                    format!(
-                        "compaction.tail_start_id: @{name} names no earlier line (give a user \
-                         line \"ref\":\"{name}\")"
-                    ),
-                )
-            }),
-            None => Ok(MessageId::from(reference)),
-        }
-    }
-
-    fn remember(&mut self, at: &str, label: Option<String>, id: &MessageId) -> Result<()> {
-        if let Some(name) = label {
-            if self.refs.contains_key(&name) {
-                return Err(Error::input(
-                    at,
-                    format!("ref {name:?} is already used by an earlier line"),
-                ));
-            }
-            self.refs.insert(name, id.clone());
-        }
-        Ok(())
-    }
-
-    async fn user(&mut self, at: &str, mut u: UserLine) -> Result<()> {
-        let scope = self.scope(at)?;
-        let session_id = scope.session_id.clone();
-        let tail_start_id = u
-            .compaction
-            .as_ref()
-            .and_then(|c| c.tail_start_id.as_deref())
-            .map(|r| self.resolve(at, r))
-            .transpose()?;
-        let bodies = user_part_bodies(&mut u, tail_start_id).map_err(|m| Error::input(at, m))?;
-        let previous = self.last_user.as_ref();
-        let agent = u
-            .agent
-            .or_else(|| previous.map(|p| p.agent.clone()))
-            .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
-        let model = u.model.or_else(|| previous.and_then(|p| p.model.clone()));
-        let mut message = user_message(session_id.clone(), &agent, now_ms());
-        if let MessageBody::User(m) = &mut message.body {
-            m.model.clone_from(&model);
-        }
-        let id = message.id.clone();
-        let parts = bodies
-            .into_iter()
-            .map(|body| Part {
-                id: PartId::generate(),
-                session_id: session_id.clone(),
-                message_id: id.clone(),
-                body,
-            })
-            .collect();
-        self.remember(at, u.label, &id)?;
-        self.engine
-            .put_message(&scope, message, parts)
-            .await
-            .map_err(|e| classify(at.to_owned(), "the user message", e))?;
-        self.report.user_messages += 1;
-        self.finished = false;
-        self.last_user = Some(UserCtx { id, agent, model });
-        Ok(())
-    }
-
-    async fn start_assistant(&mut self, at: &str, a: AssistantLine) -> Result<()> {
-        let Some(user) = &self.last_user else {
-            return Err(Error::input(
-                at,
-                "no user message to answer: add a {\"type\":\"user\",\"text\":…} line before \
-                 the model's stream",
-            ));
-        };
-        let (provider, model) = match (&a.provider_id, &a.model_id, &user.model) {
-            (Some(p), Some(m), _) => (p.clone(), m.clone()),
-            (p, m, Some(u)) => (
-                p.clone().unwrap_or_else(|| u.provider_id.clone()),
-                m.clone().unwrap_or_else(|| u.model_id.clone()),
-            ),
-            (p, m, None) => (
-                p.clone().unwrap_or_else(|| "unknown".to_owned()),
-                m.clone().unwrap_or_else(|| "unknown".to_owned()),
-            ),
-        };
-        let scope = self.scope(at)?;
-        let mut message = assistant_message(
-            scope.session_id.clone(),
-            user.id.clone(),
-            &provider,
-            &model,
-            now_ms(),
-        );
-        if let Some(fields) = message.as_assistant_mut() {
-            fields.agent = Some(a.agent.unwrap_or_else(|| user.agent.clone()));
-            fields.summary = a.summary;
-        }
-        self.remember(at, a.label, &message.id)?;
-        let p = self
-            .engine
-            .processor(scope, message, ProcessorOptions::default())
-            .await
-            .map_err(|e| classify(at.to_owned(), "the assistant message", e))?;
-        self.report.assistant_messages += 1;
-        self.open = Some(p);
-        self.finished = false;
-        Ok(())
-    }
-}
-
-/// The newest user message stored in a session, for continuing it.
-async fn last_user_in_store(
-    engine: &Engine,
-    tenant: &TenantId,
-    session: &SessionId,
-) -> forge_core::Result<Option<UserCtx>> {
-    let mut cursor = None;
-    loop {
-        let page = engine
-            .history(tenant, session, cursor.as_ref(), 100)
-            .await?;
-        for m in page.messages.iter().rev() {
-            if let MessageBody::User(u) = &m.info.body {
-                return Ok(Some(UserCtx {
-                    id: m.info.id.clone(),
-                    agent: u.agent.clone(),
-                    model: u.model.clone(),
-                }));
-            }
-        }
-        match page.next {
-            Some(c) => cursor = Some(c),
-            None => return Ok(None),
-        }
     }
 }

@@ -1,11 +1,20 @@
 //! What a replay is told and what it reports.
 
-use forge_core::{SessionId, WriteCounts};
+use std::fmt::Write as _;
+
+use forge_core::{MessageId, SessionId, WriteCounts};
 use serde::Serialize;
 
+use crate::clip::clip;
 use crate::error::Error;
 
-/// Where a replay goes and what a new session is called.
+/// Where a replay goes, what a new session is called, and what the replay forgives.
+///
+/// `strict` and `lenient` answer different questions and combine: `strict` is about
+/// input this version does not understand (an unknown event type) or that is
+/// incomplete (the stream ended with its answer open), `lenient` about lines that are
+/// wrong. Both together: unknown types and an early end stop the replay, bad lines are
+/// skipped.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct ReplayOptions {
@@ -14,6 +23,19 @@ pub struct ReplayOptions {
     pub session: Option<SessionId>,
     /// Title of a new session when the input gives none.
     pub default_title: String,
+    /// Stop at an event of an unknown type, and at an input that ends while an
+    /// assistant message is open, with an [`Error::Input`] naming the line. Off: the
+    /// unknown event is counted in [`ReplayReport::unknown_events`], and the open
+    /// message is closed with an `UnknownError` saying the stream ended early
+    /// ([`ReplayReport::ended_early`]).
+    pub strict: bool,
+    /// Skip a line that is bad input — malformed JSON, a known type with bad fields, an
+    /// event that does not fit the stream (the Processor's `InvalidInput`: a delta for
+    /// a block never started, a second finish, a result for an unknown call, …) — and
+    /// go on; each is listed in [`ReplayReport::skipped`]. A skipped line stores
+    /// nothing. A store failure, and a conflict with what the store holds, still stop
+    /// the replay.
+    pub lenient: bool,
 }
 
 impl ReplayOptions {
@@ -29,6 +51,22 @@ impl ReplayOptions {
     #[must_use]
     pub fn session(mut self, session: SessionId) -> Self {
         self.session = Some(session);
+        self
+    }
+
+    /// Unknown event types and an input that ends with its answer open are errors
+    /// (see [`ReplayOptions::strict`](#structfield.strict)).
+    #[must_use]
+    pub fn strict(mut self, yes: bool) -> Self {
+        self.strict = yes;
+        self
+    }
+
+    /// Bad lines are skipped and reported (see
+    /// [`ReplayOptions::lenient`](#structfield.lenient)).
+    #[must_use]
+    pub fn lenient(mut self, yes: bool) -> Self {
+        self.lenient = yes;
         self
     }
 }
@@ -60,6 +98,81 @@ pub struct ReplayReport {
     pub crash_line: Option<usize>,
     /// After a crash: what the store holds open, for `recover`.
     pub left_open: Option<LeftOpen>,
+    /// Events of types this version does not know, skipped: one entry per type, in the
+    /// order they first appeared.
+    pub unknown_events: Vec<UnknownEvents>,
+    /// Lines skipped as bad input ([`ReplayOptions::lenient()`]), in order.
+    pub skipped: Vec<SkippedLine>,
+    /// The assistant message that was still open when the input ended (no `finish`,
+    /// `error` or `abort`, no `crash` marker): what a producer whose stream threw
+    /// leaves. It was closed with an `UnknownError` saying the stream ended early.
+    pub ended_early: Option<MessageId>,
+}
+
+impl ReplayReport {
+    /// Events of unknown types, all types together.
+    pub fn unknown_count(&self) -> u64 {
+        self.unknown_events.iter().map(|u| u.count).sum()
+    }
+
+    /// One line summing up the unknown event types, e.g. `3 events of types this
+    /// version does not know were skipped: "tool-approval-request" ×2 (first at line
+    /// 12), "custom" ×1 (first at line 20)`; `None` when there were none. Names are
+    /// clipped, and at most five types are listed.
+    pub fn unknown_summary(&self) -> Option<String> {
+        const LISTED: usize = 5;
+        const NAME_MAX: usize = 60;
+        if self.unknown_events.is_empty() {
+            return None;
+        }
+        let n = self.unknown_count();
+        let mut text = format!(
+            "{n} event{} of {} this version does not know {} skipped:",
+            if n == 1 { "" } else { "s" },
+            if self.unknown_events.len() == 1 {
+                "a type"
+            } else {
+                "types"
+            },
+            if n == 1 { "was" } else { "were" },
+        );
+        for (i, u) in self.unknown_events.iter().take(LISTED).enumerate() {
+            let name = match u.kind.char_indices().nth(NAME_MAX) {
+                Some((end, _)) => format!("{}…", &u.kind[..end]),
+                None => u.kind.clone(),
+            };
+            text.push_str(if i == 0 { " " } else { ", " });
+            text.push_str(&clip(&format!(
+                "{name:?} ×{} (first at line {})",
+                u.count, u.first_line
+            )));
+        }
+        if self.unknown_events.len() > LISTED {
+            let more = self.unknown_events.len() - LISTED;
+            let _ = write!(text, ", and {more} more types");
+        }
+        Some(text)
+    }
+}
+
+/// The events of one unknown type.
+#[derive(Clone, Debug, Serialize)]
+pub struct UnknownEvents {
+    /// The `type`, as given.
+    pub kind: String,
+    /// How many events had it.
+    pub count: u64,
+    /// The line (or, for a stream, the event) number of the first.
+    pub first_line: usize,
+}
+
+/// A line a lenient replay skipped.
+#[derive(Clone, Debug, Serialize)]
+pub struct SkippedLine {
+    /// Its number (of the event, for a stream).
+    pub line: usize,
+    /// What was wrong with it (clipped, one line).
+    pub message: String,
 }
 
 /// Open rows left by a crash marker.
