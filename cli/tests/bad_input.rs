@@ -96,9 +96,9 @@ fn unknown_event_types_are_skipped_with_one_warning() {
         "unknown.jsonl",
         &format!(
             "{USER}\n{}\n{}\n{}\n{}\n",
-            r#"{"type":"tool-approval-request","approvalId":"a"}"#,
-            r#"{"type":"ping"}"#,
-            r#"{"type":"ping"}"#,
+            r#"{"type":"tool-input-available","approvalId":"a"}"#,
+            r#"{"type":"heartbeat"}"#,
+            r#"{"type":"heartbeat"}"#,
             r#"{"type":"finish"}"#
         ),
     );
@@ -109,7 +109,7 @@ fn unknown_event_types_are_skipped_with_one_warning() {
     assert!(
         err.starts_with(&format!(
             "forge-store: warning: {file}: 3 events of types this version does not know \
-             were skipped: \"tool-approval-request\" ×1 (first at line 5), \"ping\" ×2 (first \
+             were skipped: \"tool-input-available\" ×1 (first at line 5), \"heartbeat\" ×2 (first \
              at line 6)"
         )),
         "{err}"
@@ -119,7 +119,7 @@ fn unknown_event_types_are_skipped_with_one_warning() {
     assert!(quiet.status.success());
     assert_eq!(stderr(&quiet), "", "-q: no warnings");
     let report = env.json(&["replay", &file]);
-    assert_eq!(report["unknown_events"][1]["kind"], "ping");
+    assert_eq!(report["unknown_events"][1]["kind"], "heartbeat");
     assert_eq!(report["unknown_events"][1]["count"], 2);
     assert_eq!(report["unknown_events"][1]["first_line"], 6);
 }

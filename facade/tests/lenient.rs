@@ -437,7 +437,7 @@ async fn strict_and_lenient_together_skip_bad_lines_and_stop_at_unknown_types() 
         USER,
         START,
         "{oops",
-        r#"{"type":"ping"}"#,
+        r#"{"type":"heartbeat"}"#,
         FINISH_STEP,
         FINISH,
     ]
@@ -448,7 +448,7 @@ async fn strict_and_lenient_together_skip_bad_lines_and_stop_at_unknown_types() 
         .expect_err("strict");
     assert!(
         err.to_string()
-            .starts_with("line 4: unknown event type \"ping\""),
+            .starts_with("line 4: unknown event type \"heartbeat\""),
         "{err}"
     );
     assert_eq!(err.report.skipped.len(), 1, "line 3 was skipped before");

@@ -8,11 +8,11 @@ use forge_store::{Line, ReplayOptions, StreamEvent, TenantId, UserLine};
 const TURN_WITH_UNKNOWN_TYPES: &str = r#"{"type":"user","text":"go"}
 {"type":"start-step"}
 {"type":"tool-call","toolCallId":"c1","toolName":"shell","input":{}}
-{"type":"tool-approval-request","approvalId":"a1","toolCall":{"toolCallId":"c1"}}
-{"type":"custom","kind":"x","t":-1}
+{"type":"tool-input-available","approvalId":"a1","toolCall":{"toolCallId":"c1"}}
+{"type":"data-progress","kind":"x","t":-1}
 {"type":"tool-result","toolCallId":"c1","output":"ok"}
-{"type":"tool-approval-request","approvalId":"a2"}
-{"type":"ping"}
+{"type":"tool-input-available","approvalId":"a2"}
+{"type":"heartbeat"}
 {"type":"finish-step","finishReason":"stop"}
 {"type":"finish"}"#;
 
@@ -34,9 +34,9 @@ async fn unknown_types_are_counted_per_type_and_skipped() {
     assert_eq!(
         seen,
         [
-            ("tool-approval-request", 2, 4),
-            ("custom", 1, 5),
-            ("ping", 1, 8)
+            ("tool-input-available", 2, 4),
+            ("data-progress", 1, 5),
+            ("heartbeat", 1, 8)
         ]
     );
     assert_eq!(report.unknown_count(), 4);
@@ -44,8 +44,8 @@ async fn unknown_types_are_counted_per_type_and_skipped() {
         report.unknown_summary().as_deref(),
         Some(
             "4 events of types this version does not know were skipped: \
-             \"tool-approval-request\" ×2 (first at line 4), \"custom\" ×1 (first at line 5), \
-             \"ping\" ×1 (first at line 8)"
+             \"tool-input-available\" ×2 (first at line 4), \"data-progress\" ×1 (first at line 5), \
+             \"heartbeat\" ×1 (first at line 8)"
         )
     );
     let history = forge
@@ -82,7 +82,7 @@ async fn strict_makes_an_unknown_type_an_error_naming_the_line() {
     assert!(err.is_input());
     assert!(
         err.to_string()
-            .starts_with("line 4: unknown event type \"tool-approval-request\""),
+            .starts_with("line 4: unknown event type \"tool-input-available\""),
         "{err}"
     );
     assert!(err.report.unknown_events.is_empty());
@@ -113,11 +113,11 @@ async fn a_stream_of_lines_counts_unknown_events_by_event_number() {
     let lines = vec![
         Line::from(UserLine::text("go")),
         Line::Unknown {
-            kind: "ping".into(),
+            kind: "heartbeat".into(),
         },
         Line::from(StreamEvent::from_json(r#"{"type":"finish"}"#).unwrap()),
         Line::Unknown {
-            kind: "ping".into(),
+            kind: "heartbeat".into(),
         },
     ];
     let report = forge

@@ -452,7 +452,13 @@ mod tests {
 
     #[test]
     fn an_unknown_type_is_a_line_of_its_own_and_a_known_one_must_be_well_formed() {
-        for kind in ["tool-approval-request", "custom", "ping", "text-delat", ""] {
+        for kind in [
+            "tool-input-available",
+            "data-progress",
+            "heartbeat",
+            "text-delat",
+            "",
+        ] {
             let line = format!(r#"{{"type":"{kind}","whatever":[1,{{"x":null}}],"t":5}}"#);
             match parse_line(&line) {
                 Ok(Some((Line::Unknown { kind: k }, Some(5)))) => assert_eq!(k, kind),
