@@ -186,7 +186,7 @@ impl Disks {
 
 #[async_trait]
 impl BackendFactory for Disks {
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         "disk-and-cache"
     }
 

@@ -105,7 +105,7 @@ impl Checked {
 
 #[async_trait]
 impl BackendFactory for Checked {
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         "checked"
     }
     async fn store(&self) -> Result<Arc<dyn Store>> {
