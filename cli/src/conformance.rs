@@ -128,20 +128,26 @@ impl UrlFactory {
         Ok(store)
     }
 
-    /// Closes `store` — which must be the last handle on it — and returns where its data
-    /// is; with `clear`, deletes that data too (a key prefix; a file goes with its temp
-    /// dir). `None` for a store it does not open (memory, a shared server).
+    /// Closes `store` and returns where its data is. To reopen (`clear == false`) it
+    /// must be the last handle. At teardown (`clear`) it deletes the data too (a key
+    /// prefix; a file goes with its temp dir), and a task the case aborted may still
+    /// hold a handle for a moment: the file then closes when that lets go. `None` for a
+    /// store it does not open (memory, a shared server).
     async fn close(&self, store: Arc<dyn Store>, clear: bool) -> CoreResult<Option<Place>> {
         let Some((place, concrete)) = self.opened.remove(&store) else {
             return Ok(None);
         };
-        last_handle(&store)?;
+        if !clear {
+            last_handle(&store)?;
+        }
         drop(store);
         match concrete {
             Concrete::Redb(redb) => {
-                let redb = Arc::try_unwrap(redb)
-                    .map_err(|_| CoreError::invalid("the redb store is still in use"))?;
-                redb.close().await?;
+                if let Ok(redb) = Arc::try_unwrap(redb) {
+                    redb.close().await?;
+                } else if !clear {
+                    return Err(CoreError::invalid("the redb store is still in use"));
+                }
             }
             Concrete::Sqlite(sqlite) => sqlite.close().await,
             Concrete::Redis(redis) if clear => {

@@ -110,6 +110,9 @@ pub trait BackendFactory: Send + Sync {
     /// to read capabilities. A factory whose stores leave something behind (a key
     /// prefix, a schema, a pool to close) removes it here. The default drops the store.
     ///
+    /// A task the case aborted (a subscriber reading the store) may still hold a handle
+    /// on `store` for a moment: unlike `reopen`, teardown must not require the last one.
+    ///
     /// An error fails the case it followed.
     async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
         drop(store);

@@ -39,12 +39,20 @@ impl Sqlite {
         Ok(store)
     }
 
-    /// Forgets `store`, drops it and closes its pools; returns its directory.
-    async fn close(&self, store: Arc<dyn Store>) -> Result<Option<Arc<tempfile::TempDir>>> {
+    /// Forgets `store`, drops it and closes its pools; returns its directory. To reopen,
+    /// `store` must be the last handle; at teardown a task the case aborted may still
+    /// hold one for a moment (its queries then fail on the closed pools).
+    async fn close(
+        &self,
+        store: Arc<dyn Store>,
+        reopen: bool,
+    ) -> Result<Option<Arc<tempfile::TempDir>>> {
         let Some((dir, sqlite)) = self.open.remove(&store) else {
             return Ok(None);
         };
-        last_handle(&store)?;
+        if reopen {
+            last_handle(&store)?;
+        }
         drop(store);
         sqlite.close().await;
         Ok(Some(dir))
@@ -68,14 +76,14 @@ impl BackendFactory for Sqlite {
 
     async fn reopen(&self, store: Arc<dyn Store>) -> Result<Option<Arc<dyn Store>>> {
         let dir = self
-            .close(store)
+            .close(store, true)
             .await?
             .ok_or_else(|| Error::invalid("not a store of this factory"))?;
         Ok(Some(self.open_in(dir).await?))
     }
 
     async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
-        self.close(store).await.map(drop)
+        self.close(store, false).await.map(drop)
     }
 }
 
