@@ -151,7 +151,8 @@ pub enum Command {
     #[cfg(feature = "bench")]
     Bench(crate::bench::BenchArgs),
     /// Run the conformance suite against the backend (embedded files: on fresh
-    /// temporary files with the URL's options; servers: under the suite's own tenants).
+    /// temporary files with the URL's options; Redis: under a fresh key prefix per case,
+    /// deleted afterwards; other servers: under the suite's own tenants).
     Conformance {
         /// Generated cases per property (default: FORGE_PROPTEST_CASES or 32).
         #[arg(long)]

@@ -1,13 +1,17 @@
-//! How the suite gets backends: a factory that hands out fresh, isolated instances.
+//! How the suite gets backends: a factory that hands out fresh, isolated instances,
+//! opens them again after closing them, and cleans up after each case.
 
 use std::fmt;
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use forge_core::{
     Bus, Capabilities, Cursor, Envelope, MessageId, MessageWithParts, OpenItems, Page, Result,
     SessionId, SessionState, Store, SyncEvent, TenantId,
 };
+
+use parking_lot::Mutex;
 
 use crate::Property;
 
@@ -44,7 +48,13 @@ impl Divergence {
 ///
 /// What the suite runs depends on [`Store::capabilities`] and [`Bus::capabilities`]:
 /// bus properties need a bus, resume and durable-bus recovery need a durable one,
-/// concurrency needs `concurrent_writers`.
+/// concurrency needs `concurrent_writers`, and the `reopen` property needs
+/// [`BackendFactory::reopen`].
+///
+/// The life of a store the suite gets from [`BackendFactory::store`]: one case uses it
+/// (and the bus [`BackendFactory::bus`] returned with it), may close it and open the same
+/// storage again through [`BackendFactory::reopen`], and then hands the store it ends
+/// with to [`BackendFactory::teardown`] — also when the case failed or panicked.
 #[async_trait]
 pub trait BackendFactory: Send + Sync {
     /// The backend's name, for the report.
@@ -64,6 +74,50 @@ pub trait BackendFactory: Send + Sync {
     fn divergences(&self) -> Vec<Divergence> {
         Vec::new()
     }
+
+    /// Closes `store` — a store this factory returned — and opens the storage it was
+    /// opened on again (the same file, schema or key prefix), as a restarted process
+    /// would. `Ok(None)` when the backend keeps nothing beyond the handle (an in-memory
+    /// store): the `reopen` property is then reported as skipped.
+    ///
+    /// # Behavior
+    /// - The suite holds no other handle on `store` when it calls this; the store is to
+    ///   be closed (dropped, or closed explicitly) before the storage is opened again.
+    /// - The store returned replaces `store`: the suite later hands it to
+    ///   [`BackendFactory::teardown`] instead.
+    /// - On `Ok(None)` and on an error, `store` needs no teardown any more. The default
+    ///   tears it down and returns `Ok(None)`.
+    async fn reopen(&self, store: Arc<dyn Store>) -> Result<Option<Arc<dyn Store>>> {
+        self.teardown(store).await?;
+        Ok(None)
+    }
+
+    /// The bus to run with `store`, which [`BackendFactory::reopen`] just returned, when
+    /// the deployment's bus outlives a restart (Redis Streams): a new handle on the same
+    /// streams, which the `reopen` property then checks still knows every seq published
+    /// before.
+    ///
+    /// `Ok(None)` (the default): the bus lives in the process, and the suite continues
+    /// with a fresh one from [`BackendFactory::bus`], as a restarted process would.
+    async fn reopen_bus(&self, store: &Arc<dyn Store>) -> Result<Option<Arc<dyn Bus>>> {
+        let _ = store;
+        Ok(None)
+    }
+
+    /// Cleans up after one case: called once for every store the suite obtained from
+    /// [`BackendFactory::store`] or [`BackendFactory::reopen`], after the case is done
+    /// with it and with its bus (passed or failed), and for the stores the suite opens
+    /// to read capabilities. A factory whose stores leave something behind (a key
+    /// prefix, a schema, a pool to close) removes it here. The default drops the store.
+    ///
+    /// A task the case aborted (a subscriber reading the store) may still hold a handle
+    /// on `store` for a moment: unlike `reopen`, teardown must not require the last one.
+    ///
+    /// An error fails the case it followed.
+    async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
+        drop(store);
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -80,10 +134,137 @@ impl<F: BackendFactory + ?Sized> BackendFactory for Arc<F> {
     fn divergences(&self) -> Vec<Divergence> {
         (**self).divergences()
     }
+    async fn reopen(&self, store: Arc<dyn Store>) -> Result<Option<Arc<dyn Store>>> {
+        (**self).reopen(store).await
+    }
+    async fn reopen_bus(&self, store: &Arc<dyn Store>) -> Result<Option<Arc<dyn Bus>>> {
+        (**self).reopen_bus(store).await
+    }
+    async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
+        (**self).teardown(store).await
+    }
+}
+
+/// What a factory remembers about each store it handed out — the path or URL to open
+/// it again, what must outlive it — found again from the store itself (by identity) in
+/// [`BackendFactory::reopen`] and [`BackendFactory::teardown`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use forge_conformance::StoreMap;
+/// use forge_core::{MemoryStore, Store};
+///
+/// let paths = StoreMap::new();
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// paths.insert(&store, "/tmp/a".to_owned());
+/// assert_eq!(paths.remove(&store).as_deref(), Some("/tmp/a"));
+/// assert_eq!(paths.remove(&store), None);
+/// ```
+pub struct StoreMap<V> {
+    entries: Mutex<Vec<(Weak<dyn Store>, V)>>,
+}
+
+impl<V> StoreMap<V> {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self {
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Remembers `value` for `store`, and forgets the values of stores that are gone.
+    pub fn insert(&self, store: &Arc<dyn Store>, value: V) {
+        let mut entries = self.entries.lock();
+        entries.retain(|(s, _)| s.strong_count() > 0);
+        entries.push((Arc::downgrade(store), value));
+    }
+
+    /// Forgets `store` and returns its value, if it was inserted (and not removed).
+    pub fn remove(&self, store: &Arc<dyn Store>) -> Option<V> {
+        let mut entries = self.entries.lock();
+        let at = entries
+            .iter()
+            .position(|(s, _)| s.strong_count() > 0 && same_store(s, store))?;
+        Some(entries.swap_remove(at).1)
+    }
+
+    /// The value of `store`, if it was inserted (and not removed).
+    pub fn get(&self, store: &Arc<dyn Store>) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.entries
+            .lock()
+            .iter()
+            .find(|(s, _)| s.strong_count() > 0 && same_store(s, store))
+            .map(|(_, v)| v.clone())
+    }
+
+    /// How many live stores it remembers.
+    pub fn len(&self) -> usize {
+        self.entries
+            .lock()
+            .iter()
+            .filter(|(s, _)| s.strong_count() > 0)
+            .count()
+    }
+
+    /// Whether it remembers no live store.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether `weak` points at the store `store` points at (the data address; vtables of
+/// one type may differ between codegen units).
+fn same_store(weak: &Weak<dyn Store>, store: &Arc<dyn Store>) -> bool {
+    std::ptr::addr_eq(weak.as_ptr(), Arc::as_ptr(store))
+}
+
+impl<V> Default for StoreMap<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V> fmt::Debug for StoreMap<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreMap")
+            .field("stores", &self.len())
+            .finish()
+    }
+}
+
+/// Checks that `store` is the last handle, so dropping it closes the backend.
+///
+/// # Errors
+/// [`forge_core::Error::InvalidInput`] naming how many other handles are alive (a bug in
+/// the caller, which must drop them first).
+pub fn last_handle(store: &Arc<dyn Store>) -> Result<()> {
+    match Arc::strong_count(store) {
+        1 => Ok(()),
+        n => Err(forge_core::Error::invalid(format!(
+            "cannot close the store to reopen it: {} other handle(s) on it are alive",
+            n - 1
+        ))),
+    }
 }
 
 type StoreFn = dyn Fn() -> Result<Arc<dyn Store>> + Send + Sync;
+type DirFn = dyn Fn(&Path) -> Result<Arc<dyn Store>> + Send + Sync;
 type BusFn = dyn Fn() -> Option<Arc<dyn Bus>> + Send + Sync;
+
+/// How an [`FnFactory`] opens stores.
+enum Opener {
+    /// A closure returning a fresh store; no reopen.
+    Fresh(Box<StoreFn>),
+    /// A closure opening the store kept in a directory; each store gets a fresh
+    /// temporary one, remembered so it can be opened again.
+    InDir {
+        open: Box<DirFn>,
+        dirs: StoreMap<Arc<tempfile::TempDir>>,
+    },
+}
 
 /// A factory made of closures, for backends that open synchronously.
 ///
@@ -96,28 +277,64 @@ type BusFn = dyn Fn() -> Option<Arc<dyn Bus>> + Send + Sync;
 ///     .with_bus(|| Some(Arc::new(LocalBus::with_replay(10_000))));
 /// # let _ = factory;
 /// ```
+///
+/// A backend that keeps its data in files uses [`FnFactory::in_temp_dir`], which also
+/// reopens them.
 pub struct FnFactory {
     name: String,
-    store: Box<StoreFn>,
+    store: Opener,
     bus: Box<BusFn>,
     divergences: Vec<Divergence>,
 }
 
 impl FnFactory {
-    /// A store-only factory.
+    /// A store-only factory. It cannot reopen a store: the `reopen` property is skipped.
     pub fn new<F>(name: impl Into<String>, store: F) -> Self
     where
         F: Fn() -> Result<Arc<dyn Store>> + Send + Sync + 'static,
     {
+        Self::with_opener(name, Opener::Fresh(Box::new(store)))
+    }
+
+    /// A store-only factory for a backend kept in a directory: every store is `open`ed
+    /// on a fresh temporary directory, removed when the suite is done with the store.
+    /// [`BackendFactory::reopen`] drops the store (which must close it: release file
+    /// locks, flush) and calls `open` on the same directory again.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use forge_core::MemoryStore;
+    /// use forge_conformance::FnFactory;
+    /// # struct FileStore;
+    /// # impl FileStore { fn open(_: &std::path::Path) -> forge_core::Result<MemoryStore> { Ok(MemoryStore::new()) } }
+    ///
+    /// let factory = FnFactory::in_temp_dir("files", |dir| Ok(Arc::new(FileStore::open(dir)?)));
+    /// # let _ = factory;
+    /// ```
+    pub fn in_temp_dir<F>(name: impl Into<String>, open: F) -> Self
+    where
+        F: Fn(&Path) -> Result<Arc<dyn Store>> + Send + Sync + 'static,
+    {
+        Self::with_opener(
+            name,
+            Opener::InDir {
+                open: Box::new(open),
+                dirs: StoreMap::new(),
+            },
+        )
+    }
+
+    fn with_opener(name: impl Into<String>, store: Opener) -> Self {
         Self {
             name: name.into(),
-            store: Box::new(store),
+            store,
             bus: Box::new(|| None),
             divergences: Vec::new(),
         }
     }
 
-    /// Adds a bus, built fresh for every store.
+    /// Adds a bus, built fresh for every store (and for every reopened one: a bus built
+    /// by a closure lives in the process).
     #[must_use]
     pub fn with_bus<F>(mut self, bus: F) -> Self
     where
@@ -135,6 +352,11 @@ impl FnFactory {
     }
 }
 
+/// Opens the store kept in `dir`; the store keeps the directory alive.
+fn open_in(open: &DirFn, dir: &Arc<tempfile::TempDir>) -> Result<Arc<dyn Store>> {
+    Ok(guarded(open(dir.path())?, Arc::clone(dir)))
+}
+
 impl fmt::Debug for FnFactory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FnFactory")
@@ -150,13 +372,43 @@ impl BackendFactory for FnFactory {
         &self.name
     }
     async fn store(&self) -> Result<Arc<dyn Store>> {
-        (self.store)()
+        match &self.store {
+            Opener::Fresh(store) => store(),
+            Opener::InDir { open, dirs } => {
+                let dir = tempfile::tempdir()
+                    .map_err(|e| forge_core::Error::backend("temp dir", false, e))?;
+                let dir = Arc::new(dir);
+                let store = open_in(open.as_ref(), &dir)?;
+                dirs.insert(&store, dir);
+                Ok(store)
+            }
+        }
     }
     async fn bus(&self) -> Result<Option<Arc<dyn Bus>>> {
         Ok((self.bus)())
     }
     fn divergences(&self) -> Vec<Divergence> {
         self.divergences.clone()
+    }
+    async fn reopen(&self, store: Arc<dyn Store>) -> Result<Option<Arc<dyn Store>>> {
+        let Opener::InDir { open, dirs } = &self.store else {
+            return Ok(None);
+        };
+        let dir = dirs
+            .remove(&store)
+            .ok_or_else(|| forge_core::Error::invalid("reopen: not a store this factory opened"))?;
+        last_handle(&store)?;
+        drop(store);
+        let store = open_in(open.as_ref(), &dir)?;
+        dirs.insert(&store, dir);
+        Ok(Some(store))
+    }
+    async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
+        if let Opener::InDir { dirs, .. } = &self.store {
+            // The store holds the directory too: it goes when the store does.
+            dirs.remove(&store);
+        }
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::hash_map::RandomState;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use forge_core::{
     Bus, BusCapabilities, Capabilities, Envelope, Error, LocalBus, Store, SyncEvent, TenantId,
 };
+use futures::FutureExt as _;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -37,15 +39,19 @@ pub(crate) struct Caps {
     pub bus: Option<BusCapabilities>,
 }
 
-/// Opens one backend to read its capabilities.
+/// Opens one backend to read its capabilities (and tears it down).
 pub(crate) fn probe(
     rt: &tokio::runtime::Runtime,
     factory: &dyn BackendFactory,
 ) -> (Option<Capabilities>, Option<BusCapabilities>) {
     rt.block_on(async {
-        let store = factory.store().await.ok().map(|s| s.capabilities());
+        let store = factory.store().await.ok();
         let bus = factory.bus().await.ok().flatten().map(|b| b.capabilities());
-        (store, bus)
+        let caps = store.as_ref().map(|s| s.capabilities());
+        if let Some(store) = store {
+            let _ = factory.teardown(store).await;
+        }
+        (caps, bus)
     })
 }
 
@@ -55,6 +61,11 @@ pub(crate) struct Ctx<'a> {
     pub rt: &'a tokio::runtime::Runtime,
     pub config: Config,
     pub caps: Caps,
+    /// The stores the running case got from the factory, torn down when it ends.
+    opened: Mutex<Vec<Arc<dyn Store>>>,
+    /// The buses it got, flushed and dropped before the stores are torn down, so that
+    /// nothing published reaches the backend after its teardown.
+    buses: Mutex<Vec<Arc<dyn Bus>>>,
 }
 
 /// A fresh backend for one case, with the tenants the case used (cleaned up after).
@@ -142,19 +153,38 @@ fn fresh_tenant() -> TenantId {
         .unwrap_or_else(|e| unreachable!("generated tenant ids are valid: {e}"))
 }
 
-impl Ctx<'_> {
-    /// A fresh backend from the factory.
+impl<'a> Ctx<'a> {
+    /// A context for running properties of `factory` on `rt`.
+    pub fn new(
+        factory: &'a dyn BackendFactory,
+        rt: &'a tokio::runtime::Runtime,
+        config: Config,
+        caps: Caps,
+    ) -> Self {
+        Self {
+            factory,
+            rt,
+            config,
+            caps,
+            opened: Mutex::new(Vec::new()),
+            buses: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A fresh backend from the factory, torn down when the case ends.
     pub async fn backend(&self) -> Result<Backend, String> {
         let store = self
             .factory
             .store()
             .await
             .map_err(|e| format!("the factory could not open a store: {e}"))?;
+        self.opened.lock().push(Arc::clone(&store));
         let bus = self
             .factory
             .bus()
             .await
             .map_err(|e| format!("the factory could not open a bus: {e}"))?;
+        self.buses.lock().extend(bus.clone());
         Ok(Backend {
             store,
             bus,
@@ -162,18 +192,139 @@ impl Ctx<'_> {
         })
     }
 
-    /// Runs one case body on the runtime, with a timeout.
+    /// A bus as a restarted process gets it: the factory's (fresh) bus, or a fresh
+    /// live-only `LocalBus` for a store-only backend.
+    pub async fn fresh_bus(&self) -> Result<Arc<dyn Bus>, String> {
+        let bus = self
+            .factory
+            .bus()
+            .await
+            .map_err(|e| format!("the factory could not open a bus: {e}"))?;
+        self.buses.lock().extend(bus.clone());
+        Ok(bus.unwrap_or_else(|| Arc::new(LocalBus::new())))
+    }
+
+    /// Closes `b` — flushes its bus, drops its bus and store — and opens the same
+    /// storage again through [`BackendFactory::reopen`]. `Ok(None)` when the factory
+    /// cannot. The caller must hold no other handle on the store or the bus.
+    pub async fn reopen(&self, b: Backend) -> Result<Option<Reopened>, String> {
+        let Backend {
+            store,
+            bus,
+            tenants,
+        } = b;
+        if let Some(bus) = bus {
+            self.buses.lock().retain(|b| !same_bus(b, &bus));
+            // A restart after an orderly shutdown: what was published has reached the
+            // transport, so the reopened bus (if it outlives the process) knows it.
+            bus.flush()
+                .await
+                .map_err(ctx_err("flushing the bus before closing"))?;
+        }
+        self.opened.lock().retain(|s| !same_store(s, &store));
+        let Some(store) = self
+            .factory
+            .reopen(store)
+            .await
+            .map_err(ctx_err("reopen (BackendFactory::reopen)"))?
+        else {
+            return Ok(None);
+        };
+        self.opened.lock().push(Arc::clone(&store));
+        let kept = self
+            .factory
+            .reopen_bus(&store)
+            .await
+            .map_err(ctx_err("reopening the bus (BackendFactory::reopen_bus)"))?;
+        let bus_kept = kept.is_some();
+        let bus = match kept {
+            Some(bus) => Some(bus),
+            None => self
+                .factory
+                .bus()
+                .await
+                .map_err(|e| format!("the factory could not open a bus: {e}"))?,
+        };
+        self.buses.lock().extend(bus.clone());
+        Ok(Some(Reopened {
+            backend: Backend {
+                store,
+                bus,
+                tenants,
+            },
+            bus_kept,
+        }))
+    }
+
+    /// Runs one case body on the runtime, with a timeout, then tears down every store
+    /// the case opened (also when it failed or panicked).
     pub fn block<F: Future<Output = Result<(), String>>>(&self, f: F) -> Result<(), String> {
+        self.block_with(f)
+    }
+
+    /// [`Ctx::block`] for a body with a value.
+    pub fn block_with<T, F: Future<Output = Result<T, String>>>(&self, f: F) -> Result<T, String> {
         self.rt.block_on(async {
-            match tokio::time::timeout(CASE_TIMEOUT, f).await {
-                Ok(r) => r,
-                Err(_) => Err(format!(
+            let run = AssertUnwindSafe(tokio::time::timeout(CASE_TIMEOUT, f))
+                .catch_unwind()
+                .await;
+            let torn = self.teardown().await;
+            let result = match run {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(format!(
                     "the case did not finish within {}s (hung?)",
                     CASE_TIMEOUT.as_secs()
                 )),
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            match (result, torn) {
+                (Ok(_), Err(e)) => Err(e),
+                (result, _) => result,
             }
         })
     }
+
+    /// Flushes and drops every bus the case opened, then hands every store it opened to
+    /// [`BackendFactory::teardown`].
+    async fn teardown(&self) -> Result<(), String> {
+        let buses = std::mem::take(&mut *self.buses.lock());
+        for bus in buses {
+            // Best effort: a failed case may have left the bus broken.
+            let _ = bus.flush().await;
+        }
+        let stores = std::mem::take(&mut *self.opened.lock());
+        let mut first = Ok(());
+        for store in stores {
+            if let Err(e) = self.factory.teardown(store).await {
+                if first.is_ok() {
+                    first = Err(format!(
+                        "teardown after the case failed: {} error: {e}",
+                        kind(&e)
+                    ));
+                }
+            }
+        }
+        first
+    }
+}
+
+/// A backend opened again by [`Ctx::reopen`].
+pub(crate) struct Reopened {
+    /// The reopened store and the bus to run with it.
+    pub backend: Backend,
+    /// Whether the bus is the same deployment's bus reopened (it outlives a restart);
+    /// otherwise it is a fresh one.
+    pub bus_kept: bool,
+}
+
+/// Whether two handles point at the same store.
+fn same_store(a: &Arc<dyn Store>, b: &Arc<dyn Store>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// Whether two handles point at the same bus.
+fn same_bus(a: &Arc<dyn Bus>, b: &Arc<dyn Bus>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// An envelope for a sync event of the event's own session.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{Config, DEFAULT_CASES};
-pub use factory::{guarded, BackendFactory, Divergence, FnFactory};
+pub use factory::{guarded, last_handle, BackendFactory, Divergence, FnFactory, StoreMap};
 pub use junit::junit_xml;
 pub use progress::{NoProgress, Progress, ProgressEvent};
 pub use report::{Outcome, PropertyResult, Report};
@@ -59,11 +59,15 @@ pub enum Property {
     Concurrency,
     /// §9.9: every kind, including unknown kinds and fields, survives write → read.
     RoundTrip,
+    /// Durability across a restart: after the store is closed and opened again it
+    /// equals the reference model, per-session seqs continue without reuse, and recover
+    /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
+    Reopen,
 }
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 11] = [
+    pub const ALL: [Property; 12] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -75,6 +79,7 @@ impl Property {
         Property::TenantIsolation,
         Property::Concurrency,
         Property::RoundTrip,
+        Property::Reopen,
     ];
 
     /// The name used in reports, test names and `Config::only`.
@@ -91,6 +96,7 @@ impl Property {
             Property::TenantIsolation => "tenant_isolation",
             Property::Concurrency => "concurrency",
             Property::RoundTrip => "round_trip",
+            Property::Reopen => "reopen",
         }
     }
 
@@ -147,6 +153,10 @@ impl Property {
             Property::RoundTrip => {
                 "every message and part kind, including unknown kinds and fields, survives \
                  write -> read (and read-modify-write) unchanged"
+            }
+            Property::Reopen => {
+                "closed and opened again, the store equals the reference model, seqs \
+                 continue without reuse, and recover works as on a store never closed"
             }
         }
     }
@@ -341,6 +351,7 @@ macro_rules! conformance_tests {
             tenant_isolation => TenantIsolation,
             concurrency => Concurrency,
             round_trip => RoundTrip,
+            reopen => Reopen,
         );
     };
     (@tests $factory:expr; $($name:ident => $variant:ident,)*) => {

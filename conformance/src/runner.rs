@@ -129,18 +129,23 @@ where
     }
 }
 
-/// Opens one backend to read what it can do.
+/// Opens one backend to read what it can do, and tears it down.
 pub(crate) fn caps(
     rt: &tokio::runtime::Runtime,
     factory: &dyn BackendFactory,
 ) -> Result<Caps, Error> {
     rt.block_on(async {
         let store = factory.store().await?;
-        let bus = factory.bus().await?;
-        Ok(Caps {
-            store: store.capabilities(),
-            bus: bus.map(|b| b.capabilities()),
-        })
+        let caps = match factory.bus().await {
+            Ok(bus) => Ok(Caps {
+                store: store.capabilities(),
+                bus: bus.map(|b| b.capabilities()),
+            }),
+            Err(e) => Err(e),
+        };
+        // Best effort: a teardown that fails fails the cases, which say so.
+        let _ = factory.teardown(store).await;
+        caps
     })
 }
 
@@ -154,12 +159,7 @@ pub(crate) fn with_ctx<R>(
     let rt = runtime();
     let caps =
         caps(&rt, factory).map_err(|e| format!("the factory could not open a backend: {e}"))?;
-    let ctx = Ctx {
-        factory,
-        rt: &rt,
-        config: config.clone(),
-        caps,
-    };
+    let ctx = Ctx::new(factory, &rt, config.clone(), caps);
     Ok(f(&ctx))
 }
 
@@ -191,12 +191,7 @@ pub(crate) fn run_property(
                 notes: Vec::new(),
             },
             Ok(()) => {
-                let ctx = Ctx {
-                    factory,
-                    rt,
-                    config: config.clone(),
-                    caps,
-                };
+                let ctx = Ctx::new(factory, rt, config.clone(), caps);
                 crate::properties::run(&ctx, property)
             }
         },

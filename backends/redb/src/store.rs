@@ -115,6 +115,37 @@ impl RedbStore {
         self.options
     }
 
+    /// Closes the file: waits until the work of this store still running on tokio's
+    /// blocking pool has ended, then closes the database (flushing it and releasing its
+    /// lock) and returns what the close reports.
+    ///
+    /// An `apply` or a read whose future was dropped (a timeout, a cancelled request)
+    /// runs to its end on the blocking pool and holds the database open until then.
+    /// Dropping the store closes the file too, but only once that work has ended, and it
+    /// ignores close errors: a process that opens the file again right away (or hands it
+    /// to another process) calls `close` first, or the open may fail with a retryable
+    /// "database already open". When `close` returns, every write that was still running
+    /// has committed or rolled back.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when redb fails to flush or close the file.
+    pub async fn close(self) -> Result<()> {
+        let Self { mut db, .. } = self;
+        let db = loop {
+            match Arc::try_unwrap(db) {
+                Ok(db) => break db,
+                Err(shared) => {
+                    db = shared;
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        };
+        tokio::task::spawn_blocking(move || db.close())
+            .await
+            .map_err(join)?
+            .map_err(map)
+    }
+
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,

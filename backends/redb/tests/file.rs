@@ -33,6 +33,44 @@ fn reopening_the_file_shows_every_commit() {
     }
 }
 
+#[test]
+fn close_waits_for_a_cancelled_write_and_releases_the_file() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    let mut batch = vec![
+        put_session("a", "ses_1", 1),
+        put_message("a", "ses_1", "msg_1", 0, 2),
+    ];
+    batch.extend(
+        (0..20_000).map(|i| put_part("a", "ses_1", "msg_1", &format!("prt_{i}"), 0, 3 + i)),
+    );
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        let mut write = Box::pin(store.apply(&batch));
+        // Polled once, the write is handed to the blocking pool; dropping the future
+        // then leaves it running there, holding the database.
+        tokio::select! {
+            biased;
+            _ = &mut write => panic!("a 20,000-part write finished in one poll"),
+            () = std::future::ready(()) => {}
+        }
+        drop(write);
+        store.close().await.unwrap();
+        let store = RedbStore::open(&path).expect("the file is released when close returns");
+        let page = store
+            .messages(&tenant("a"), &SessionId::from("ses_1"), None, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            page.messages.first().map(|m| m.parts.len()),
+            Some(20_000),
+            "the cancelled write had committed when close returned"
+        );
+        store.close().await.unwrap();
+    });
+}
+
 const CHILD_ENV: &str = "FORGE_REDB_TEST_CHILD_DB";
 
 #[test]

@@ -79,6 +79,42 @@ impl RedisStore {
         &self.keys
     }
 
+    /// Deletes every key under the prefix — every tenant's rows, and the streams of a
+    /// [`crate::RedisBus`] with the same prefix — and returns how many it deleted. For
+    /// tests and for removing a deployment: what is written under the prefix while it
+    /// runs may be left.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the server fails.
+    pub async fn clear(&self) -> Result<usize> {
+        let mut conn = self.conn();
+        let pattern = self.keys.pattern();
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut conn)
+                .await
+                .map_err(map)?;
+            if !keys.is_empty() {
+                deleted += redis::cmd("DEL")
+                    .arg(&keys)
+                    .query_async::<usize>(&mut conn)
+                    .await
+                    .map_err(map)?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
     }

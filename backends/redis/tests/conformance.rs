@@ -1,5 +1,6 @@
-//! The conformance suite on RedisStore + RedisBus: a fresh key prefix per case, all
-//! deleted when the test ends.
+//! The conformance suite on RedisStore + RedisBus, through the suite's macro like every
+//! other backend: a fresh key prefix per case, deleted by the factory's teardown, and
+//! reopened as new clients on the same prefix (the Streams bus outlives the restart).
 
 mod common;
 
@@ -7,20 +8,40 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_conformance::BackendFactory;
-use forge_core::{Bus, Result, Store};
+use forge_conformance::{BackendFactory, StoreMap};
+use forge_core::{Bus, Error, Result, Store};
 use forge_redis::{RedisBus, RedisStore};
+use parking_lot::Mutex;
 
 /// Hands out a store and its bus under `base:cN`, a fresh sub-prefix per case.
 struct RedisFactory {
-    url: String,
+    server: String,
     base: String,
     case: AtomicU64,
+    /// Each store handed out, with the URL of its case (prefix included).
+    open: StoreMap<(String, Arc<RedisStore>)>,
+    /// The URL of the store returned last, for the bus to go with it.
+    last: Mutex<Option<String>>,
 }
 
 impl RedisFactory {
-    fn url(&self, case: u64) -> String {
-        common::with_prefix(&self.url, &format!("{}:c{case}", self.base), "")
+    /// The factory, or `None` (after saying so) when no server is configured.
+    fn from_env() -> Option<Self> {
+        Some(Self {
+            server: common::redis_url()?,
+            base: common::fresh_prefix(),
+            case: AtomicU64::new(0),
+            open: StoreMap::new(),
+            last: Mutex::new(None),
+        })
+    }
+
+    async fn open_at(&self, url: String) -> Result<Arc<dyn Store>> {
+        let redis = Arc::new(RedisStore::connect(&url).await?);
+        let store = Arc::clone(&redis) as Arc<dyn Store>;
+        self.open.insert(&store, (url.clone(), redis));
+        *self.last.lock() = Some(url);
+        Ok(store)
     }
 }
 
@@ -29,69 +50,58 @@ impl BackendFactory for RedisFactory {
     fn name(&self) -> &'static str {
         "redis"
     }
+
     async fn store(&self) -> Result<Arc<dyn Store>> {
         let case = self.case.fetch_add(1, Ordering::SeqCst) + 1;
-        Ok(Arc::new(RedisStore::connect(&self.url(case)).await?))
+        let url = common::with_prefix(&self.server, &format!("{}:c{case}", self.base), "");
+        self.open_at(url).await
     }
+
     async fn bus(&self) -> Result<Option<Arc<dyn Bus>>> {
-        let case = self.case.load(Ordering::SeqCst);
-        Ok(Some(Arc::new(RedisBus::connect(&self.url(case)).await?)))
+        let url = self.last.lock().clone();
+        let url = url.ok_or_else(|| Error::invalid("bus() before store()"))?;
+        Ok(Some(Arc::new(RedisBus::connect(&url).await?)))
+    }
+
+    async fn reopen(&self, store: Arc<dyn Store>) -> Result<Option<Arc<dyn Store>>> {
+        let (url, redis) = self
+            .open
+            .remove(&store)
+            .ok_or_else(|| Error::invalid("not a store of this factory"))?;
+        drop((store, redis));
+        Ok(Some(self.open_at(url).await?))
+    }
+
+    async fn reopen_bus(&self, store: &Arc<dyn Store>) -> Result<Option<Arc<dyn Bus>>> {
+        let (url, _) = self
+            .open
+            .get(store)
+            .ok_or_else(|| Error::invalid("not a store of this factory"))?;
+        Ok(Some(Arc::new(RedisBus::connect(&url).await?)))
+    }
+
+    async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
+        let Some((_, redis)) = self.open.remove(&store) else {
+            return Ok(());
+        };
+        drop(store);
+        redis.clear().await.map(drop)
     }
 }
 
 impl Drop for RedisFactory {
+    /// Every case's keys went with its teardown: anything left under the base prefix is
+    /// a teardown that was skipped (deleted here, and the test fails).
     fn drop(&mut self) {
-        common::delete_prefix(&self.url, &self.base);
+        let left = common::count_prefix(&self.server, &self.base);
+        common::delete_prefix(&self.server, &self.base);
+        if !std::thread::panicking() {
+            assert_eq!(left, 0, "keys left under {} after teardown", self.base);
+        }
     }
 }
 
-/// Runs `property` against Redis, or prints the skip notice.
-fn check(property: forge_conformance::Property) {
-    let Some(url) = common::redis_url() else {
-        return;
-    };
-    let factory = RedisFactory {
-        url: url.clone(),
-        base: common::fresh_prefix(),
-        case: AtomicU64::new(0),
-    };
-    forge_conformance::assert_property(&factory, property);
-    let base = factory.base.clone();
-    drop(factory);
-    assert_eq!(
-        common::count_prefix(&url, &base),
-        0,
-        "keys left under {base}"
-    );
-}
-
-macro_rules! properties {
-    ($($name:ident => $variant:ident,)*) => {
-        $(
-            #[test]
-            fn $name() {
-                check(forge_conformance::Property::$variant);
-            }
-        )*
-    };
-}
-
-properties! {
-    upsert => Upsert,
-    pagination => Pagination,
-    filter_compacted => FilterCompacted,
-    crash_boundary => CrashBoundary,
-    crash_durable_bus => CrashDurableBus,
-    write_discipline => WriteDiscipline,
-    bus => Bus,
-    bus_resume => BusResume,
-    tenant_isolation => TenantIsolation,
-    concurrency => Concurrency,
-    round_trip => RoundTrip,
-}
-
-/// The macro's list and this one must not drift: every property of the suite runs here.
-#[test]
-fn every_property_runs() {
-    assert_eq!(forge_conformance::Property::ALL.len(), 11);
-}
+forge_conformance::conformance_tests!(match RedisFactory::from_env() {
+    Some(factory) => factory,
+    None => return,
+});

@@ -237,3 +237,45 @@ async fn bad_urls_are_invalid_input_and_unreachable_servers_retryable() {
     assert!(err.is_retryable(), "{err:?}");
     assert!(std::error::Error::source(&err).is_some(), "source kept");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_deletes_every_key_of_the_prefix_and_nothing_else() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let base = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: base.clone(),
+    };
+    // `…:c1` must not take `…:c10` (a prefix of its name) with it.
+    let (one, ten) = (format!("{base}:c1"), format!("{base}:c10"));
+    let t = TenantId::new("a").unwrap();
+    let mut stores = Vec::new();
+    for prefix in [&one, &ten] {
+        let store = RedisStore::connect(&with_prefix(&server, prefix, ""))
+            .await
+            .unwrap();
+        let (msg, part) = user_message(&"s".into(), "m", "p", "hello");
+        store
+            .apply(&[
+                env(&t, 1, SyncEvent::SessionUpdated { info: session("s") }),
+                env(&t, 2, SyncEvent::MessageUpdated { info: msg }),
+                env(&t, 3, SyncEvent::PartUpdated { part }),
+            ])
+            .await
+            .unwrap();
+        stores.push(store);
+    }
+    let before = count_prefix(&server, &one);
+    assert!(before > 0);
+    assert_eq!(stores[0].clear().await.unwrap(), before);
+    assert_eq!(count_prefix(&server, &one), 0);
+    assert!(stores[0].sessions(&t).await.unwrap().is_empty());
+    assert_eq!(
+        stores[1].sessions(&t).await.unwrap().len(),
+        1,
+        "c10 was touched"
+    );
+    assert_eq!(stores[0].clear().await.unwrap(), 0);
+}

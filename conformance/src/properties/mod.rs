@@ -6,6 +6,7 @@ pub mod concurrency;
 pub mod crash;
 pub mod filter;
 pub mod pagination;
+pub mod reopen;
 pub mod round_trip;
 pub mod tenant;
 mod turn;
@@ -55,6 +56,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::TenantIsolation => tenant::run(ctx),
         Property::Concurrency => concurrency::run(ctx),
         Property::RoundTrip => round_trip::run(ctx),
+        Property::Reopen => reopen::run(ctx),
     }
 }
 
@@ -76,5 +78,6 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::TenantIsolation => tenant::check(ctx, &parse(json)?),
         Property::Concurrency => concurrency::check(ctx, &parse(json)?),
         Property::RoundTrip => round_trip::check(ctx, &parse(json)?),
+        Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

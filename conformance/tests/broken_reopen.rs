@@ -1,0 +1,289 @@
+//! The `reopen` property proves it can fail: a backend that keeps part of what it was
+//! told in memory instead of on its "disk" passes every other property — a live handle
+//! answers everything right — and only `reopen` catches it. A backend that cannot
+//! reopen is reported as skipped, never as passed.
+//!
+//! The disk is a `MemoryStore` the factory keeps across reopens (standing in for a
+//! file); the store handed out is a handle on it, and a reopen is a new handle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forge_conformance::{last_handle, BackendFactory, Config, FnFactory, Outcome, Property};
+use forge_conformance::{Report, StoreMap};
+use forge_core::{
+    Bus, Capabilities, Cursor, Envelope, LocalBus, MemoryStore, MessageId, MessageWithParts,
+    OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+};
+
+/// What a handle keeps only in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Forgets {
+    /// Nothing: everything goes to the disk (the control).
+    Nothing,
+    /// Session seqs: the disk records every event with seq 1; the handle remembers the
+    /// real seqs.
+    Seqs,
+    /// Session updates: the disk gets every session with an empty title; the handle
+    /// remembers the titles.
+    SessionTitles,
+}
+
+/// A handle on a disk, with a write-through cache that holds what the disk is not told.
+///
+/// Every batch goes to the disk (degraded as `forgets` says) and, when the disk accepts
+/// it, to the cache as written. A session the cache knows is read from the cache, any
+/// other from the disk: a live handle reads everything right, a new handle on the same
+/// disk reads what the disk kept.
+#[derive(Debug)]
+struct Handle {
+    disk: Arc<MemoryStore>,
+    cache: Option<MemoryStore>,
+    forgets: Forgets,
+    /// Disk and cache apply in the same order.
+    writer: tokio::sync::Mutex<()>,
+}
+
+impl Handle {
+    fn new(disk: Arc<MemoryStore>, forgets: Forgets) -> Self {
+        Self {
+            disk,
+            cache: (forgets != Forgets::Nothing).then(MemoryStore::new),
+            forgets,
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// What the disk is told of `env`.
+    fn degraded(&self, env: &Envelope<SyncEvent>) -> Envelope<SyncEvent> {
+        let mut env = env.clone();
+        match (self.forgets, &mut env.event) {
+            (Forgets::Seqs, _) => env.seq = 1,
+            (Forgets::SessionTitles, SyncEvent::SessionUpdated { info }) => info.title.clear(),
+            _ => {}
+        }
+        env
+    }
+
+    /// The store holding `session`: the cache when it knows the session.
+    async fn holder(&self, tenant: &TenantId, session: &SessionId) -> Result<&dyn Store> {
+        if let Some(cache) = &self.cache {
+            if cache.session(tenant, session).await?.is_some() {
+                return Ok(cache);
+            }
+        }
+        Ok(self.disk.as_ref())
+    }
+}
+
+#[async_trait]
+impl Store for Handle {
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.disk.capabilities();
+        caps.name = "disk-and-cache";
+        caps
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let _order = self.writer.lock().await;
+        let told: Vec<_> = batch.iter().map(|e| self.degraded(e)).collect();
+        self.disk.apply(&told).await?;
+        if let Some(cache) = &self.cache {
+            // A session the cache never saw (written by an earlier handle) is rejected
+            // there: the cache then stays out of it.
+            let _ = cache.apply(batch).await;
+        }
+        Ok(())
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        self.holder(tenant, id).await?.session(tenant, id).await
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        let mut out = Vec::new();
+        for s in self.disk.sessions(tenant).await? {
+            let id = s.info.id.clone();
+            out.extend(self.session(tenant, &id).await?.or(Some(s)));
+        }
+        Ok(out)
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        self.holder(tenant, session)
+            .await?
+            .message(tenant, session, id)
+            .await
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.holder(tenant, session)
+            .await?
+            .messages(tenant, session, before, limit)
+            .await
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        if let Some(s) = session {
+            return self
+                .holder(tenant, s)
+                .await?
+                .open_items(tenant, session)
+                .await;
+        }
+        let mut all = OpenItems::default();
+        for s in self.disk.sessions(tenant).await? {
+            let id = s.info.id;
+            let open = self
+                .holder(tenant, &id)
+                .await?
+                .open_items(tenant, Some(&id))
+                .await?;
+            all.messages.extend(open.messages);
+            all.parts.extend(open.parts);
+        }
+        Ok(all)
+    }
+}
+
+/// Hands out handles on fresh disks, with an in-process bus; reopens a disk as a new
+/// handle.
+struct Disks {
+    forgets: Forgets,
+    open: StoreMap<Arc<MemoryStore>>,
+}
+
+impl Disks {
+    fn new(forgets: Forgets) -> Self {
+        Self {
+            forgets,
+            open: StoreMap::new(),
+        }
+    }
+
+    fn handle(&self, disk: Arc<MemoryStore>) -> Arc<dyn Store> {
+        let store: Arc<dyn Store> = Arc::new(Handle::new(Arc::clone(&disk), self.forgets));
+        self.open.insert(&store, disk);
+        store
+    }
+}
+
+#[async_trait]
+impl BackendFactory for Disks {
+    fn name(&self) -> &'static str {
+        "disk-and-cache"
+    }
+
+    async fn store(&self) -> Result<Arc<dyn Store>> {
+        Ok(self.handle(Arc::new(MemoryStore::new())))
+    }
+
+    async fn bus(&self) -> Result<Option<Arc<dyn Bus>>> {
+        Ok(Some(Arc::new(LocalBus::with_replay(100_000))))
+    }
+
+    async fn reopen(&self, store: Arc<dyn Store>) -> Result<Option<Arc<dyn Store>>> {
+        last_handle(&store)?;
+        let disk = self
+            .open
+            .remove(&store)
+            .ok_or_else(|| forge_core::Error::invalid("not a store of this factory"))?;
+        drop(store);
+        Ok(Some(self.handle(disk)))
+    }
+
+    async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
+        self.open.remove(&store);
+        Ok(())
+    }
+}
+
+fn config() -> Config {
+    let mut c = Config::from_env();
+    // As in broken.rs: half again the default cases at least, so a catch is not luck.
+    c.cases = c.cases.max(forge_conformance::DEFAULT_CASES * 3 / 2);
+    c.max_shrink_iters = 400;
+    c.max_shrink_time = Duration::from_secs(10);
+    c
+}
+
+fn failed(report: &Report) -> Vec<&'static str> {
+    report
+        .results
+        .iter()
+        .filter(|r| r.outcome.is_failure())
+        .map(|r| r.property.name())
+        .collect()
+}
+
+/// Runs the whole suite on a handle that forgets `forgets`: `reopen` must fail with a
+/// message containing `because`, and no other property may fail.
+fn only_reopen_catches(forgets: Forgets, because: &str) {
+    let report = forge_conformance::run(&Disks::new(forgets), &config());
+    let failed = failed(&report);
+    println!(
+        "CAUGHT | {forgets:?} | meant: reopen | failed: {}",
+        failed.join(", ")
+    );
+    let result = report.result(Property::Reopen).expect("reopen ran");
+    let text = result.failure_text();
+    println!("{text}\n");
+    assert_eq!(failed, ["reopen"], "{report}");
+    assert!(
+        text.contains(because),
+        "reopen failed, but not because {because:?}:\n{text}"
+    );
+    assert!(
+        text.contains("forge_conformance::assert_replay(&factory, \"reopen\""),
+        "no regression test printed:\n{text}"
+    );
+}
+
+#[test]
+fn reopen_alone_catches_seqs_kept_only_in_memory() {
+    only_reopen_catches(Forgets::Seqs, "seqs would be reused");
+}
+
+#[test]
+fn reopen_alone_catches_session_updates_kept_only_in_memory() {
+    only_reopen_catches(Forgets::SessionTitles, "after reopen: session");
+}
+
+#[test]
+fn a_backend_that_keeps_everything_passes_reopen() {
+    let report =
+        forge_conformance::run(&Disks::new(Forgets::Nothing), &config().with_only("reopen"));
+    let result = report.result(Property::Reopen).expect("reopen ran");
+    assert_eq!(result.outcome, Outcome::Passed, "{report}");
+    assert!(result.cases > 0);
+}
+
+#[test]
+fn a_backend_that_cannot_reopen_is_skipped_with_the_reason() {
+    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())));
+    let report = forge_conformance::run(&memory, &config().with_only("reopen"));
+    let result = report.result(Property::Reopen).expect("reopen ran");
+    let Outcome::Skipped { reason } = &result.outcome else {
+        panic!("reopen on a store that cannot reopen: {report}");
+    };
+    assert!(reason.contains("cannot reopen"), "{reason}");
+    assert_eq!(result.cases, 0);
+    let xml = forge_conformance::junit_xml(&report);
+    assert!(xml.contains("<skipped"), "{xml}");
+}
