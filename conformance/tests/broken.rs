@@ -91,6 +91,15 @@ fn upsert_catches_a_failing_batch_that_is_half_applied() {
 }
 
 #[test]
+fn upsert_catches_a_part_keyed_per_message_that_stays_when_moved() {
+    caught(
+        Wrapper::Store(StoreBug::PartKeyedPerMessage),
+        Property::Upsert,
+        &["expected:"],
+    );
+}
+
+#[test]
 fn pagination_catches_pages_that_skip_their_first_item() {
     caught(
         Wrapper::Store(StoreBug::SkipsFirstOfLaterPages),

@@ -4,9 +4,14 @@
 //! The case is a command sequence run against the backend and the model side by side
 //! (a state machine: every batch is a transition, the model decides whether it must be
 //! accepted or rejected and what the state is after it). Invalid upserts (a message for
-//! a missing session, a part for a missing or removed message, a part naming another
-//! session's message) are generated on purpose: the store must reject the whole batch
-//! with the right error and leave nothing of it behind.
+//! a missing session, a part for a missing or removed message, a part naming a message
+//! only another session has) are generated on purpose: the store must reject the whole
+//! batch with the right error and leave nothing of it behind.
+//!
+//! Ids repeat across parents on purpose: every session draws its message ids from the
+//! same pool, and every message its part ids, so a message id lives in both sessions as
+//! two independent messages, and a part upserted under another message of its session
+//! moves there (a part id is unique within its session).
 
 use forge_core::{MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
 use proptest::collection::vec;
@@ -18,15 +23,16 @@ use crate::reference::{sorted, ReferenceStore};
 use crate::strategies::model::{self, message_kind, part_kind, MessageKind, PartKind};
 use crate::Property;
 
-/// Sessions, messages per session and parts per message the ids range over.
+/// Sessions, and message and part ids, the ids range over.
 const SESSIONS: u8 = 2;
 const MESSAGES: u8 = 3;
-const PARTS: u8 = 2;
+const PARTS: u8 = 3;
 
 /// One event of a batch, over small id pools so ids repeat.
 ///
-/// Fields: `s` session index (0..2), `m` message index (0..3), `p` part index (0..2),
-/// `v` version (shows in a field, so an overwrite is visible), `kind` what to build.
+/// Fields: `s` session index (0..2), `m` message id index (0..3, the same ids in every
+/// session), `p` part id index (0..3, the same ids under every message), `v` version
+/// (shows in a field, so an overwrite is visible), `kind` what to build.
 #[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
@@ -43,7 +49,8 @@ pub enum Op {
     },
     /// `message.removed`.
     RemoveMessage { s: u8, m: u8 },
-    /// `message.part.updated` of part `p` of message `m` of session `s`.
+    /// `message.part.updated` of part `p` under message `m` of session `s` (moving it
+    /// when another message of `s` holds it).
     PutPart {
         s: u8,
         m: u8,
@@ -51,10 +58,8 @@ pub enum Op {
         kind: PartKind,
         v: u8,
     },
-    /// `message.part.removed`.
+    /// `message.part.removed` naming message `m` (nothing when the part is elsewhere).
     RemovePart { s: u8, m: u8, p: u8 },
-    /// `message.part.updated` of a part of session `s` naming message `m` of the next session.
-    PutForeignPart { s: u8, m: u8, p: u8 },
 }
 
 /// One `apply` call: the events get seqs `seq`, `seq + 1`, …
@@ -76,11 +81,11 @@ pub struct Case {
 fn sid(s: u8) -> SessionId {
     SessionId::from(format!("ses_{s}"))
 }
-fn mid(s: u8, m: u8) -> MessageId {
-    MessageId::from(format!("msg_{s}_{m}"))
+fn mid(m: u8) -> MessageId {
+    MessageId::from(format!("msg_{m}"))
 }
-fn pid(s: u8, m: u8, p: u8) -> PartId {
-    PartId::from(format!("prt_{s}_{m}_{p}"))
+fn pid(p: u8) -> PartId {
+    PartId::from(format!("prt_{p}"))
 }
 
 impl Op {
@@ -92,28 +97,19 @@ impl Op {
             },
             Op::DeleteSession { s } => SyncEvent::SessionDeleted { session_id: sid(s) },
             Op::PutMessage { s, m, kind, v } => SyncEvent::MessageUpdated {
-                info: model::message(&sid(s), &mid(s, m), kind, v),
+                info: model::message(&sid(s), &mid(m), kind, v),
             },
             Op::RemoveMessage { s, m } => SyncEvent::MessageRemoved {
                 session_id: sid(s),
-                message_id: mid(s, m),
+                message_id: mid(m),
             },
             Op::PutPart { s, m, p, kind, v } => SyncEvent::PartUpdated {
-                part: model::part(&sid(s), &mid(s, m), &pid(s, m, p), kind, v),
+                part: model::part(&sid(s), &mid(m), &pid(p), kind, v),
             },
             Op::RemovePart { s, m, p } => SyncEvent::PartRemoved {
                 session_id: sid(s),
-                message_id: mid(s, m),
-                part_id: pid(s, m, p),
-            },
-            Op::PutForeignPart { s, m, p } => SyncEvent::PartUpdated {
-                part: model::part(
-                    &sid(s),
-                    &mid((s + 1) % SESSIONS, m),
-                    &pid(s, m, p),
-                    PartKind::Text,
-                    0,
-                ),
+                message_id: mid(m),
+                part_id: pid(p),
             },
         }
     }
@@ -132,7 +128,6 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (s(), m(), p(), part_kind(), v())
             .prop_map(|(s, m, p, kind, v)| Op::PutPart { s, m, p, kind, v }),
         1 => (s(), m(), p()).prop_map(|(s, m, p)| Op::RemovePart { s, m, p }),
-        1 => (s(), m(), p()).prop_map(|(s, m, p)| Op::PutForeignPart { s, m, p }),
     ]
 }
 
@@ -297,7 +292,7 @@ pub(crate) async fn compare(
             return Err(format!("messages({id}): a next cursor on the only page"));
         }
         for m in 0..MESSAGES {
-            let mid = mid(s, m);
+            let mid = mid(m);
             let got = store
                 .message(tenant, &id, &mid)
                 .await
