@@ -15,7 +15,8 @@ use forge_core::{
 use parking_lot::Mutex;
 use serde::Serialize;
 
-pub(crate) use crate::runner::{run_cases, CaseRun};
+use crate::exercised::{Measured, Stats};
+pub(crate) use crate::runner::{run_cases, run_scaled, CaseRun};
 use crate::{BackendFactory, Config};
 
 /// How long one generated case may take before it counts as hung.
@@ -55,6 +56,8 @@ pub(crate) struct Ctx<'a> {
     pub rt: &'a tokio::runtime::Runtime,
     pub config: Config,
     pub caps: Caps,
+    /// What the property exercised so far.
+    pub stats: Arc<Stats>,
 }
 
 /// A fresh backend for one case, with the tenants the case used (cleaned up after).
@@ -143,13 +146,17 @@ fn fresh_tenant() -> TenantId {
 }
 
 impl Ctx<'_> {
-    /// A fresh backend from the factory.
+    /// A fresh backend from the factory, its store measured into [`Ctx::stats`].
     pub async fn backend(&self) -> Result<Backend, String> {
         let store = self
             .factory
             .store()
             .await
             .map_err(|e| format!("the factory could not open a store: {e}"))?;
+        let store: Arc<dyn Store> = Arc::new(Measured {
+            inner: store,
+            stats: Arc::clone(&self.stats),
+        });
         let bus = self
             .factory
             .bus()

@@ -120,13 +120,13 @@ impl ReferenceStore {
                 }
             }
             SyncEvent::PartUpdated { part } => {
-                let elsewhere = sessions
-                    .iter()
-                    .any(|(id, s)| id != sid && s.messages.contains_key(&part.message_id));
-                let s = sessions
-                    .get_mut(sid)
-                    .filter(|s| s.messages.contains_key(&part.message_id));
-                let Some(s) = s else {
+                let here = sessions
+                    .get(sid)
+                    .is_some_and(|s| s.messages.contains_key(&part.message_id));
+                let Some(s) = sessions.get_mut(sid).filter(|_| here) else {
+                    let elsewhere = sessions
+                        .iter()
+                        .any(|(id, s)| id != sid && s.messages.contains_key(&part.message_id));
                     return Err(if elsewhere {
                         Rejection::Conflict
                     } else {

@@ -13,14 +13,17 @@
 //! two independent messages, and a part upserted under another message of its session
 //! moves there (a part id is unique within its session).
 
-use forge_core::{MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
+use forge_core::store::MAX_PAGE_LIMIT;
+use forge_core::{read_all, MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::exercised::Stats;
 use crate::harness::{ctx_err, envs, kind, same, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::strategies::model::{self, message_kind, part_kind, MessageKind, PartKind};
+use crate::strategies::scaled::Sizes;
 use crate::Property;
 
 /// Sessions, and message and part ids, the ids range over.
@@ -69,6 +72,65 @@ pub struct Batch {
     pub seq: u16,
     /// The events.
     pub ops: Vec<Op>,
+    /// Thousands of rows more, after `ops` (large cases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk: Option<Bulk>,
+}
+
+/// Thousands of rows in one batch: `sessions` more sessions of the tenant, and
+/// `messages` open assistant messages, each with an open text part, in session `s`
+/// (written first). With `fail`, the batch ends with a part of a missing message, so
+/// the whole batch must be rejected and leave nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bulk {
+    /// The session the messages go to.
+    pub s: u8,
+    /// Sessions added to the tenant's listing.
+    pub sessions: u16,
+    /// Open messages (each with one open part) added to session `s`.
+    pub messages: u16,
+    /// Whether the batch ends with an event that fails.
+    pub fail: bool,
+}
+
+impl Bulk {
+    /// The events: `s`, the sessions, then every message followed by its part.
+    pub fn events(&self) -> Vec<SyncEvent> {
+        let sid = sid(self.s);
+        let mut out = vec![SyncEvent::SessionUpdated {
+            info: model::session(&sid, 0),
+        }];
+        out.extend((0..self.sessions).map(|i| SyncEvent::SessionUpdated {
+            info: model::session(&SessionId::from(format!("ses_bulk_{i:05}")), 1),
+        }));
+        for i in 0..self.messages {
+            let m = MessageId::from(format!("msg_bulk_{i:05}"));
+            out.push(SyncEvent::MessageUpdated {
+                info: model::message(&sid, &m, MessageKind::OpenAssistant, (i % 200) as u8),
+            });
+            let p = PartId::from(format!("prt_bulk_{i:05}"));
+            out.push(SyncEvent::PartUpdated {
+                part: model::part(&sid, &m, &p, PartKind::OpenText, (i % 200) as u8),
+            });
+        }
+        if self.fail {
+            out.push(SyncEvent::PartUpdated {
+                part: model::part(&sid, &"msg_missing".into(), &pid(0), PartKind::Text, 0),
+            });
+        }
+        out
+    }
+}
+
+impl Batch {
+    /// The batch's events.
+    pub fn events(&self) -> Vec<SyncEvent> {
+        let mut out: Vec<SyncEvent> = self.ops.iter().map(Op::event).collect();
+        if let Some(b) = &self.bulk {
+            out.extend(b.events());
+        }
+        out
+    }
 }
 
 /// A case: batches applied in order.
@@ -187,33 +249,81 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
         })
 }
 
-/// Cases; with `transactions == false` every batch holds one event.
+/// Cases; with `transactions == false` every batch holds one event. A batch may be
+/// empty.
 pub fn case(transactions: bool) -> impl Strategy<Value = Case> {
     let ops = prop_oneof![
-        3 => vec(op(), 1..=3),
+        3 => vec(op(), 0..=3),
         2 => chain(),
     ];
     let batch = (0u16..400, ops);
     vec(batch, 1..20).prop_map(move |batches| Case {
         batches: batches
             .into_iter()
-            .flat_map(|(seq, ops)| {
-                if transactions {
-                    vec![Batch { seq, ops }]
-                } else {
-                    ops.into_iter()
-                        .map(|op| Batch { seq, ops: vec![op] })
-                        .collect()
-                }
-            })
+            .flat_map(|(seq, ops)| split(transactions, seq, ops))
             .collect(),
     })
 }
 
+fn split(transactions: bool, seq: u16, ops: Vec<Op>) -> Vec<Batch> {
+    if transactions {
+        vec![Batch {
+            seq,
+            ops,
+            bulk: None,
+        }]
+    } else {
+        ops.into_iter()
+            .map(|op| Batch {
+                seq,
+                ops: vec![op],
+                bulk: None,
+            })
+            .collect()
+    }
+}
+
+/// Large cases: a batch of thousands of rows ending in a failing event (nothing of it
+/// may stay), the same batch succeeding (listings of sessions, open messages and open
+/// parts past 1,000, a history past 1,000), then a few ordinary batches over it. Bulk
+/// batches need transactions.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    (
+        0..SESSIONS,
+        sizes.listing(),
+        sizes.listing(),
+        vec((0u16..400, vec(op(), 1..=3)), 1..4),
+    )
+        .prop_map(|(s, sessions, messages, tail)| {
+            let bulk = |fail| Batch {
+                seq: 1,
+                ops: Vec::new(),
+                bulk: Some(Bulk {
+                    s,
+                    sessions,
+                    messages,
+                    fail,
+                }),
+            };
+            let mut batches = vec![bulk(true), bulk(false)];
+            batches.extend(tail.into_iter().map(|(seq, ops)| Batch {
+                seq,
+                ops,
+                bulk: None,
+            }));
+            Case { batches }
+        })
+}
+
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
     let transactions = ctx.caps.store.transactions;
-    let run =
-        crate::harness::run_cases(ctx, Property::Upsert, case(transactions), |c| check(ctx, c));
+    let test = |c: &Case| check(ctx, c);
+    let run = if transactions {
+        let sizes = Sizes::new(ctx.config.scale);
+        crate::harness::run_scaled(ctx, Property::Upsert, case(true), large_case(sizes), test)
+    } else {
+        crate::harness::run_cases(ctx, Property::Upsert, case(false), test)
+    };
     if transactions {
         run
     } else {
@@ -230,11 +340,17 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let tenant = b.tenant();
         let mut model = ReferenceStore::new();
         for (n, batch) in case.batches.iter().enumerate() {
-            let events = batch.ops.iter().map(Op::event).collect();
-            let envs = envs(&tenant, u64::from(batch.seq), events);
+            let envs = envs(&tenant, u64::from(batch.seq), batch.events());
             let expected = model.apply(&envs);
             let actual = b.store.apply(&envs).await;
-            let at = format!("batch #{n} {:?}", batch.ops);
+            let at = match &batch.bulk {
+                None => format!("batch #{n} {:?}", batch.ops),
+                Some(bulk) => format!(
+                    "batch #{n} of {} events {:?} {bulk:?}",
+                    envs.len(),
+                    batch.ops
+                ),
+            };
             match (expected, actual) {
                 (Ok(()), Err(e)) => {
                     return Err(format!("{at}: rejected a valid batch: {} {e}", kind(&e)))
@@ -252,7 +368,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 }
                 _ => {}
             }
-            compare(b.store.as_ref(), &tenant, &model)
+            compare(b.store.as_ref(), &tenant, &model, &ctx.stats)
                 .await
                 .map_err(|e| format!("after {at}: {e}"))?;
         }
@@ -266,12 +382,33 @@ pub(crate) async fn compare(
     store: &dyn Store,
     tenant: &TenantId,
     model: &ReferenceStore,
+    stats: &Stats,
 ) -> Result<(), String> {
     let sessions = store
         .sessions(tenant)
         .await
         .map_err(ctx_err("sessions()"))?;
-    same("sessions()", &model.sessions(tenant), &sessions)?;
+    let want = model.sessions(tenant);
+    if want.len() != sessions.len() {
+        let ids = |v: &[forge_core::SessionState]| -> Vec<String> {
+            v.iter().map(|s| s.info.id.to_string()).collect()
+        };
+        let (w, g) = (ids(&want), ids(&sessions));
+        return Err(format!(
+            "sessions() lists {} sessions, the tenant has {}; missing: {:?}, extra: {:?}",
+            g.len(),
+            w.len(),
+            w.iter()
+                .filter(|i| !g.contains(i))
+                .take(5)
+                .collect::<Vec<_>>(),
+            g.iter()
+                .filter(|i| !w.contains(i))
+                .take(5)
+                .collect::<Vec<_>>()
+        ));
+    }
+    same("sessions()", &want, &sessions)?;
     for s in 0..SESSIONS {
         let id = sid(s);
         let got = store
@@ -279,18 +416,19 @@ pub(crate) async fn compare(
             .await
             .map_err(ctx_err("session()"))?;
         same(&format!("session({id})"), &model.session(tenant, &id), &got)?;
-        let page = store
-            .messages(tenant, &id, None, 1000)
+        let history = read_all(store, tenant, &id, MAX_PAGE_LIMIT)
             .await
             .map_err(ctx_err("messages()"))?;
-        same(
-            &format!("messages({id})"),
-            &model.history(tenant, &id),
-            &page.messages,
-        )?;
-        if page.next.is_some() {
-            return Err(format!("messages({id}): a next cursor on the only page"));
+        stats.history(history.len());
+        let want = model.history(tenant, &id);
+        if want.len() != history.len() {
+            return Err(format!(
+                "messages({id}): paging yields {} messages, the session has {}",
+                history.len(),
+                want.len()
+            ));
         }
+        same(&format!("messages({id})"), &want, &history)?;
         for m in 0..MESSAGES {
             let mid = mid(m);
             let got = store
@@ -326,6 +464,15 @@ fn same_open(
     actual: forge_core::OpenItems,
 ) -> Result<(), String> {
     let (e, a) = (sorted(expected), sorted(actual));
+    if (e.messages.len(), e.parts.len()) != (a.messages.len(), a.parts.len()) {
+        return Err(format!(
+            "{what}: {} open messages and {} open parts listed, {} and {} are open",
+            a.messages.len(),
+            a.parts.len(),
+            e.messages.len(),
+            e.parts.len()
+        ));
+    }
     same(&format!("{what}.messages"), &e.messages, &a.messages)?;
     same(&format!("{what}.parts"), &e.parts, &a.parts)
 }
