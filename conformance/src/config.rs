@@ -10,6 +10,10 @@ use crate::Property;
 /// seconds, on redb (a fresh file per case) well under a minute.
 pub const DEFAULT_CASES: u32 = 32;
 
+/// The size of large cases when `FORGE_CONFORMANCE_SCALE` is not set (see
+/// [`Config::scale`]).
+pub const DEFAULT_SCALE: u32 = 1;
+
 /// What the suite runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -24,6 +28,10 @@ pub struct Config {
     pub max_shrink_iters: u32,
     /// Upper bound on shrinking a failure: wall time.
     pub max_shrink_time: Duration,
+    /// How large the large cases are, a factor (`FORGE_CONFORMANCE_SCALE`): at 1 a
+    /// batch carries up to 3,000 rows, a listing up to 2,500 entries, a text up to
+    /// 4 MiB; at 2 twice that. 0 runs no large cases.
+    pub scale: u32,
 }
 
 impl Default for Config {
@@ -33,21 +41,35 @@ impl Default for Config {
             only: None,
             max_shrink_iters: 2_000,
             max_shrink_time: Duration::from_secs(30),
+            scale: DEFAULT_SCALE,
         }
     }
 }
 
 impl Config {
-    /// The defaults, with `cases` from `FORGE_PROPTEST_CASES` when it is set to a number.
+    /// The defaults, with `cases` from `FORGE_PROPTEST_CASES` and `scale` from
+    /// `FORGE_CONFORMANCE_SCALE` when they are set to a number.
     pub fn from_env() -> Self {
         let mut c = Self::default();
-        if let Some(n) = std::env::var("FORGE_PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-        {
+        let number = |name| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        };
+        if let Some(n) = number("FORGE_PROPTEST_CASES") {
             c.cases = n.max(1);
         }
+        if let Some(n) = number("FORGE_CONFORMANCE_SCALE") {
+            c.scale = n;
+        }
         c
+    }
+
+    /// This config with large cases of size `scale` (0: none).
+    #[must_use]
+    pub fn with_scale(mut self, scale: u32) -> Self {
+        self.scale = scale;
+        self
     }
 
     /// This config with `cases` cases per property.
@@ -82,6 +104,18 @@ impl Config {
                 Property::ALL.map(Property::name).join(", ")
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// Large cases for `property`, on top of [`Config::cases_for`]: one in sixteen of the
+    /// cases, at least two (one for the heavy concurrency property), none at scale 0.
+    pub(crate) fn large_cases_for(&self, property: Property) -> u32 {
+        if self.scale == 0 {
+            return 0;
+        }
+        match property {
+            Property::Concurrency => (self.cases / 32).max(1),
+            _ => (self.cases / 16).max(2),
         }
     }
 
@@ -121,5 +155,15 @@ mod tests {
         assert_eq!(c.cases_for(Property::Upsert), 1);
         let c = Config::default().with_cases(64);
         assert_eq!(c.cases_for(Property::Concurrency), 16);
+    }
+
+    #[test]
+    fn large_cases_grow_with_the_cases_and_stop_at_scale_zero() {
+        let c = Config::default();
+        assert_eq!(c.large_cases_for(Property::Upsert), 2);
+        assert_eq!(c.large_cases_for(Property::Concurrency), 1);
+        let c = c.with_cases(256);
+        assert_eq!(c.large_cases_for(Property::Upsert), 16);
+        assert_eq!(c.with_scale(0).large_cases_for(Property::Upsert), 0);
     }
 }

@@ -17,7 +17,8 @@ use futures::FutureExt as _;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-pub(crate) use crate::runner::{run_cases, CaseRun};
+use crate::exercised::{Measured, Stats};
+pub(crate) use crate::runner::{run_cases, run_scaled, CaseRun};
 use crate::{BackendFactory, Config};
 
 /// How long one generated case may take before it counts as hung.
@@ -66,11 +67,16 @@ pub(crate) struct Ctx<'a> {
     /// The buses it got, flushed and dropped before the stores are torn down, so that
     /// nothing published reaches the backend after its teardown.
     buses: Mutex<Vec<Arc<dyn Bus>>>,
+    /// What the property exercised so far.
+    pub stats: Arc<Stats>,
 }
 
 /// A fresh backend for one case, with the tenants the case used (cleaned up after).
 pub(crate) struct Backend {
+    /// The store, measured into the context's stats.
     pub store: Arc<dyn Store>,
+    /// The store as the factory returned it (for reopen and teardown).
+    raw: Arc<dyn Store>,
     /// The factory's bus, if it has one.
     pub bus: Option<Arc<dyn Bus>>,
     tenants: Mutex<Vec<TenantId>>,
@@ -160,6 +166,7 @@ impl<'a> Ctx<'a> {
         rt: &'a tokio::runtime::Runtime,
         config: Config,
         caps: Caps,
+        stats: Arc<Stats>,
     ) -> Self {
         Self {
             factory,
@@ -168,10 +175,12 @@ impl<'a> Ctx<'a> {
             caps,
             opened: Mutex::new(Vec::new()),
             buses: Mutex::new(Vec::new()),
+            stats,
         }
     }
 
-    /// A fresh backend from the factory, torn down when the case ends.
+    /// A fresh backend from the factory, torn down when the case ends, its store
+    /// measured into [`Ctx::stats`].
     pub async fn backend(&self) -> Result<Backend, String> {
         let store = self
             .factory
@@ -179,6 +188,8 @@ impl<'a> Ctx<'a> {
             .await
             .map_err(|e| format!("the factory could not open a store: {e}"))?;
         self.opened.lock().push(Arc::clone(&store));
+        let raw = Arc::clone(&store);
+        let store = self.measured(store);
         let bus = self
             .factory
             .bus()
@@ -187,8 +198,17 @@ impl<'a> Ctx<'a> {
         self.buses.lock().extend(bus.clone());
         Ok(Backend {
             store,
+            raw,
             bus,
             tenants: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// `store`, measured into [`Ctx::stats`].
+    fn measured(&self, store: Arc<dyn Store>) -> Arc<dyn Store> {
+        Arc::new(Measured {
+            inner: store,
+            stats: Arc::clone(&self.stats),
         })
     }
 
@@ -210,9 +230,13 @@ impl<'a> Ctx<'a> {
     pub async fn reopen(&self, b: Backend) -> Result<Option<Reopened>, String> {
         let Backend {
             store,
+            raw,
             bus,
             tenants,
         } = b;
+        // The measuring wrapper holds a handle on the factory's store: drop it first.
+        drop(store);
+        let store = raw;
         if let Some(bus) = bus {
             self.buses.lock().retain(|b| !same_bus(b, &bus));
             // A restart after an orderly shutdown: what was published has reached the
@@ -231,6 +255,7 @@ impl<'a> Ctx<'a> {
             return Ok(None);
         };
         self.opened.lock().push(Arc::clone(&store));
+        let raw = Arc::clone(&store);
         let kept = self
             .factory
             .reopen_bus(&store)
@@ -248,7 +273,8 @@ impl<'a> Ctx<'a> {
         self.buses.lock().extend(bus.clone());
         Ok(Some(Reopened {
             backend: Backend {
-                store,
+                store: self.measured(store),
+                raw,
                 bus,
                 tenants,
             },

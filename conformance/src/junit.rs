@@ -80,6 +80,24 @@ fn test_case(suite: &str, r: &PropertyResult) -> TestCase {
         r.shrink_steps,
         r.property.description()
     );
+    let x = &r.exercised;
+    if !x.is_empty() {
+        let _ = write!(
+            out,
+            "\nexercised: {} cases ({} large); {x}",
+            x.cases, x.large_cases
+        );
+    }
+    for (name, value) in [
+        ("cases", u64::from(x.cases)),
+        ("large_cases", u64::from(x.large_cases)),
+        ("largest_batch_rows", x.largest_batch),
+        ("longest_text_bytes", x.longest_text),
+        ("longest_listing", x.longest_listing),
+        ("longest_history", x.longest_history),
+    ] {
+        case.add_property((name, value.to_string().as_str()));
+    }
     for n in &r.notes {
         let _ = write!(out, "\nnote: {n}");
     }

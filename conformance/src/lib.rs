@@ -2,6 +2,7 @@
 
 mod config;
 pub mod differential;
+mod exercised;
 mod factory;
 mod harness;
 mod junit;
@@ -18,7 +19,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use config::{Config, DEFAULT_CASES};
+pub use config::{Config, DEFAULT_CASES, DEFAULT_SCALE};
+pub use exercised::Exercised;
 pub use factory::{guarded, last_handle, BackendFactory, Divergence, FnFactory, StoreMap};
 pub use junit::junit_xml;
 pub use progress::{NoProgress, Progress, ProgressEvent};
@@ -213,9 +215,13 @@ pub async fn run_async_with_progress(
     progress: Arc<dyn Progress>,
 ) -> Report {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(run_here(factory.as_ref(), &config, progress.as_ref()));
-    });
+    std::thread::Builder::new()
+        .name("forge-conformance".into())
+        .stack_size(SUITE_STACK)
+        .spawn(move || {
+            let _ = tx.send(run_here(factory.as_ref(), &config, progress.as_ref()));
+        })
+        .unwrap_or_else(|e| panic!("cannot start the conformance suite thread: {e}"));
     rx.await
         .unwrap_or_else(|_| panic!("the conformance suite thread panicked"))
 }
@@ -313,18 +319,22 @@ pub fn assert_replay(factory: &dyn BackendFactory, property: &str, case_json: &s
     }
 }
 
-/// Runs `f` here, or on a scoped thread when called from inside a tokio runtime (the
-/// suite blocks on its own runtime, which cannot nest).
+/// The stack of the suite's thread. The strategies of the richer properties build
+/// deeply nested values; a debug build needs more than a test thread's 2 MiB for them.
+const SUITE_STACK: usize = 256 << 20;
+
+/// Runs `f` on a scoped thread with a large stack, outside any tokio runtime (the suite
+/// blocks on its own runtime, which cannot nest).
 fn outside_runtime<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        std::thread::scope(|s| {
-            s.spawn(f)
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
-    } else {
-        f()
-    }
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("forge-conformance".into())
+            .stack_size(SUITE_STACK)
+            .spawn_scoped(s, f)
+            .unwrap_or_else(|e| panic!("cannot start the conformance suite thread: {e}"))
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 /// Expands to one `#[test]` per property, each running that property against the

@@ -53,6 +53,8 @@ pub struct RefSession {
     pub seq: u64,
     /// Its messages by id.
     pub messages: BTreeMap<MessageId, RefMessage>,
+    /// The message holding each part id: a part id is unique within its session.
+    pub part_at: BTreeMap<PartId, MessageId>,
 }
 
 /// The whole reference store: tenant → session → message → part.
@@ -92,6 +94,7 @@ impl ReferenceStore {
                         info: info.clone(),
                         seq: 0,
                         messages: BTreeMap::new(),
+                        part_at: BTreeMap::new(),
                     });
             }
             SyncEvent::SessionDeleted { session_id } => {
@@ -109,22 +112,35 @@ impl ReferenceStore {
             }
             SyncEvent::MessageRemoved { message_id, .. } => {
                 if let Some(s) = sessions.get_mut(sid) {
-                    s.messages.remove(message_id);
+                    if let Some(m) = s.messages.remove(message_id) {
+                        for p in m.parts.keys() {
+                            s.part_at.remove(p);
+                        }
+                    }
                 }
             }
             SyncEvent::PartUpdated { part } => {
-                let elsewhere = sessions
-                    .iter()
-                    .any(|(id, s)| id != sid && s.messages.contains_key(&part.message_id));
-                let m = sessions
-                    .get_mut(sid)
-                    .and_then(|s| s.messages.get_mut(&part.message_id));
-                match m {
-                    Some(m) => {
-                        m.parts.insert(part.id.clone(), part.clone());
+                let here = sessions
+                    .get(sid)
+                    .is_some_and(|s| s.messages.contains_key(&part.message_id));
+                let Some(s) = sessions.get_mut(sid).filter(|_| here) else {
+                    let elsewhere = sessions
+                        .iter()
+                        .any(|(id, s)| id != sid && s.messages.contains_key(&part.message_id));
+                    return Err(if elsewhere {
+                        Rejection::Conflict
+                    } else {
+                        Rejection::NotFound
+                    });
+                };
+                // Unique within the session: under another message, the part moves.
+                if let Some(from) = s.part_at.insert(part.id.clone(), part.message_id.clone()) {
+                    if let Some(m) = s.messages.get_mut(&from) {
+                        m.parts.remove(&part.id);
                     }
-                    None if elsewhere => return Err(Rejection::Conflict),
-                    None => return Err(Rejection::NotFound),
+                }
+                if let Some(m) = s.messages.get_mut(&part.message_id) {
+                    m.parts.insert(part.id.clone(), part.clone());
                 }
             }
             SyncEvent::PartRemoved {
@@ -132,11 +148,14 @@ impl ReferenceStore {
                 part_id,
                 ..
             } => {
-                if let Some(m) = sessions
-                    .get_mut(sid)
-                    .and_then(|s| s.messages.get_mut(message_id))
-                {
-                    m.parts.remove(part_id);
+                if let Some(s) = sessions.get_mut(sid) {
+                    let removed = s
+                        .messages
+                        .get_mut(message_id)
+                        .and_then(|m| m.parts.remove(part_id));
+                    if removed.is_some() {
+                        s.part_at.remove(part_id);
+                    }
                 }
             }
         }

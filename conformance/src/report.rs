@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use forge_core::{BusCapabilities, Capabilities};
 
-use crate::Property;
+use crate::{Exercised, Property};
 
 /// How one property ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +68,8 @@ pub struct PropertyResult {
     pub duration: Duration,
     /// Parts of the property that did not apply, and other remarks.
     pub notes: Vec<String>,
+    /// What the cases reached: the largest batch, text, listing and history.
+    pub exercised: Exercised,
 }
 
 impl PropertyResult {
@@ -177,9 +179,14 @@ impl fmt::Display for Report {
         )?;
         for r in &self.results {
             let detail = r.summary_line();
+            let reached = if r.exercised.is_empty() || r.cases == 0 {
+                String::new()
+            } else {
+                format!("  ({} large; {})", r.exercised.large_cases, r.exercised)
+            };
             writeln!(
                 f,
-                "  {:<18} {:<8} {:>5} cases {:>8.2}s{}{}",
+                "  {:<18} {:<8} {:>5} cases {:>8.2}s{reached}{}{}",
                 r.property.name(),
                 r.outcome.label(),
                 r.cases,
@@ -214,6 +221,7 @@ mod tests {
             shrink_steps: 0,
             duration: Duration::from_millis(5),
             notes: vec![],
+            exercised: Exercised::default(),
         };
         Report {
             backend: "x<y>".into(),

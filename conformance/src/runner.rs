@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Instant;
 
 use forge_core::Error;
@@ -10,6 +11,7 @@ use proptest::strategy::Strategy;
 use proptest::test_runner::{Config as PtConfig, RngSeed, TestCaseError, TestError, TestRunner};
 use serde::Serialize;
 
+use crate::exercised::Stats;
 use crate::harness::{runtime, Caps, Ctx};
 use crate::report::{Outcome, PropertyResult};
 use crate::{BackendFactory, Config, Property};
@@ -18,6 +20,8 @@ use crate::{BackendFactory, Config, Property};
 pub(crate) struct CaseRun {
     pub outcome: Outcome,
     pub cases: u32,
+    /// Of `cases`, large ones.
+    pub large_cases: u32,
     pub shrink_steps: u32,
     pub notes: Vec<String>,
 }
@@ -84,7 +88,53 @@ where
     S: Strategy,
     S::Value: Debug + Serialize,
 {
-    let cases = ctx.config.cases_for(property);
+    run_n(
+        ctx,
+        property,
+        ctx.config.cases_for(property),
+        strategy,
+        &test,
+    )
+}
+
+/// Runs the cases of `small`, then (if they all held) the large cases of `large`
+/// (`Config::large_cases_for`, none at scale 0), both through `test`.
+pub(crate) fn run_scaled<S, L>(
+    ctx: &Ctx<'_>,
+    property: Property,
+    small: S,
+    large: L,
+    test: impl Fn(&S::Value) -> Result<(), String>,
+) -> CaseRun
+where
+    S: Strategy,
+    L: Strategy<Value = S::Value>,
+    S::Value: Debug + Serialize,
+{
+    let mut run = run_cases(ctx, property, small, &test);
+    let n = ctx.config.large_cases_for(property);
+    if run.outcome.is_failure() || n == 0 {
+        return run;
+    }
+    let big = run_n(ctx, property, n, large, &test);
+    run.outcome = big.outcome;
+    run.cases += big.cases;
+    run.large_cases = big.cases;
+    run.shrink_steps = big.shrink_steps;
+    run
+}
+
+fn run_n<S>(
+    ctx: &Ctx<'_>,
+    property: Property,
+    cases: u32,
+    strategy: S,
+    test: &dyn Fn(&S::Value) -> Result<(), String>,
+) -> CaseRun
+where
+    S: Strategy,
+    S::Value: Debug + Serialize,
+{
     let mut runner = TestRunner::new(proptest_config(&ctx.config, cases));
     let runs = Cell::new(0u32);
     let first_failure = Cell::new(None::<u32>);
@@ -124,6 +174,7 @@ where
     CaseRun {
         outcome,
         cases: failed_at.unwrap_or(total),
+        large_cases: 0,
         shrink_steps: failed_at.map_or(0, |f| total - f),
         notes: Vec::new(),
     }
@@ -159,7 +210,7 @@ pub(crate) fn with_ctx<R>(
     let rt = runtime();
     let caps =
         caps(&rt, factory).map_err(|e| format!("the factory could not open a backend: {e}"))?;
-    let ctx = Ctx::new(factory, &rt, config.clone(), caps);
+    let ctx = Ctx::new(factory, &rt, config.clone(), caps, Arc::default());
     Ok(f(&ctx))
 }
 
@@ -172,6 +223,7 @@ pub(crate) fn run_property(
 ) -> PropertyResult {
     let started = Instant::now();
     let caps = caps(rt, factory);
+    let stats: Arc<Stats> = Arc::default();
     let run = match caps {
         Err(e) => CaseRun {
             outcome: Outcome::Failed {
@@ -180,6 +232,7 @@ pub(crate) fn run_property(
                 regression: None,
             },
             cases: 0,
+            large_cases: 0,
             shrink_steps: 0,
             notes: Vec::new(),
         },
@@ -187,11 +240,12 @@ pub(crate) fn run_property(
             Err(reason) => CaseRun {
                 outcome: Outcome::Skipped { reason },
                 cases: 0,
+                large_cases: 0,
                 shrink_steps: 0,
                 notes: Vec::new(),
             },
             Ok(()) => {
-                let ctx = Ctx::new(factory, rt, config.clone(), caps);
+                let ctx = Ctx::new(factory, rt, config.clone(), caps, Arc::clone(&stats));
                 crate::properties::run(&ctx, property)
             }
         },
@@ -223,6 +277,7 @@ pub(crate) fn run_property(
         shrink_steps: run.shrink_steps,
         duration: started.elapsed(),
         notes: run.notes,
+        exercised: stats.snapshot(run.cases, run.large_cases),
     }
 }
 

@@ -2,9 +2,15 @@
 //! backend is run through the whole suite, and the property meant to catch its bug must
 //! fail, for the right reason. Every test prints a `CAUGHT` line (wrapper, property
 //! meant, every property that failed): run with `--nocapture` to get the table.
+//!
+//! Bugs that only show at real scale (a listing, page, text or batch past a limit) are
+//! run through the whole suite without large cases first, which must not catch them,
+//! then through their property with large cases, which must.
 
 #[path = "broken/bus.rs"]
 mod bus;
+#[path = "broken/scale.rs"]
+mod scale;
 #[path = "broken/store.rs"]
 mod store;
 
@@ -12,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bus::{Broken, Wrapper};
+use forge_conformance::properties::crash::run_with_recover;
 use forge_conformance::properties::filter::run_with_filter;
 use forge_conformance::{Config, FnFactory, Outcome, Property};
 use forge_core::{
@@ -19,6 +26,7 @@ use forge_core::{
     TenantId,
 };
 use futures::future::LocalBoxFuture;
+use scale::ScaleBug;
 use store::StoreBug;
 
 fn config() -> Config {
@@ -27,9 +35,11 @@ fn config() -> Config {
     // property that catches its bug in one case of five misses it about once in 50,000
     // runs.
     c.cases = c.cases.max(forge_conformance::DEFAULT_CASES * 3 / 2);
-    c.max_shrink_iters = 400;
-    c.max_shrink_time = Duration::from_secs(10);
-    c
+    // Shrinking only makes the printed case shorter; these tests need the failure.
+    c.max_shrink_iters = 64;
+    c.max_shrink_time = Duration::from_secs(2);
+    // Large cases only where a test asks for them (`caught_at_scale`).
+    c.with_scale(0)
 }
 
 /// Runs the whole suite on `wrapper`; `meant` must fail with a message containing one
@@ -63,12 +73,190 @@ fn caught(wrapper: Wrapper, meant: Property, because: &[&str]) {
     );
 }
 
+/// `wrapper`'s bug passes the whole suite without large cases, and `meant` with large
+/// cases fails with a message containing one of `because`.
+fn caught_at_scale(wrapper: Wrapper, meant: Property, because: &[&str]) {
+    let broken = Broken::new(wrapper);
+    let small = forge_conformance::run(&broken, &config());
+    let missed = small.result(meant).expect("the property ran");
+    assert!(
+        !missed.outcome.is_failure(),
+        "{meant} caught {wrapper:?} without large cases; the large cases add nothing:\n{small}"
+    );
+    let mut c = config().with_scale(1);
+    c.max_shrink_iters = 16;
+    let result = forge_conformance::run_property(&broken, meant, &c);
+    println!("CAUGHT | {wrapper:?} | meant: {meant} (large cases) | failed: {meant}");
+    let text = result.failure_text();
+    println!("{}\n", text.chars().take(2_000).collect::<String>());
+    assert!(
+        result.outcome.is_failure(),
+        "{meant} with large cases did not catch {wrapper:?}"
+    );
+    assert!(
+        because.iter().any(|b| text.contains(b)),
+        "{meant} failed on {wrapper:?}, but not because {because:?}:\n{text}"
+    );
+}
+
+#[test]
+fn upsert_catches_a_sessions_listing_that_drops_the_1025th() {
+    caught_at_scale(
+        Wrapper::Scale(ScaleBug::SessionsCappedAt1024),
+        Property::Upsert,
+        &["sessions() lists 1024 sessions"],
+    );
+}
+
+#[test]
+fn upsert_catches_open_items_capped_at_1000() {
+    caught_at_scale(
+        Wrapper::Scale(ScaleBug::OpenItemsCappedAt1000),
+        Property::Upsert,
+        &["open parts listed"],
+    );
+}
+
+#[test]
+fn upsert_catches_a_batch_over_1000_rows_applied_in_chunks() {
+    caught_at_scale(
+        Wrapper::Scale(ScaleBug::ChunksBatchesOf1000),
+        Property::Upsert,
+        &["the tenant has 0"],
+    );
+}
+
+#[test]
+fn pagination_catches_pages_capped_at_100_within_the_cap() {
+    caught_at_scale(
+        Wrapper::Scale(ScaleBug::PagesCappedAt100),
+        Property::Pagination,
+        &["holds 100 messages; pages hold"],
+    );
+}
+
+#[test]
+fn round_trip_catches_texts_cut_at_1_mib() {
+    caught_at_scale(
+        Wrapper::Scale(ScaleBug::TruncatesTextsPast1MiB),
+        Property::RoundTrip,
+        &["write → read"],
+    );
+}
+
+#[test]
+fn round_trip_catches_a_store_that_strips_nul() {
+    caught(
+        Wrapper::Scale(ScaleBug::StripsNul),
+        Property::RoundTrip,
+        &["write → read"],
+    );
+}
+
+#[test]
+fn round_trip_catches_a_store_that_normalizes_unicode() {
+    caught(
+        Wrapper::Scale(ScaleBug::NormalizesNfc),
+        Property::RoundTrip,
+        &["write → read"],
+    );
+}
+
+#[test]
+fn round_trip_catches_token_counts_through_f64() {
+    caught(
+        Wrapper::Scale(ScaleBug::TokensThroughF64),
+        Property::RoundTrip,
+        &["write → read"],
+    );
+}
+
+#[test]
+fn round_trip_catches_costs_with_15_digits() {
+    caught(
+        Wrapper::Scale(ScaleBug::CostsWith15Digits),
+        Property::RoundTrip,
+        &["write → read"],
+    );
+}
+
+#[test]
+fn tenant_isolation_catches_session_ids_compared_without_case() {
+    caught(
+        Wrapper::Scale(ScaleBug::SessionIdsIgnoreCase),
+        Property::TenantIsolation,
+        &["tenant A"],
+    );
+}
+
+/// A recover that appends the text it rebuilds from the bus to the stored text, instead
+/// of replacing it: core's recover, then every block it closed rewritten as stored +
+/// rebuilt.
+fn appending_recover<'a>(
+    projector: &'a dyn forge_core::Projector,
+    tenant: &'a TenantId,
+    session: Option<&'a SessionId>,
+    now: i64,
+) -> futures::future::BoxFuture<'a, forge_core::Result<forge_core::RecoverReport>> {
+    use forge_core::model::PartBody;
+    Box::pin(async move {
+        let store = projector.store();
+        let open = store.open_items(tenant, session).await?;
+        let report = forge_core::recover(projector, tenant, session, now).await?;
+        for before in open.parts {
+            let stored = match &before.body {
+                PartBody::Text(t) => t.text.clone(),
+                PartBody::Reasoning(r) => r.text.clone(),
+                _ => continue,
+            };
+            let Some(mut m) = store
+                .message(tenant, &before.session_id, &before.message_id)
+                .await?
+            else {
+                continue;
+            };
+            let Some(mut part) = m.parts.drain(..).find(|p| p.id == before.id) else {
+                continue;
+            };
+            match &mut part.body {
+                PartBody::Text(t) => t.text.insert_str(0, &stored),
+                PartBody::Reasoning(r) => r.text.insert_str(0, &stored),
+                _ => continue,
+            }
+            let state = store.session(tenant, &before.session_id).await?;
+            let seq = state.map_or(0, |s| s.seq) + 1;
+            store
+                .apply(&[forge_core::Envelope {
+                    tenant: tenant.clone(),
+                    session_id: before.session_id.clone(),
+                    seq,
+                    event: forge_core::SyncEvent::PartUpdated { part },
+                }])
+                .await?;
+        }
+        Ok(report)
+    })
+}
+
+#[test]
+fn crash_durable_bus_catches_a_recover_that_appends_to_stored_text() {
+    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
+        .with_bus(|| Some(Arc::new(LocalBus::with_replay(100_000))));
+    let outcome = run_with_recover(&memory, &config(), true, appending_recover);
+    println!("CAUGHT | injected recover that appends to stored text | meant: crash_durable_bus | failed: crash_durable_bus");
+    let Outcome::Failed { message, .. } = &outcome else {
+        panic!("crash_durable_bus did not catch a recover that appends to the stored text")
+    };
+    println!("{message}");
+    assert!(message.contains("best confirmed text"), "{message}");
+}
+
 #[test]
 fn upsert_catches_a_store_that_keeps_the_first_write() {
     caught(
         Wrapper::Store(StoreBug::KeepsFirstWrite),
         Property::Upsert,
-        &["expected:"],
+        &["expected:", "the tenant has", "the session has", "are open"],
     );
 }
 
@@ -77,7 +265,7 @@ fn upsert_catches_a_remove_that_does_not_cascade() {
     caught(
         Wrapper::Store(StoreBug::NoCascade),
         Property::Upsert,
-        &["expected:"],
+        &["expected:", "the tenant has", "the session has", "are open"],
     );
 }
 
@@ -85,6 +273,15 @@ fn upsert_catches_a_remove_that_does_not_cascade() {
 fn upsert_catches_a_failing_batch_that_is_half_applied() {
     caught(
         Wrapper::Store(StoreBug::NotAtomic),
+        Property::Upsert,
+        &["expected:", "the tenant has", "the session has", "are open"],
+    );
+}
+
+#[test]
+fn upsert_catches_a_part_keyed_per_message_that_stays_when_moved() {
+    caught(
+        Wrapper::Store(StoreBug::PartKeyedPerMessage),
         Property::Upsert,
         &["expected:"],
     );

@@ -24,6 +24,7 @@ fn result(property: Property, outcome: Outcome) -> PropertyResult {
         shrink_steps: 3,
         duration: Duration::from_millis(12),
         notes: vec![format!("note {HOSTILE}")],
+        exercised: forge_conformance::Exercised::default(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `MemoryStore`: the in-memory reference backend.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use parking_lot::RwLock;
@@ -18,6 +18,8 @@ type SessionKey = (TenantId, SessionId);
 struct SessionData {
     state: SessionState,
     messages: BTreeMap<MessageId, MessageData>,
+    /// Which message holds each part id: a part id is unique within its session.
+    part_at: HashMap<PartId, MessageId>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +44,7 @@ enum Undo {
     Message(SessionKey, MessageId, Option<MessageData>),
     MessageInfo(SessionKey, MessageId, Message),
     Part(SessionKey, MessageId, PartId, Option<Part>),
+    PartAt(SessionKey, PartId, Option<MessageId>),
     Seq(SessionKey, u64),
 }
 
@@ -82,6 +85,7 @@ fn apply_one(
                             seq: 0,
                         },
                         messages: BTreeMap::new(),
+                        part_at: HashMap::new(),
                     },
                 );
                 undo.push(Undo::Session(key.clone(), None));
@@ -113,14 +117,35 @@ fn apply_one(
         SyncEvent::MessageRemoved { message_id, .. } => {
             if let Some(s) = map.get_mut(&key) {
                 if let Some(old) = s.messages.remove(message_id) {
+                    for pid in old.parts.keys() {
+                        let at = s.part_at.remove(pid);
+                        undo.push(Undo::PartAt(key.clone(), pid.clone(), at));
+                    }
                     undo.push(Undo::Message(key.clone(), message_id.clone(), Some(old)));
                 }
             }
         }
         SyncEvent::PartUpdated { part } => {
-            let m = map
+            let s = map
                 .get_mut(&key)
-                .and_then(|s| s.messages.get_mut(&part.message_id))
+                .filter(|s| s.messages.contains_key(&part.message_id))
+                .ok_or_else(|| Error::not_found("message", &part.message_id))?;
+            // A part id is unique within its session: an upsert naming another message
+            // moves the part there.
+            let was_at = s.part_at.insert(part.id.clone(), part.message_id.clone());
+            undo.push(Undo::PartAt(key.clone(), part.id.clone(), was_at.clone()));
+            if let Some(from) = was_at.filter(|m| m != &part.message_id) {
+                if let Some(old) = s
+                    .messages
+                    .get_mut(&from)
+                    .and_then(|m| m.parts.remove(&part.id))
+                {
+                    undo.push(Undo::Part(key.clone(), from, part.id.clone(), Some(old)));
+                }
+            }
+            let m = s
+                .messages
+                .get_mut(&part.message_id)
                 .ok_or_else(|| Error::not_found("message", &part.message_id))?;
             let old = m.parts.insert(part.id.clone(), part.clone());
             undo.push(Undo::Part(
@@ -135,11 +160,14 @@ fn apply_one(
             part_id,
             ..
         } => {
-            if let Some(m) = map
-                .get_mut(&key)
-                .and_then(|s| s.messages.get_mut(message_id))
-            {
-                if let Some(old) = m.parts.remove(part_id) {
+            if let Some(s) = map.get_mut(&key) {
+                if let Some(old) = s
+                    .messages
+                    .get_mut(message_id)
+                    .and_then(|m| m.parts.remove(part_id))
+                {
+                    let at = s.part_at.remove(part_id);
+                    undo.push(Undo::PartAt(key.clone(), part_id.clone(), at));
                     undo.push(Undo::Part(
                         key.clone(),
                         message_id.clone(),
@@ -191,6 +219,14 @@ fn rollback(map: &mut BTreeMap<SessionKey, SessionData>, undo: Vec<Undo>) {
                     match old {
                         Some(p) => m.parts.insert(pid, p),
                         None => m.parts.remove(&pid),
+                    };
+                }
+            }
+            Undo::PartAt(k, pid, at) => {
+                if let Some(s) = map.get_mut(&k) {
+                    match at {
+                        Some(m) => s.part_at.insert(pid, m),
+                        None => s.part_at.remove(&pid),
                     };
                 }
             }

@@ -179,9 +179,16 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     ///   it was). A batch may span sessions and tenants.
     /// - `session.updated`, `message.updated`, `message.part.updated` upsert: the same id
     ///   overwrites the whole row.
+    /// - Ids are scoped by their session: a message is `(tenant, session, message id)`,
+    ///   a part `(tenant, session, part id)`. The same message or part id in another
+    ///   session is another row, never touched. A message id is unique within its
+    ///   session; so is a part id: a part upsert naming another message of the session
+    ///   than the one holding the part **moves** it there (the row under the old message
+    ///   is gone in the same transaction; last write wins, as for every upsert).
     /// - `session.deleted` removes the session, its messages and their parts;
-    ///   `message.removed` removes the message and its parts; `message.part.removed` one part.
-    ///   Removing something absent is not an error.
+    ///   `message.removed` removes the message and its parts; `message.part.removed` the
+    ///   part if the named message holds it (after a move, a removal naming the old
+    ///   message removes nothing). Removing something absent is not an error.
     /// - A message upsert whose session does not exist, or a part upsert whose message
     ///   does not exist (e.g. was removed), fails with [`Error::NotFound`]; nothing is
     ///   resurrected. Earlier events of the same batch count.

@@ -13,15 +13,21 @@
 //! | `parts` | (tenant, session, message, part) | [`JsonRow`] of the part |
 //! | `open_messages` | (tenant, session, message) | `()` |
 //! | `open_parts` | (tenant, session, message, part) | `()` |
+//! | `part_messages` | (tenant, session, part, message) | `()` |
 //!
 //! The two `open_*` tables index exactly the rows for which `Message::is_open` /
-//! `Part::is_open` hold; every upsert and remove maintains them in the same transaction.
+//! `Part::is_open` hold; `part_messages` indexes every part row by its id within the
+//! session, so an upsert finds the message that holds the part (a part id is unique
+//! within its session: an upsert naming another message moves it). Every upsert and
+//! remove maintains them in the same transaction.
+//!
+//! Version 2 added `part_messages`; opening a version 1 file builds it.
 
 use forge_core::{codec, Error, Result};
 use redb::TableDefinition;
 
 /// The schema version this release writes and reads.
-pub(crate) const SCHEMA_VERSION: u64 = 1;
+pub(crate) const SCHEMA_VERSION: u64 = 2;
 
 /// Key of the schema version in [`META`].
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
@@ -46,6 +52,9 @@ pub(crate) const OPEN_MESSAGES: TableDefinition<MessageKey, ()> =
     TableDefinition::new("open_messages");
 /// Open text/reasoning parts and pending/running tools.
 pub(crate) const OPEN_PARTS: TableDefinition<PartKey, ()> = TableDefinition::new("open_parts");
+/// Every part row by (tenant, session, part, message): where a part id lives.
+pub(crate) const PART_MESSAGES: TableDefinition<PartKey, ()> =
+    TableDefinition::new("part_messages");
 
 /// A session row: the session's JSON and the highest `seq` applied to it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]

@@ -17,7 +17,8 @@ use crate::config::{Durability, RedbOptions};
 use crate::counting::{CountingBackend, IoCounters};
 use crate::error::{join, map, open as open_error, BACKEND};
 use crate::schema::{
-    MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
+    MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY, SESSIONS,
 };
 use crate::{read, write};
 
@@ -176,6 +177,10 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
     };
     match version {
         Some(SCHEMA_VERSION) => return Ok(()),
+        Some(1) => {
+            drop(txn);
+            return upgrade_from_1(db);
+        }
         Some(v) => {
             return Err(Error::Unsupported(format!(
                 "{} has forge-store schema version {v}; this release reads version \
@@ -211,6 +216,28 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(PARTS).map_err(map)?;
         txn.open_table(OPEN_MESSAGES).map_err(map)?;
         txn.open_table(OPEN_PARTS).map_err(map)?;
+        txn.open_table(PART_MESSAGES).map_err(map)?;
+    }
+    txn.commit().map_err(map)
+}
+
+/// Schema version 1 → 2: builds `part_messages` from the part rows, in one durable
+/// write transaction.
+fn upgrade_from_1(db: &Database) -> Result<()> {
+    use redb::ReadableTable;
+    let txn = db.begin_write().map_err(map)?;
+    {
+        let parts = txn.open_table(PARTS).map_err(map)?;
+        let mut index = txn.open_table(PART_MESSAGES).map_err(map)?;
+        for entry in parts.iter().map_err(map)? {
+            let (key, _) = entry.map_err(map)?;
+            let (t, s, m, p) = key.value();
+            index.insert((t, s, p, m), ()).map_err(map)?;
+        }
+        txn.open_table(META)
+            .map_err(map)?
+            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+            .map_err(map)?;
     }
     txn.commit().map_err(map)
 }

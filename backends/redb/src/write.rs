@@ -13,7 +13,7 @@ use redb::{Key, ReadableTable, Table, Value, WriteTransaction};
 use crate::error::map;
 use crate::schema::{
     decode, successor, JsonRow, MessageKey, PartKey, SessionKey, SessionRow, MESSAGES,
-    OPEN_MESSAGES, OPEN_PARTS, PARTS, SESSIONS,
+    OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SESSIONS,
 };
 
 /// One event, ready to be written.
@@ -107,6 +107,7 @@ struct Tables<'txn> {
     parts: Table<'txn, PartKey, &'static [u8]>,
     open_messages: Table<'txn, MessageKey, ()>,
     open_parts: Table<'txn, PartKey, ()>,
+    part_messages: Table<'txn, PartKey, ()>,
 }
 
 /// Applies `ops` in order inside `txn`. On error the caller aborts the transaction, so
@@ -118,6 +119,7 @@ pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>) -> Result<()> {
         parts: txn.open_table(PARTS).map_err(map)?,
         open_messages: txn.open_table(OPEN_MESSAGES).map_err(map)?,
         open_parts: txn.open_table(OPEN_PARTS).map_err(map)?,
+        part_messages: txn.open_table(PART_MESSAGES).map_err(map)?,
     };
     for p in ops {
         apply_one(&mut t, p)?;
@@ -156,6 +158,11 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
                 (tn, sn, "", ""),
                 (tn, hi.as_str(), "", ""),
             )?;
+            remove_range(
+                &mut t.part_messages,
+                (tn, sn, "", ""),
+                (tn, hi.as_str(), "", ""),
+            )?;
             // A deleted session records no seq.
             return Ok(());
         }
@@ -175,6 +182,11 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
             let m = id.as_str();
             t.messages.remove((tn, sn, m)).map_err(map)?;
             t.open_messages.remove((tn, sn, m)).map_err(map)?;
+            for p in part_ids(&t.parts, tn, sn, m)? {
+                t.part_messages
+                    .remove((tn, sn, p.as_str(), m))
+                    .map_err(map)?;
+            }
             let hi = successor(m);
             remove_range(&mut t.parts, (tn, sn, m, ""), (tn, sn, hi.as_str(), ""))?;
             remove_range(
@@ -193,8 +205,21 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
             if t.messages.get((tn, sn, m)).map_err(map)?.is_none() {
                 return Err(Error::not_found("message", m));
             }
-            let key = (tn, sn, m, id.as_str());
+            let p = id.as_str();
+            // A part id is unique within its session: under another message, it moves.
+            for other in holders(&t.part_messages, tn, sn, p)? {
+                if other != m {
+                    let old = (tn, sn, other.as_str(), p);
+                    t.parts.remove(old).map_err(map)?;
+                    t.open_parts.remove(old).map_err(map)?;
+                    t.part_messages
+                        .remove((tn, sn, p, other.as_str()))
+                        .map_err(map)?;
+                }
+            }
+            let key = (tn, sn, m, p);
             t.parts.insert(key, row.as_slice()).map_err(map)?;
+            t.part_messages.insert((tn, sn, p, m), ()).map_err(map)?;
             if open {
                 t.open_parts.insert(key, ()).map_err(map)?;
             } else {
@@ -203,7 +228,11 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
         }
         Op::RemovePart { message, id } => {
             let key = (tn, sn, message.as_str(), id.as_str());
-            t.parts.remove(key).map_err(map)?;
+            if t.parts.remove(key).map_err(map)?.is_some() {
+                t.part_messages
+                    .remove((tn, sn, id.as_str(), message.as_str()))
+                    .map_err(map)?;
+            }
             t.open_parts.remove(key).map_err(map)?;
         }
     }
@@ -229,6 +258,43 @@ fn bump_seq(
             .map_err(map)?;
     }
     Ok(())
+}
+
+/// The ids of the parts of message `m`.
+fn part_ids(
+    parts: &Table<'_, PartKey, &'static [u8]>,
+    tn: &str,
+    sn: &str,
+    m: &str,
+) -> Result<Vec<String>> {
+    let hi = successor(m);
+    let mut out = Vec::new();
+    for entry in parts
+        .range((tn, sn, m, "")..(tn, sn, hi.as_str(), ""))
+        .map_err(map)?
+    {
+        out.push(entry.map_err(map)?.0.value().3.to_owned());
+    }
+    Ok(out)
+}
+
+/// The messages of session `sn` that hold a part with id `p` (one, unless a release
+/// before schema version 2 wrote it under several).
+pub(crate) fn holders(
+    index: &impl ReadableTable<PartKey, ()>,
+    tn: &str,
+    sn: &str,
+    p: &str,
+) -> Result<Vec<String>> {
+    let hi = successor(p);
+    let mut out = Vec::new();
+    for entry in index
+        .range((tn, sn, p, "")..(tn, sn, hi.as_str(), ""))
+        .map_err(map)?
+    {
+        out.push(entry.map_err(map)?.0.value().3.to_owned());
+    }
+    Ok(out)
 }
 
 /// Removes every row with `lo <= key < hi`.

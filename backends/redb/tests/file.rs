@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use forge_core::{Error, SessionId, Store};
+use forge_core::{Error, SessionId, Store, SyncEvent};
 use forge_redb::{Durability, RedbOptions, RedbStore};
 
 // ---------------------------------------------------------------------------------------
@@ -142,15 +142,66 @@ fn a_file_of_a_newer_schema_version_is_refused_clearly() {
     drop(RedbStore::open(&path).unwrap());
     with_raw_db(&path, |txn| {
         let mut meta = txn.open_table(raw::META).unwrap();
-        meta.insert("schema_version", 2).unwrap();
+        meta.insert("schema_version", 3).unwrap();
     });
     let err = RedbStore::open(&path).unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("schema version 2") && text.contains("newer"),
+        text.contains("schema version 3") && text.contains("newer"),
         "{text}"
     );
+}
+
+#[test]
+fn a_version_1_file_gets_the_part_index_and_parts_move_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    let rt = runtime();
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        store
+            .apply(&[
+                put_session("a", "ses_1", 1),
+                put_message("a", "ses_1", "msg_1", 0, 2),
+                put_message("a", "ses_1", "msg_2", 0, 3),
+                put_part("a", "ses_1", "msg_1", "prt_1", 0, 4),
+            ])
+            .await
+            .unwrap();
+    });
+    // What version 1 wrote: no part index.
+    with_raw_db(&path, |txn| {
+        txn.delete_table(redb::TableDefinition::<(&str, &str, &str, &str), ()>::new(
+            "part_messages",
+        ))
+        .unwrap();
+        txn.open_table(raw::META)
+            .unwrap()
+            .insert("schema_version", 1)
+            .unwrap();
+    });
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        let moved = put_part("a", "ses_1", "msg_2", "prt_1", 1, 5);
+        store.apply(std::slice::from_ref(&moved)).await.unwrap();
+        let (t, s) = (tenant("a"), SessionId::from("ses_1"));
+        let first = store
+            .message(&t, &s, &"msg_1".into())
+            .await
+            .unwrap()
+            .unwrap();
+        let second = store
+            .message(&t, &s, &"msg_2".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(first.parts.is_empty(), "the part stayed: {:?}", first.parts);
+        let SyncEvent::PartUpdated { part } = moved.event else {
+            unreachable!()
+        };
+        assert_eq!(second.parts, vec![part]);
+    });
 }
 
 #[test]

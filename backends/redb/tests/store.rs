@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use common::*;
-use forge_core::{Cursor, MemoryStore, MessageId, SessionId, Store, SyncEvent};
+use forge_core::{Cursor, MemoryStore, MessageId, PartId, SessionId, Store, SyncEvent};
 use forge_redb::{Durability, RedbOptions, RedbStore};
 use proptest::prelude::*;
 use serde_json::json;
@@ -84,7 +84,7 @@ proptest! {
             let id = MessageId::generate();
             vec![
                 put_message("a", "ses_1", id.as_str(), 0, seq),
-                put_part("a", "ses_1", id.as_str(), "prt_1", 0, seq),
+                put_part("a", "ses_1", id.as_str(), PartId::generate().as_str(), 0, seq),
             ]
         };
         rt.block_on(async {
@@ -203,7 +203,7 @@ fn concurrent_writers_lose_no_update() {
                         db.apply(&[
                             put_message("a", &own, &m, 0, 2 + i),
                             put_message("a", "shared", &m, 1, 2 + i),
-                            put_part("a", "shared", &m, "prt_1", 1, 2 + i),
+                            put_part("a", "shared", &m, &format!("prt_{w:02}_{i:03}"), 1, 2 + i),
                         ])
                         .await
                         .unwrap();

@@ -52,11 +52,32 @@ for i = 0, n - 1 do
   end
 end
 
+-- base:pi maps each part id of the session to the message holding it (a part id is
+-- unique within its session). Sessions written before it existed lack the 'pi' mark
+-- on their info hash; the first part upsert builds their index.
+local function ensure_index(base)
+  local info = base .. ':info'
+  if redis.call('HGET', info, 'pi') == '1' then return end
+  for _, m in ipairs(redis.call('ZRANGE', base .. ':mi', 0, -1)) do
+    for _, pid in ipairs(redis.call('HKEYS', base .. ':p:' .. hex(m))) do
+      redis.call('HSET', base .. ':pi', pid, m)
+    end
+  end
+  redis.call('HSET', info, 'pi', '1')
+end
+
+local function unindex(base, pid, mid)
+  if redis.call('HGET', base .. ':pi', pid) == mid then
+    redis.call('HDEL', base .. ':pi', pid)
+  end
+end
+
 local function del_message(base, mid)
   local hm = hex(mid)
   local pk = base .. ':p:' .. hm
   for _, pid in ipairs(redis.call('HKEYS', pk)) do
     redis.call('SREM', base .. ':op', hm .. ':' .. pid)
+    unindex(base, pid, mid)
   end
   redis.call('DEL', pk)
   redis.call('HDEL', base .. ':m', mid)
@@ -71,7 +92,7 @@ for i = 0, n - 1 do
   local info = base .. ':info'
   if op == 'su' then
     if redis.call('EXISTS', info) == 0 then
-      redis.call('HSET', info, 'v', val, 'seq', '0')
+      redis.call('HSET', info, 'v', val, 'seq', '0', 'pi', '1')
       redis.call('ZADD', skey, 0, sid)
     else
       redis.call('HSET', info, 'v', val)
@@ -81,7 +102,8 @@ for i = 0, n - 1 do
       for _, m in ipairs(redis.call('ZRANGE', base .. ':mi', 0, -1)) do
         redis.call('DEL', base .. ':p:' .. hex(m))
       end
-      redis.call('DEL', info, base .. ':m', base .. ':mi', base .. ':om', base .. ':op')
+      redis.call('DEL', info, base .. ':m', base .. ':mi', base .. ':om', base .. ':op',
+        base .. ':pi')
       redis.call('ZREM', skey, sid)
     end
   elseif op == 'mu' then
@@ -95,6 +117,14 @@ for i = 0, n - 1 do
   elseif op == 'mr' then
     if redis.call('HEXISTS', base .. ':m', mid) == 1 then del_message(base, mid) end
   elseif op == 'pu' then
+    ensure_index(base)
+    local at = redis.call('HGET', base .. ':pi', pid)
+    if at and at ~= mid then
+      -- Upserted under another message of its session: the part moves.
+      redis.call('HDEL', base .. ':p:' .. hex(at), pid)
+      redis.call('SREM', base .. ':op', hex(at) .. ':' .. pid)
+    end
+    redis.call('HSET', base .. ':pi', pid, mid)
     redis.call('HSET', base .. ':p:' .. hex(mid), pid, val)
     if open == '1' then
       redis.call('SADD', base .. ':op', hex(mid) .. ':' .. pid)
@@ -102,7 +132,7 @@ for i = 0, n - 1 do
       redis.call('SREM', base .. ':op', hex(mid) .. ':' .. pid)
     end
   elseif op == 'pr' then
-    redis.call('HDEL', base .. ':p:' .. hex(mid), pid)
+    if redis.call('HDEL', base .. ':p:' .. hex(mid), pid) == 1 then unindex(base, pid, mid) end
     redis.call('SREM', base .. ':op', hex(mid) .. ':' .. pid)
   end
   if redis.call('EXISTS', info) == 1 then

@@ -279,3 +279,76 @@ async fn clear_deletes_every_key_of_the_prefix_and_nothing_else() {
     );
     assert_eq!(stores[0].clear().await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn a_session_written_before_the_part_index_gets_it_on_its_first_part_upsert() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisStore::connect(&with_prefix(&server, &prefix, ""))
+        .await
+        .unwrap();
+    let t = TenantId::new("a").unwrap();
+    let s = forge_core::SessionId::from("ses_1");
+    let (m1, part) = user_message(&s, "msg_1", "prt_1", "hello");
+    let (m2, _) = user_message(&s, "msg_2", "prt_2", "");
+    store
+        .apply(&[
+            env(
+                &t,
+                1,
+                SyncEvent::SessionUpdated {
+                    info: session("ses_1"),
+                },
+            ),
+            env(&t, 2, SyncEvent::MessageUpdated { info: m1 }),
+            env(&t, 3, SyncEvent::MessageUpdated { info: m2 }),
+            env(&t, 4, SyncEvent::PartUpdated { part: part.clone() }),
+        ])
+        .await
+        .unwrap();
+    // What a release before the part index wrote: no index, no mark.
+    let base = store.keys().session_base(&t, &s);
+    let server_url = forge_redis::RedisOptions::from_url(&server).unwrap().server;
+    let mut conn = redis::Client::open(server_url.as_str())
+        .and_then(|c| c.get_connection())
+        .unwrap();
+    redis::cmd("DEL")
+        .arg(format!("{base}:pi"))
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("HDEL")
+        .arg(format!("{base}:info"))
+        .arg("pi")
+        .query::<()>(&mut conn)
+        .unwrap();
+    let mut moved = part;
+    moved.message_id = "msg_2".into();
+    store
+        .apply(&[env(
+            &t,
+            5,
+            SyncEvent::PartUpdated {
+                part: moved.clone(),
+            },
+        )])
+        .await
+        .unwrap();
+    let first = store
+        .message(&t, &s, &"msg_1".into())
+        .await
+        .unwrap()
+        .unwrap();
+    let second = store
+        .message(&t, &s, &"msg_2".into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.parts.is_empty(), "the part stayed: {:?}", first.parts);
+    assert_eq!(second.parts, vec![moved]);
+}

@@ -8,8 +8,9 @@
 //! the few stored facts it depends on (which of its sessions and messages exist, and the
 //! sessions' `seq` and row), and the simulation yields the batch's *net* effect:
 //!
-//! 1. the sessions, messages and parts to delete (removals, and rows replaced by a
-//!    re-creation after a removal in the same batch),
+//! 1. the sessions, messages and parts to delete (removals, rows replaced by a
+//!    re-creation after a removal in the same batch, and parts moved to another message:
+//!    a part id is unique within its session),
 //! 2. then the final version of every row to upsert, each key once.
 //!
 //! Deletes run before upserts, so a key removed and written again in one batch ends up
@@ -35,6 +36,9 @@ pub(crate) struct Needs {
     pub sessions: BTreeMap<TenantId, BTreeSet<SessionId>>,
     /// Messages whose existence matters (a part upsert looks them up), by tenant.
     pub messages: BTreeMap<TenantId, BTreeSet<(SessionId, MessageId)>>,
+    /// Part ids whose stored messages matter (an upsert under another message moves
+    /// the part), by tenant.
+    pub parts: BTreeMap<TenantId, BTreeSet<(SessionId, PartId)>>,
 }
 
 /// A stored session, as loaded for the simulation.
@@ -53,6 +57,9 @@ pub(crate) struct Loaded {
     pub sessions: HashMap<SessionKey, StoredSession>,
     /// Messages that exist.
     pub messages: HashSet<MessageKey>,
+    /// The messages holding each part id of [`Needs::parts`] (one, unless a release
+    /// before schema version 2 wrote it under several).
+    pub part_messages: HashMap<(TenantId, SessionId, PartId), Vec<MessageId>>,
 }
 
 /// A session row to write.
@@ -189,6 +196,11 @@ impl Batch {
                     decided_messages.insert(message_key(id));
                 }
                 Op::PutPart { row } => {
+                    needs
+                        .parts
+                        .entry(p.tenant.clone())
+                        .or_default()
+                        .insert((p.session.clone(), row.id.clone()));
                     let key = message_key(&row.message);
                     let session = (p.tenant.clone(), p.session.clone());
                     if !decided_messages.contains(&key) && !deleted_sessions.contains(&session) {
@@ -213,6 +225,7 @@ impl Batch {
             sessions: BTreeMap::new(),
             messages: BTreeMap::new(),
             parts: BTreeMap::new(),
+            located: BTreeMap::new(),
         };
         for p in self.events {
             sim.apply(p)?;
@@ -286,11 +299,17 @@ enum PartSim {
     Removed,
 }
 
+/// A part id within its session.
+type PartIdKey = (TenantId, SessionId, PartId);
+
 struct Sim<'a> {
     loaded: &'a Loaded,
     sessions: BTreeMap<SessionKey, SessionSim>,
     messages: BTreeMap<MessageKey, MessageSim>,
     parts: BTreeMap<PartKey, PartSim>,
+    /// The messages holding a part id after the events simulated so far, for the ids
+    /// the batch touched.
+    located: BTreeMap<PartIdKey, BTreeSet<MessageId>>,
 }
 
 impl Sim<'_> {
@@ -328,6 +347,31 @@ impl Sim<'_> {
             Some(m) => m.exists,
             None => !wiped && self.loaded.messages.contains(key),
         }
+    }
+
+    /// The messages holding part `key` now: the stored ones that the batch has not
+    /// deleted, updated by the batch's own part writes.
+    fn holders(&mut self, key: &PartIdKey) -> &mut BTreeSet<MessageId> {
+        if !self.located.contains_key(key) {
+            let session = (key.0.clone(), key.1.clone());
+            let wiped = self.session(&session).wiped;
+            let stored: BTreeSet<MessageId> = self
+                .loaded
+                .part_messages
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter(|m| {
+                    let mkey = (key.0.clone(), key.1.clone(), (*m).clone());
+                    !wiped && !self.messages.get(&mkey).is_some_and(|s| s.wiped)
+                })
+                .cloned()
+                .collect();
+            self.located.insert(key.clone(), stored);
+        }
+        self.located
+            .get_mut(key)
+            .unwrap_or_else(|| unreachable!("inserted above"))
     }
 
     /// Forgets the batch's changes below `lo..` while `within` holds: they were deleted.
@@ -373,6 +417,8 @@ impl Sim<'_> {
                         PartId::from(""),
                     );
                     Self::forget(&mut self.parts, &lo, |k| &k.0 == t && &k.1 == sid);
+                    let lo = (t.clone(), sid.clone(), PartId::from(""));
+                    Self::forget(&mut self.located, &lo, |k| &k.0 == t && &k.1 == sid);
                 }
                 // A deleted session records no seq.
                 return Ok(());
@@ -402,6 +448,14 @@ impl Sim<'_> {
                     Self::forget(&mut self.parts, &lo, |k| {
                         k.0 == mkey.0 && k.1 == mkey.1 && k.2 == mkey.2
                     });
+                    let lo = (mkey.0.clone(), mkey.1.clone(), PartId::from(""));
+                    for (_, holders) in self
+                        .located
+                        .range_mut(lo..)
+                        .take_while(|(k, _)| k.0 == mkey.0 && k.1 == mkey.1)
+                    {
+                        holders.remove(&mkey.2);
+                    }
                     self.messages.insert(
                         mkey,
                         MessageSim {
@@ -418,11 +472,22 @@ impl Sim<'_> {
                     return Err(Error::not_found("message", &row.message));
                 }
                 let (t, s, m) = mkey;
+                // A part id is unique within its session: under another message, the
+                // part moves (the old row is deleted).
+                let pid_key = (t.clone(), s.clone(), row.id.clone());
+                let holders = std::mem::take(self.holders(&pid_key));
+                for other in holders.into_iter().filter(|o| o != &m) {
+                    let old = (t.clone(), s.clone(), other, row.id.clone());
+                    self.parts.insert(old, PartSim::Removed);
+                }
+                self.holders(&pid_key).insert(m.clone());
                 self.parts
                     .insert((t, s, m, row.id.clone()), PartSim::Put(row));
             }
             Op::RemovePart { message, id } => {
                 if self.session(&key).exists {
+                    let pid_key = (key.0.clone(), key.1.clone(), id.clone());
+                    self.holders(&pid_key).remove(&message);
                     let pkey = (key.0.clone(), key.1.clone(), message, id);
                     self.parts.insert(pkey, PartSim::Removed);
                 }

@@ -123,6 +123,30 @@ impl<D: Dialect> Writer<'_, D> {
                 }
             }
         }
+        for (tenant, keys) in &needs.parts {
+            self.switch(tenant).await?;
+            let keys: Vec<_> = keys.iter().collect();
+            for chunk in keys.chunks(CHUNK_ROWS) {
+                let mut q =
+                    QueryBuilder::new("SELECT session, id, message FROM parts WHERE tenant = ");
+                D::bind(&mut q, Arg::Text(tenant.as_str()));
+                q.push(" AND (session, id) IN (");
+                D::push_tuples(&mut q, chunk, |(s, p)| {
+                    [Arg::Id(s.as_str()), Arg::Id(p.as_str())]
+                });
+                q.push(")");
+                for row in self.fetch(q).await? {
+                    let s = id_from_sql(D::bytes(&row, 0).map_err(D::map)?)?;
+                    let p = id_from_sql(D::bytes(&row, 1).map_err(D::map)?)?;
+                    let m = id_from_sql(D::bytes(&row, 2).map_err(D::map)?)?;
+                    loaded
+                        .part_messages
+                        .entry((tenant.clone(), s, p))
+                        .or_default()
+                        .push(m);
+                }
+            }
+        }
         Ok(loaded)
     }
 

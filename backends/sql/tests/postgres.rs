@@ -143,7 +143,7 @@ fn a_schema_of_a_newer_version_is_refused() {
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 2") && msg.contains("newer"),
+            msg.contains("schema version 3") && msg.contains("newer"),
             "{msg}"
         );
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::concurrency::hammer;
 use common::scenarios::assert_scenarios_match_reference;
 use common::*;
-use forge_core::{Cursor, MemoryStore, MessageId, SessionId, Store, SyncEvent};
+use forge_core::{Cursor, MemoryStore, MessageId, PartId, SessionId, Store, SyncEvent};
 use forge_sql::{SqliteOptions, SqliteStore, Synchronous};
 use proptest::prelude::*;
 use sqlx::{Connection, Row, SqliteConnection};
@@ -219,7 +219,7 @@ fn a_database_of_a_newer_schema_version_is_refused() {
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 2") && msg.contains("newer"),
+            msg.contains("schema version 3") && msg.contains("newer"),
             "{msg}"
         );
 
@@ -271,7 +271,7 @@ proptest! {
                 let id = MessageId::generate();
                 vec![
                     put_message("a", "ses_1", id.as_str(), 0, seq),
-                    put_part("a", "ses_1", id.as_str(), "prt_1", 0, seq),
+                    put_part("a", "ses_1", id.as_str(), PartId::generate().as_str(), 0, seq),
                 ]
             };
             let mut seq = 1;

@@ -1,7 +1,11 @@
 //! §9.8 Concurrency: many tokio tasks write many sessions (one each) and one shared
 //! session at once (new messages, and updates to parts of one hot message), reading
 //! between writes. No call may fail ("database is locked" and the like), no update may
-//! be lost, and the shared session's seq is the highest one applied.
+//! be lost, and the shared session's seq is the highest one applied. The shared
+//! session's messages and parts get ids generated as the engine generates them
+//! (`MessageId::generate`), by every writer at once on two worker threads, many in one
+//! millisecond: the history must hold them in id order, each writer's in the order it
+//! made them. A large case runs 12–16 writers of 64–96 rounds, past 1,000 messages.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,8 +33,16 @@ pub fn case() -> impl Strategy<Value = Case> {
     (2u8..=8, 1u8..=12).prop_map(|(writers, rounds)| Case { writers, rounds })
 }
 
+/// Large cases: 12–16 writers of 64–96 rounds (a shared history of 769–1,537
+/// messages).
+pub fn large_case() -> impl Strategy<Value = Case> {
+    (12u8..=16, 64u8..=96).prop_map(|(writers, rounds)| Case { writers, rounds })
+}
+
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
-    crate::harness::run_cases(ctx, Property::Concurrency, case(), |c| check(ctx, c))
+    crate::harness::run_scaled(ctx, Property::Concurrency, case(), large_case(), |c| {
+        check(ctx, c)
+    })
 }
 
 const SHARED: &str = "ses_shared";
@@ -46,6 +58,7 @@ async fn writer(
     i: u8,
     rounds: u8,
     shared_seq: Arc<AtomicU64>,
+    made: Arc<Mutex<Vec<MessageId>>>,
 ) -> Result<(), String> {
     let mine = own(i);
     let shared = SessionId::from(SHARED);
@@ -85,7 +98,8 @@ async fn writer(
         )
         .await
         .map_err(ctx_err(format!("writer {i} round {j}: its own session")))?;
-        let m = MessageId::from(format!("msg_w{i}_{j:03}"));
+        let m = MessageId::generate();
+        made.lock().push(m.clone());
         let seq = shared_seq.fetch_add(1, Ordering::SeqCst) + 1;
         put(
             &shared,
@@ -95,13 +109,7 @@ async fn writer(
                     info: model::message(&shared, &m, MessageKind::Assistant, j),
                 },
                 SyncEvent::PartUpdated {
-                    part: model::part(
-                        &shared,
-                        &m,
-                        &PartId::from(format!("prt_w{i}_{j:03}")),
-                        PartKind::ToolCompleted,
-                        j,
-                    ),
+                    part: model::part(&shared, &m, &PartId::generate(), PartKind::ToolCompleted, j),
                 },
             ],
         )
@@ -163,17 +171,20 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             .map_err(ctx_err("creating the shared session"))?;
         let shared_seq = Arc::new(AtomicU64::new(2));
         let errors = Arc::new(Mutex::new(Vec::new()));
+        let made: Vec<Arc<Mutex<Vec<MessageId>>>> =
+            (0..case.writers).map(|_| Arc::default()).collect();
         let tasks: Vec<_> = (0..case.writers)
             .map(|i| {
-                let (store, tenant, seq, errors) = (
+                let (store, tenant, seq, errors, made) = (
                     Arc::clone(&b.store),
                     tenant.clone(),
                     Arc::clone(&shared_seq),
                     Arc::clone(&errors),
+                    Arc::clone(&made[usize::from(i)]),
                 );
                 let rounds = case.rounds;
                 tokio::spawn(async move {
-                    if let Err(e) = writer(store, tenant, i, rounds, seq).await {
+                    if let Err(e) = writer(store, tenant, i, rounds, seq, made).await {
                         errors.lock().push(e);
                     }
                 })
@@ -207,12 +218,30 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let all = read_all(store, &tenant, &shared, 1000)
             .await
             .map_err(ctx_err("read_all(shared)"))?;
+        ctx.stats.history(all.len());
         let want = usize::from(case.writers) * usize::from(case.rounds) + 1;
         if all.len() != want {
             return Err(format!(
                 "the shared session holds {} messages, {want} were written: updates were lost",
                 all.len()
             ));
+        }
+        let mut generated: Vec<MessageId> = made.iter().flat_map(|m| m.lock().clone()).collect();
+        generated.push(HOT.into());
+        generated.sort();
+        let stored: Vec<MessageId> = all.iter().map(|m| m.info.id.clone()).collect();
+        if stored != generated {
+            return Err(format!(
+                "the shared session's history is not the generated ids in id order: first \
+                 difference at {:?}",
+                stored.iter().zip(&generated).position(|(a, b)| a != b)
+            ));
+        }
+        for (i, mine) in made.iter().enumerate() {
+            let mine = mine.lock();
+            if mine.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("writer {i}'s generated ids do not ascend"));
+            }
         }
         let hot = store
             .message(&tenant, &shared, &HOT.into())

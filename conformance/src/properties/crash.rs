@@ -5,8 +5,15 @@
 //! - every block completed before the cut is stored exactly as emitted and untouched;
 //! - tools left pending/running are errors ("Tool execution aborted", interrupted);
 //! - open text is the accumulated text after finalize; after recover it is the streamed
-//!   text on a durable bus ([`Property::CrashDurableBus`]) and the stored text otherwise;
+//!   text on a durable bus ([`Property::CrashDurableBus`]) and the stored text otherwise
+//!   — also when the stored text is not empty (cases with `persist_deltas`, where the
+//!   processor stored every delta): recover replaces it, never appends to it;
 //! - recover is idempotent: a second run finds nothing and writes nothing.
+//!
+//! Large cases crash with thousands of parts left open by an earlier crash (an older
+//! assistant message of the session, open text with stored text, open reasoning,
+//! pending and running tools): recover must list and close every one, keeping each
+//! stored text exactly.
 
 use std::sync::Arc;
 
@@ -24,6 +31,7 @@ use super::turn::{stored_answer, text_of, Turn};
 use crate::harness::{ctx_err, same, CaseRun, Ctx};
 use crate::strategies::expected::{feed, Expected, ExpectedTool};
 use crate::strategies::model::T0;
+use crate::strategies::scaled::Sizes;
 use crate::strategies::stream::{stream_spec, StreamEnd, StreamSpec};
 use crate::Property;
 
@@ -55,6 +63,19 @@ pub struct Case {
     pub cut_after_tool: Option<u8>,
     /// What happens then.
     pub end: End,
+    /// The processor stores every delta (`persist_every_delta`), so open text is
+    /// stored non-empty when the process dies.
+    #[serde(default)]
+    pub persist_deltas: bool,
+    /// Parts an earlier crash left open in an older message (large cases; with
+    /// `End::Crash` only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stale_open: u16,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &u16) -> bool {
+    *n == 0
 }
 
 /// Any case; `crash_only` for the durable-bus property.
@@ -75,13 +96,95 @@ pub fn case(crash_only: bool) -> impl Strategy<Value = Case> {
         0u16..=1000,
         proptest::option::weighted(0.6, any::<u8>()),
         end,
+        proptest::bool::weighted(0.4),
     )
-        .prop_map(|(stream, cut, cut_after_tool, end)| Case {
+        .prop_map(|(stream, cut, cut_after_tool, end, persist_deltas)| Case {
             stream,
             cut,
             cut_after_tool,
             end,
+            persist_deltas,
+            stale_open: 0,
         })
+}
+
+/// Large cases: a crash with thousands of parts left open by an earlier crash.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    (case(true), sizes.listing()).prop_map(|(mut c, stale)| {
+        c.stale_open = stale;
+        c
+    })
+}
+
+const STALE: &str = "msg_0001_stale";
+
+/// The message and parts an earlier crash left open.
+fn stale(session: &forge_core::SessionId, n: u16) -> Vec<forge_core::SyncEvent> {
+    use crate::strategies::model::{self, MessageKind, PartKind};
+    let m = forge_core::MessageId::from(STALE);
+    let mut out = vec![forge_core::SyncEvent::MessageUpdated {
+        info: model::message(session, &m, MessageKind::OpenAssistant, 0),
+    }];
+    let kinds = [
+        PartKind::OpenText,
+        PartKind::OpenReasoning,
+        PartKind::ToolPending,
+        PartKind::ToolRunning,
+    ];
+    out.extend((0..n).map(|i| forge_core::SyncEvent::PartUpdated {
+        part: model::part(
+            session,
+            &m,
+            &forge_core::PartId::from(format!("prt_stale_{i:05}")),
+            kinds[usize::from(i) % kinds.len()],
+            (i % 200) as u8,
+        ),
+    }));
+    out
+}
+
+/// Every stale part is closed, texts exactly as stored.
+async fn check_stale(
+    store: &dyn Store,
+    tenant: &forge_core::TenantId,
+    session: &forge_core::SessionId,
+    written: &[forge_core::SyncEvent],
+) -> Result<(), String> {
+    let after = stored_answer(store, tenant, session, &STALE.into()).await?;
+    if after.info.is_open() {
+        return Err("the message an earlier crash left open is still open".into());
+    }
+    let before: Vec<&forge_core::Part> = written
+        .iter()
+        .filter_map(|e| match e {
+            forge_core::SyncEvent::PartUpdated { part } => Some(part),
+            _ => None,
+        })
+        .collect();
+    if after.parts.len() != before.len() {
+        return Err(format!(
+            "{} parts were left open by an earlier crash, {} are stored after recover",
+            before.len(),
+            after.parts.len()
+        ));
+    }
+    for (p, old) in after.parts.iter().zip(&before) {
+        if p.is_open() {
+            return Err(format!(
+                "part {} left open by an earlier crash is still open",
+                p.id
+            ));
+        }
+        if text_of(p) != text_of(old) {
+            return Err(format!(
+                "part {}: recover must keep the stored text {:?}, stored: {:?}",
+                p.id,
+                text_of(old),
+                text_of(p)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How many events a case feeds before its end.
@@ -121,7 +224,11 @@ pub(crate) fn run(ctx: &Ctx<'_>, durable_only: bool) -> CaseRun {
     } else {
         Property::CrashBoundary
     };
-    let run = crate::harness::run_cases(ctx, property, case(durable_only), |c| check(ctx, c));
+    let sizes = Sizes::new(ctx.config.scale);
+    let run =
+        crate::harness::run_scaled(ctx, property, case(durable_only), large_case(sizes), |c| {
+            check(ctx, c)
+        });
     match &ctx.caps.bus {
         Some(b) if b.durable => run,
         Some(_) => run.note("the bus is live only: recovered text is what the store had"),
@@ -225,7 +332,59 @@ fn check_part(
     Ok(())
 }
 
+/// A `recover` implementation: `(projector, tenant, session, now) → report`. The suite
+/// uses core's; [`run_with_recover`] injects another to prove the property catches a
+/// wrong one.
+pub type RecoverFn =
+    for<'a> fn(
+        &'a dyn forge_core::Projector,
+        &'a forge_core::TenantId,
+        Option<&'a forge_core::SessionId>,
+        i64,
+    )
+        -> futures::future::BoxFuture<'a, forge_core::Result<forge_core::RecoverReport>>;
+
+fn core_recover<'a>(
+    projector: &'a dyn forge_core::Projector,
+    tenant: &'a forge_core::TenantId,
+    session: Option<&'a forge_core::SessionId>,
+    now: i64,
+) -> futures::future::BoxFuture<'a, forge_core::Result<forge_core::RecoverReport>> {
+    Box::pin(recover(projector, tenant, session, now))
+}
+
+/// Runs the crash property (`durable_only`: the durable-bus one) with `recover` in
+/// place of core's.
+pub fn run_with_recover(
+    factory: &dyn crate::BackendFactory,
+    config: &crate::Config,
+    durable_only: bool,
+    recover: RecoverFn,
+) -> crate::Outcome {
+    let property = if durable_only {
+        Property::CrashDurableBus
+    } else {
+        Property::CrashBoundary
+    };
+    crate::runner::with_ctx(factory, config, |ctx| {
+        let sizes = Sizes::new(ctx.config.scale);
+        crate::harness::run_scaled(ctx, property, case(durable_only), large_case(sizes), |c| {
+            check_with(ctx, c, recover)
+        })
+        .outcome
+    })
+    .unwrap_or_else(|message| crate::Outcome::Failed {
+        message,
+        minimal: None,
+        regression: None,
+    })
+}
+
 pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    check_with(ctx, case, core_recover)
+}
+
+fn check_with(ctx: &Ctx<'_>, case: &Case, recover: RecoverFn) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
         let tenant = b.tenant();
@@ -233,8 +392,24 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let bus = b.bus_or_local();
         let durable = bus.capabilities().durable;
         let store: Arc<dyn Store> = counting.clone();
-        let (projector, mut turn) =
-            Turn::start(Arc::clone(&store), Arc::clone(&bus), tenant).await?;
+        let (projector, mut turn) = Turn::start_with(
+            Arc::clone(&store),
+            Arc::clone(&bus),
+            tenant,
+            case.persist_deltas,
+        )
+        .await?;
+        let stale_events = if case.end == End::Crash && case.stale_open > 0 {
+            let events = stale(&turn.session, case.stale_open);
+            let batch = crate::harness::envs(&turn.tenant, 1, events.clone());
+            store
+                .apply(&batch)
+                .await
+                .map_err(ctx_err("writing what an earlier crash left open"))?;
+            events
+        } else {
+            Vec::new()
+        };
         let events = case.stream.events();
         let cut = cut_of(case, &events);
         for (k, e) in events[..cut].iter().enumerate() {
@@ -327,8 +502,10 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 fed.parts
             ));
         }
+        // Recovered on a live-only bus, open text is what the store held: the streamed
+        // text when every delta was stored, else the empty text of the block's start.
         let open_text = |streamed: &str| -> String {
-            if recovered && !durable {
+            if recovered && !durable && !case.persist_deltas {
                 String::new()
             } else {
                 streamed.to_owned()
@@ -344,6 +521,9 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 &Some(p),
                 &now,
             )?;
+        }
+        if !stale_events.is_empty() {
+            check_stale(store.as_ref(), &tenant, &session, &stale_events).await?;
         }
         idempotent(store.as_ref(), &counting, &bus, &tenant, &session).await?;
         b.cleanup().await;

@@ -1,8 +1,10 @@
 //! §9.2 Pagination: for any history and every page size, paging to the end yields every
 //! message exactly once, in order, with its parts in part-id order; also with appends
-//! between page reads.
+//! between page reads. Large cases page histories of thousands of messages with sizes
+//! around and above the cap (`clamp_limit`): 999, 1,000, 1,001, 5,000, `usize::MAX`, the
+//! default, and a random size between 101 and 1,000.
 
-use forge_core::store::clamp_limit;
+use forge_core::store::{clamp_limit, MAX_PAGE_LIMIT};
 use forge_core::{
     Cursor, MessageId, MessageWithParts, PartId, SessionId, Store, SyncEvent, TenantId,
 };
@@ -11,7 +13,9 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
+use crate::strategies::model::T0;
 use crate::strategies::model::{self, MessageKind, PartKind};
+use crate::strategies::scaled::{real_id, Sizes};
 use crate::Property;
 
 /// A case: a history, a page size, and how many messages to append after each page read.
@@ -23,7 +27,18 @@ pub struct Case {
     pub page: u16,
     /// Messages appended after the 1st, 2nd, … page read.
     pub appends: Vec<u8>,
+    /// Messages (one part each) appended to the history before paging (large cases).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bulk: u16,
 }
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &u16) -> bool {
+    *n == 0
+}
+
+/// Above this many messages a case pages with a few sizes instead of every size.
+const SWEEP: usize = 100;
 
 /// Any case: up to 60 messages, any page size including 0 and oversized.
 pub fn case() -> impl Strategy<Value = Case> {
@@ -36,15 +51,39 @@ pub fn case() -> impl Strategy<Value = Case> {
         parts,
         page,
         appends,
+        bulk: 0,
     })
 }
 
-pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
-    crate::harness::run_cases(ctx, Property::Pagination, case(), |c| check(ctx, c))
+/// Large cases: thousands of messages, pages around and above the cap.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    let page = prop_oneof![
+        4 => 101u16..=1000,
+        1 => Just(1000u16),
+        1 => Just(5_000u16),
+    ];
+    (vec(0u8..4, 0..8), sizes.listing(), page, vec(0u8..4, 0..4)).prop_map(
+        |(parts, bulk, page, appends)| Case {
+            parts,
+            page,
+            appends,
+            bulk,
+        },
+    )
 }
 
+pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
+    let sizes = Sizes::new(ctx.config.scale);
+    crate::harness::run_scaled(ctx, Property::Pagination, case(), large_case(sizes), |c| {
+        check(ctx, c)
+    })
+}
+
+/// The `i`-th message: ids shaped as generated ones, `i` ids into one millisecond (the
+/// counter borrows from the next one past 4,096), so they ascend in history order.
 fn message(session: &SessionId, i: usize, parts: u8) -> MessageWithParts {
-    let id = MessageId::from(format!("msg_{i:05}"));
+    let ms = (T0 as u64) + i as u64 / 4096;
+    let id = MessageId::from(real_id("msg", ms, (i % 4096) as u16, i as u64));
     let kind = if i.is_multiple_of(2) {
         MessageKind::User
     } else {
@@ -214,15 +253,25 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let history: Vec<MessageWithParts> = case
             .parts
             .iter()
+            .copied()
+            .chain(std::iter::repeat_n(1, usize::from(case.bulk)))
             .enumerate()
-            .map(|(i, &k)| message(&id, i, k))
+            .map(|(i, k)| message(&id, i, k))
             .collect();
-        for chunk in history.chunks(8) {
+        let chunk = if history.len() > SWEEP { 400 } else { 8 };
+        for chunk in history.chunks(chunk) {
             s.append_all(chunk).await?;
         }
+        ctx.stats.history(history.len());
         let mut never = || -> MessageWithParts { unreachable!("no appends in the sweep") };
-        // Every page size, from 1 to one past the history, plus default and oversized.
-        let sizes = (1..=history.len() + 1).chain([0, 5_000]);
+        // Every page size, from 1 to one past the history, plus default and oversized;
+        // for a long history the sizes around the cap.
+        let sizes: Vec<usize> = if history.len() <= SWEEP {
+            (1..=history.len() + 1).chain([0, 5_000]).collect()
+        } else {
+            let cap = MAX_PAGE_LIMIT;
+            vec![0, cap - 1, cap, cap + 1, 5_000, usize::MAX]
+        };
         for limit in sizes {
             let pages = s.pages(limit, &[], &mut never).await?;
             check_pages(&format!("page size {limit}"), limit, &pages, &history)?;
@@ -246,6 +295,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             &history,
         )?;
         let all: Vec<MessageWithParts> = history.iter().chain(&appended).cloned().collect();
+        ctx.stats.history(all.len());
         let pages = s.pages(limit, &[], &mut never).await?;
         check_pages(
             &format!("page size {limit} after the appends"),

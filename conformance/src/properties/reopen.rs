@@ -114,6 +114,7 @@ fn not_run(outcome: Outcome) -> CaseRun {
     CaseRun {
         outcome,
         cases: 0,
+        large_cases: 0,
         shrink_steps: 0,
         notes: Vec::new(),
     }
@@ -297,7 +298,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         }
 
         // The store kept everything.
-        upsert::compare(b.store.as_ref(), &hist, &model)
+        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
             .await
             .map_err(|e| format!("after reopen: {e}"))?;
         let after = turn_state(b.store.as_ref(), &turn_tenant, &session).await?;
@@ -396,7 +397,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 }
             }
         }
-        upsert::compare(b.store.as_ref(), &hist, &model)
+        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
             .await
             .map_err(|e| format!("after reopen and a new commit per session: {e}"))?;
 

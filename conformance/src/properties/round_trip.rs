@@ -2,8 +2,11 @@
 //! roles, unknown part kinds and unknown fields at every level, survives write → read
 //! unchanged through `session`, `sessions`, `message` and `messages`; `open_items` lists
 //! exactly the open ones; and a read-modify-write (writing back what was read) changes
-//! nothing.
+//! nothing. Every string ranges over all of Unicode and every number over its whole
+//! range (see [`crate::strategies::model::arb_text`]); large cases add a message whose
+//! text part and tool output hold megabytes.
 
+use forge_core::model::{PartBody, ToolState};
 use forge_core::{MessageId, MessageWithParts, PartId, Session, SessionId, Store, SyncEvent};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -11,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
-use crate::strategies::model::{arb_message, arb_part, arb_session};
+use crate::strategies::model::{self, arb_message, arb_part, arb_session, MessageKind, PartKind};
+use crate::strategies::scaled::{big_text, BigText, Sizes};
 use crate::Property;
 
 /// A case: one session and its messages with parts (ids ascending).
@@ -21,6 +25,52 @@ pub struct Case {
     pub session: Session,
     /// Messages oldest first, parts in id order.
     pub messages: Vec<MessageWithParts>,
+    /// A last message with a text part of this text and a tool whose output is half
+    /// of it (large cases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub big: Option<BigText>,
+}
+
+impl Case {
+    /// The case with its big message built.
+    fn built(&self) -> Case {
+        let mut out = Case {
+            session: self.session.clone(),
+            messages: self.messages.clone(),
+            big: None,
+        };
+        let Some(big) = self.big else {
+            return out;
+        };
+        let sid = self.session.id.clone();
+        let m = MessageId::from("msg_zzz_big");
+        let text = big.text();
+        let mut part = model::part(&sid, &m, &PartId::from("prt_zzz_big_0"), PartKind::Text, 1);
+        if let PartBody::Text(t) = &mut part.body {
+            t.text.clone_from(&text);
+        }
+        let mut tool = model::part(
+            &sid,
+            &m,
+            &PartId::from("prt_zzz_big_1"),
+            PartKind::ToolCompleted,
+            1,
+        );
+        if let PartBody::Tool(t) = &mut tool.body {
+            if let ToolState::Completed(c) = &mut t.state {
+                let mut half = text.len() / 2;
+                while !text.is_char_boundary(half) {
+                    half -= 1;
+                }
+                c.output = text[half..].to_owned();
+            }
+        }
+        out.messages.push(MessageWithParts {
+            info: model::message(&sid, &m, MessageKind::Assistant, 1),
+            parts: vec![part, tool],
+        });
+        out
+    }
 }
 
 /// Any case: up to 5 messages of up to 5 parts, every kind.
@@ -35,6 +85,7 @@ pub fn case() -> impl Strategy<Value = Case> {
         ),
     );
     (arb_session(sid), vec(message, 1..5)).prop_map(|(session, messages)| Case {
+        big: None,
         session,
         messages: messages
             .into_iter()
@@ -51,8 +102,19 @@ pub fn case() -> impl Strategy<Value = Case> {
     })
 }
 
+/// Large cases: a case with a big message of megabytes.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    (case(), big_text(sizes)).prop_map(|(mut c, big)| {
+        c.big = Some(big);
+        c
+    })
+}
+
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
-    crate::harness::run_cases(ctx, Property::RoundTrip, case(), |c| check(ctx, c))
+    let sizes = Sizes::new(ctx.config.scale);
+    crate::harness::run_scaled(ctx, Property::RoundTrip, case(), large_case(sizes), |c| {
+        check(ctx, c)
+    })
 }
 
 fn writes(case: &Case) -> Vec<SyncEvent> {
@@ -138,6 +200,7 @@ async fn read_back(
 }
 
 pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
+    let case = &case.built();
     ctx.block(async {
         let b = ctx.backend().await?;
         let tenant = b.tenant();
@@ -165,6 +228,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let reread = Case {
             session: state.info,
             messages: page.messages,
+            big: None,
         };
         let n = batch.len() as u64;
         let again = envs(&tenant, n + 1, writes(&reread));

@@ -1,14 +1,18 @@
 //! §9.7 Tenant isolation:
-//! - four tenants writing the same session, message and part ids never see or change
-//!   each other's rows (each equals its own reference model), and a fifth sees nothing.
-//!   Two of them are `a.b` and `_-`: valid tenant ids made of punctuation a backend
-//!   naming files, patterns or keys after tenants must contain;
+//! - six tenants writing the same session, message and part ids never see or change
+//!   each other's rows (each equals its own reference model), and a seventh sees
+//!   nothing. Two of them are `a.b` and `_-`: valid tenant ids made of punctuation a
+//!   backend naming files, patterns or keys after tenants must contain; two are
+//!   near-duplicates of the first (the same in upper case, and the first extended to 64
+//!   characters, so the first is its prefix);
 //! - hostile tenant ids (separators, quotes, NUL, non-ASCII, too long, empty, only
 //!   dots — `.` and `..` would be path components) are
 //!   rejected by `TenantId::new` and by deserialization, valid ones accepted;
 //! - hostile session / message / part ids (`../x`, `a\0b`, `%`, `_`, quotes, very long,
-//!   Unicode, empty) are either rejected with an error that leaves nothing behind, or
-//!   stored exactly and kept apart from every other id (`x` vs `../x` vs `./x`).
+//!   Unicode, empty) and valid ids a loose comparison merges (real ids of one
+//!   millisecond, prefixes, case and last-character variants, canonical equivalents,
+//!   256-byte ids differing at the end) are either rejected with an error that leaves
+//!   nothing behind, or stored exactly and kept apart from every other id.
 
 use forge_core::{Envelope, MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
 use proptest::collection::vec;
@@ -53,14 +57,23 @@ pub fn hostile_ids() -> Vec<String> {
     .collect();
     ids.push("x".repeat(4096));
     ids.push("é".repeat(300));
+    // Valid ids a loose comparison merges: real ids of one millisecond, prefixes of one
+    // another, ids differing only in the last character or in case, canonical
+    // equivalents, 256-byte ids differing only at the end.
+    for id in crate::strategies::scaled::id_family("ses", 9, 40) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
     ids
 }
 
-/// A case: interleaved ops of four tenants over the same ids, and tenant-id strings to
+/// A case: interleaved ops of six tenants over the same ids, and tenant-id strings to
 /// validate.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Case {
-    /// `(tenant, op)`, each applied as its own batch; tenant `n % 4` is A, B, `.`, `..`.
+    /// `(tenant, op)`, each applied as its own batch; tenant `n % 6` is A, B, `a.b`,
+    /// `_-`, A in upper case, A extended to 64 characters.
     pub ops: Vec<(u8, Op)>,
     /// Strings `TenantId::new` must reject.
     pub hostile_tenants: Vec<String>,
@@ -82,7 +95,7 @@ pub fn case() -> impl Strategy<Value = Case> {
         Just(String::new()),
     ];
     (
-        (op, vec(0u8..4, 16)),
+        (op, vec(0u8..6, 16)),
         vec(hostile, 1..6),
         vec("[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}", 1..4),
     )
@@ -99,6 +112,15 @@ pub fn case() -> impl Strategy<Value = Case> {
 
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
     crate::harness::run_cases(ctx, Property::TenantIsolation, case(), |c| check(ctx, c))
+}
+
+/// `a` extended to 64 characters: `a` is a prefix of it.
+fn near(a: &str) -> String {
+    let mut t = format!("{a}.x");
+    while t.len() < forge_core::TenantId::MAX_LEN {
+        t.push('-');
+    }
+    t
 }
 
 fn tenant_ids(case: &Case) -> Result<(), String> {
@@ -220,18 +242,26 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
     tenant_ids(case)?;
     ctx.block(async {
         let b = ctx.backend().await?;
+        let a = b.tenant();
         let tenants = [
-            ("A", b.tenant()),
+            ("A", a.clone()),
             ("B", b.tenant()),
             ("\"a.b\"", b.fixed_tenant("a.b").await?),
             ("\"_-\"", b.fixed_tenant("_-").await?),
+            // Near-duplicates of A: the same in upper case, and A extended (A is its
+            // prefix), 64 characters long.
+            (
+                "A in upper case",
+                b.fixed_tenant(&a.as_str().to_uppercase()).await?,
+            ),
+            ("A extended", b.fixed_tenant(&near(a.as_str())).await?),
             ("C (never written)", b.tenant()),
         ];
         let ta = tenants[0].1.clone();
         let store = b.store.as_ref();
         let mut model = ReferenceStore::new();
         for (seq, (who, op)) in (1..).zip(&case.ops) {
-            let (name, tenant) = &tenants[usize::from(*who % 4)];
+            let (name, tenant) = &tenants[usize::from(*who % 6)];
             let batch = envs(tenant, seq, vec![op.event()]);
             let expected = model.apply(&batch);
             let actual = store.apply(&batch).await;
@@ -245,7 +275,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             hostile(store, &mut model, &ta, h, 1_000 + i as u64).await?;
         }
         for (name, t) in &tenants {
-            compare(store, t, &model)
+            compare(store, t, &model, &ctx.stats)
                 .await
                 .map_err(|e| format!("tenant {name}: {e}"))?;
             compare_hostile(store, t, &model)

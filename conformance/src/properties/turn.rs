@@ -34,6 +34,17 @@ impl Turn {
         bus: Arc<dyn Bus>,
         tenant: TenantId,
     ) -> Result<(Arc<dyn Projector>, Turn), String> {
+        Self::start_with(store, bus, tenant, false).await
+    }
+
+    /// [`Turn::start`]; with `persist_every_delta` the processor rewrites an open block's
+    /// part on every delta, so its stored text is the text streamed so far.
+    pub async fn start_with(
+        store: Arc<dyn Store>,
+        bus: Arc<dyn Bus>,
+        tenant: TenantId,
+        persist_every_delta: bool,
+    ) -> Result<(Arc<dyn Projector>, Turn), String> {
         let projector: Arc<dyn Projector> = Arc::new(DirectProjector::new(store, bus));
         let session = SessionId::from("ses_turn");
         let scope = projector
@@ -66,7 +77,7 @@ impl Turn {
             ProcessorOptions {
                 clock: ticking_clock(),
                 text_hook: None,
-                persist_every_delta: false,
+                persist_every_delta,
             },
         )
         .await

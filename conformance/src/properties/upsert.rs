@@ -4,29 +4,38 @@
 //! The case is a command sequence run against the backend and the model side by side
 //! (a state machine: every batch is a transition, the model decides whether it must be
 //! accepted or rejected and what the state is after it). Invalid upserts (a message for
-//! a missing session, a part for a missing or removed message, a part naming another
-//! session's message) are generated on purpose: the store must reject the whole batch
-//! with the right error and leave nothing of it behind.
+//! a missing session, a part for a missing or removed message, a part naming a message
+//! only another session has) are generated on purpose: the store must reject the whole
+//! batch with the right error and leave nothing of it behind.
+//!
+//! Ids repeat across parents on purpose: every session draws its message ids from the
+//! same pool, and every message its part ids, so a message id lives in both sessions as
+//! two independent messages, and a part upserted under another message of its session
+//! moves there (a part id is unique within its session).
 
-use forge_core::{MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
+use forge_core::store::MAX_PAGE_LIMIT;
+use forge_core::{read_all, MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::exercised::Stats;
 use crate::harness::{ctx_err, envs, kind, same, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::strategies::model::{self, message_kind, part_kind, MessageKind, PartKind};
+use crate::strategies::scaled::Sizes;
 use crate::Property;
 
-/// Sessions, messages per session and parts per message the ids range over.
+/// Sessions, and message and part ids, the ids range over.
 const SESSIONS: u8 = 2;
 const MESSAGES: u8 = 3;
-const PARTS: u8 = 2;
+const PARTS: u8 = 3;
 
 /// One event of a batch, over small id pools so ids repeat.
 ///
-/// Fields: `s` session index (0..2), `m` message index (0..3), `p` part index (0..2),
-/// `v` version (shows in a field, so an overwrite is visible), `kind` what to build.
+/// Fields: `s` session index (0..2), `m` message id index (0..3, the same ids in every
+/// session), `p` part id index (0..3, the same ids under every message), `v` version
+/// (shows in a field, so an overwrite is visible), `kind` what to build.
 #[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
@@ -43,7 +52,8 @@ pub enum Op {
     },
     /// `message.removed`.
     RemoveMessage { s: u8, m: u8 },
-    /// `message.part.updated` of part `p` of message `m` of session `s`.
+    /// `message.part.updated` of part `p` under message `m` of session `s` (moving it
+    /// when another message of `s` holds it).
     PutPart {
         s: u8,
         m: u8,
@@ -51,10 +61,8 @@ pub enum Op {
         kind: PartKind,
         v: u8,
     },
-    /// `message.part.removed`.
+    /// `message.part.removed` naming message `m` (nothing when the part is elsewhere).
     RemovePart { s: u8, m: u8, p: u8 },
-    /// `message.part.updated` of a part of session `s` naming message `m` of the next session.
-    PutForeignPart { s: u8, m: u8, p: u8 },
 }
 
 /// One `apply` call: the events get seqs `seq`, `seq + 1`, …
@@ -64,6 +72,65 @@ pub struct Batch {
     pub seq: u16,
     /// The events.
     pub ops: Vec<Op>,
+    /// Thousands of rows more, after `ops` (large cases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk: Option<Bulk>,
+}
+
+/// Thousands of rows in one batch: `sessions` more sessions of the tenant, and
+/// `messages` open assistant messages, each with an open text part, in session `s`
+/// (written first). With `fail`, the batch ends with a part of a missing message, so
+/// the whole batch must be rejected and leave nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bulk {
+    /// The session the messages go to.
+    pub s: u8,
+    /// Sessions added to the tenant's listing.
+    pub sessions: u16,
+    /// Open messages (each with one open part) added to session `s`.
+    pub messages: u16,
+    /// Whether the batch ends with an event that fails.
+    pub fail: bool,
+}
+
+impl Bulk {
+    /// The events: `s`, the sessions, then every message followed by its part.
+    pub fn events(&self) -> Vec<SyncEvent> {
+        let sid = sid(self.s);
+        let mut out = vec![SyncEvent::SessionUpdated {
+            info: model::session(&sid, 0),
+        }];
+        out.extend((0..self.sessions).map(|i| SyncEvent::SessionUpdated {
+            info: model::session(&SessionId::from(format!("ses_bulk_{i:05}")), 1),
+        }));
+        for i in 0..self.messages {
+            let m = MessageId::from(format!("msg_bulk_{i:05}"));
+            out.push(SyncEvent::MessageUpdated {
+                info: model::message(&sid, &m, MessageKind::OpenAssistant, (i % 200) as u8),
+            });
+            let p = PartId::from(format!("prt_bulk_{i:05}"));
+            out.push(SyncEvent::PartUpdated {
+                part: model::part(&sid, &m, &p, PartKind::OpenText, (i % 200) as u8),
+            });
+        }
+        if self.fail {
+            out.push(SyncEvent::PartUpdated {
+                part: model::part(&sid, &"msg_missing".into(), &pid(0), PartKind::Text, 0),
+            });
+        }
+        out
+    }
+}
+
+impl Batch {
+    /// The batch's events.
+    pub fn events(&self) -> Vec<SyncEvent> {
+        let mut out: Vec<SyncEvent> = self.ops.iter().map(Op::event).collect();
+        if let Some(b) = &self.bulk {
+            out.extend(b.events());
+        }
+        out
+    }
 }
 
 /// A case: batches applied in order.
@@ -76,11 +143,11 @@ pub struct Case {
 fn sid(s: u8) -> SessionId {
     SessionId::from(format!("ses_{s}"))
 }
-fn mid(s: u8, m: u8) -> MessageId {
-    MessageId::from(format!("msg_{s}_{m}"))
+fn mid(m: u8) -> MessageId {
+    MessageId::from(format!("msg_{m}"))
 }
-fn pid(s: u8, m: u8, p: u8) -> PartId {
-    PartId::from(format!("prt_{s}_{m}_{p}"))
+fn pid(p: u8) -> PartId {
+    PartId::from(format!("prt_{p}"))
 }
 
 impl Op {
@@ -92,28 +159,19 @@ impl Op {
             },
             Op::DeleteSession { s } => SyncEvent::SessionDeleted { session_id: sid(s) },
             Op::PutMessage { s, m, kind, v } => SyncEvent::MessageUpdated {
-                info: model::message(&sid(s), &mid(s, m), kind, v),
+                info: model::message(&sid(s), &mid(m), kind, v),
             },
             Op::RemoveMessage { s, m } => SyncEvent::MessageRemoved {
                 session_id: sid(s),
-                message_id: mid(s, m),
+                message_id: mid(m),
             },
             Op::PutPart { s, m, p, kind, v } => SyncEvent::PartUpdated {
-                part: model::part(&sid(s), &mid(s, m), &pid(s, m, p), kind, v),
+                part: model::part(&sid(s), &mid(m), &pid(p), kind, v),
             },
             Op::RemovePart { s, m, p } => SyncEvent::PartRemoved {
                 session_id: sid(s),
-                message_id: mid(s, m),
-                part_id: pid(s, m, p),
-            },
-            Op::PutForeignPart { s, m, p } => SyncEvent::PartUpdated {
-                part: model::part(
-                    &sid(s),
-                    &mid((s + 1) % SESSIONS, m),
-                    &pid(s, m, p),
-                    PartKind::Text,
-                    0,
-                ),
+                message_id: mid(m),
+                part_id: pid(p),
             },
         }
     }
@@ -132,7 +190,6 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (s(), m(), p(), part_kind(), v())
             .prop_map(|(s, m, p, kind, v)| Op::PutPart { s, m, p, kind, v }),
         1 => (s(), m(), p()).prop_map(|(s, m, p)| Op::RemovePart { s, m, p }),
-        1 => (s(), m(), p()).prop_map(|(s, m, p)| Op::PutForeignPart { s, m, p }),
     ]
 }
 
@@ -192,33 +249,81 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
         })
 }
 
-/// Cases; with `transactions == false` every batch holds one event.
+/// Cases; with `transactions == false` every batch holds one event. A batch may be
+/// empty.
 pub fn case(transactions: bool) -> impl Strategy<Value = Case> {
     let ops = prop_oneof![
-        3 => vec(op(), 1..=3),
+        3 => vec(op(), 0..=3),
         2 => chain(),
     ];
     let batch = (0u16..400, ops);
     vec(batch, 1..20).prop_map(move |batches| Case {
         batches: batches
             .into_iter()
-            .flat_map(|(seq, ops)| {
-                if transactions {
-                    vec![Batch { seq, ops }]
-                } else {
-                    ops.into_iter()
-                        .map(|op| Batch { seq, ops: vec![op] })
-                        .collect()
-                }
-            })
+            .flat_map(|(seq, ops)| split(transactions, seq, ops))
             .collect(),
     })
 }
 
+fn split(transactions: bool, seq: u16, ops: Vec<Op>) -> Vec<Batch> {
+    if transactions {
+        vec![Batch {
+            seq,
+            ops,
+            bulk: None,
+        }]
+    } else {
+        ops.into_iter()
+            .map(|op| Batch {
+                seq,
+                ops: vec![op],
+                bulk: None,
+            })
+            .collect()
+    }
+}
+
+/// Large cases: a batch of thousands of rows ending in a failing event (nothing of it
+/// may stay), the same batch succeeding (listings of sessions, open messages and open
+/// parts past 1,000, a history past 1,000), then a few ordinary batches over it. Bulk
+/// batches need transactions.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    (
+        0..SESSIONS,
+        sizes.listing(),
+        sizes.listing(),
+        vec((0u16..400, vec(op(), 1..=3)), 1..4),
+    )
+        .prop_map(|(s, sessions, messages, tail)| {
+            let bulk = |fail| Batch {
+                seq: 1,
+                ops: Vec::new(),
+                bulk: Some(Bulk {
+                    s,
+                    sessions,
+                    messages,
+                    fail,
+                }),
+            };
+            let mut batches = vec![bulk(true), bulk(false)];
+            batches.extend(tail.into_iter().map(|(seq, ops)| Batch {
+                seq,
+                ops,
+                bulk: None,
+            }));
+            Case { batches }
+        })
+}
+
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
     let transactions = ctx.caps.store.transactions;
-    let run =
-        crate::harness::run_cases(ctx, Property::Upsert, case(transactions), |c| check(ctx, c));
+    let test = |c: &Case| check(ctx, c);
+    let run = if transactions {
+        let sizes = Sizes::new(ctx.config.scale);
+        crate::harness::run_scaled(ctx, Property::Upsert, case(true), large_case(sizes), test)
+    } else {
+        crate::harness::run_cases(ctx, Property::Upsert, case(false), test)
+    };
     if transactions {
         run
     } else {
@@ -235,11 +340,17 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let tenant = b.tenant();
         let mut model = ReferenceStore::new();
         for (n, batch) in case.batches.iter().enumerate() {
-            let events = batch.ops.iter().map(Op::event).collect();
-            let envs = envs(&tenant, u64::from(batch.seq), events);
+            let envs = envs(&tenant, u64::from(batch.seq), batch.events());
             let expected = model.apply(&envs);
             let actual = b.store.apply(&envs).await;
-            let at = format!("batch #{n} {:?}", batch.ops);
+            let at = match &batch.bulk {
+                None => format!("batch #{n} {:?}", batch.ops),
+                Some(bulk) => format!(
+                    "batch #{n} of {} events {:?} {bulk:?}",
+                    envs.len(),
+                    batch.ops
+                ),
+            };
             match (expected, actual) {
                 (Ok(()), Err(e)) => {
                     return Err(format!("{at}: rejected a valid batch: {} {e}", kind(&e)))
@@ -257,7 +368,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 }
                 _ => {}
             }
-            compare(b.store.as_ref(), &tenant, &model)
+            compare(b.store.as_ref(), &tenant, &model, &ctx.stats)
                 .await
                 .map_err(|e| format!("after {at}: {e}"))?;
         }
@@ -271,12 +382,33 @@ pub(crate) async fn compare(
     store: &dyn Store,
     tenant: &TenantId,
     model: &ReferenceStore,
+    stats: &Stats,
 ) -> Result<(), String> {
     let sessions = store
         .sessions(tenant)
         .await
         .map_err(ctx_err("sessions()"))?;
-    same("sessions()", &model.sessions(tenant), &sessions)?;
+    let want = model.sessions(tenant);
+    if want.len() != sessions.len() {
+        let ids = |v: &[forge_core::SessionState]| -> Vec<String> {
+            v.iter().map(|s| s.info.id.to_string()).collect()
+        };
+        let (w, g) = (ids(&want), ids(&sessions));
+        return Err(format!(
+            "sessions() lists {} sessions, the tenant has {}; missing: {:?}, extra: {:?}",
+            g.len(),
+            w.len(),
+            w.iter()
+                .filter(|i| !g.contains(i))
+                .take(5)
+                .collect::<Vec<_>>(),
+            g.iter()
+                .filter(|i| !w.contains(i))
+                .take(5)
+                .collect::<Vec<_>>()
+        ));
+    }
+    same("sessions()", &want, &sessions)?;
     for s in 0..SESSIONS {
         let id = sid(s);
         let got = store
@@ -284,20 +416,21 @@ pub(crate) async fn compare(
             .await
             .map_err(ctx_err("session()"))?;
         same(&format!("session({id})"), &model.session(tenant, &id), &got)?;
-        let page = store
-            .messages(tenant, &id, None, 1000)
+        let history = read_all(store, tenant, &id, MAX_PAGE_LIMIT)
             .await
             .map_err(ctx_err("messages()"))?;
-        same(
-            &format!("messages({id})"),
-            &model.history(tenant, &id),
-            &page.messages,
-        )?;
-        if page.next.is_some() {
-            return Err(format!("messages({id}): a next cursor on the only page"));
+        stats.history(history.len());
+        let want = model.history(tenant, &id);
+        if want.len() != history.len() {
+            return Err(format!(
+                "messages({id}): paging yields {} messages, the session has {}",
+                history.len(),
+                want.len()
+            ));
         }
+        same(&format!("messages({id})"), &want, &history)?;
         for m in 0..MESSAGES {
-            let mid = mid(s, m);
+            let mid = mid(m);
             let got = store
                 .message(tenant, &id, &mid)
                 .await
@@ -331,6 +464,15 @@ fn same_open(
     actual: forge_core::OpenItems,
 ) -> Result<(), String> {
     let (e, a) = (sorted(expected), sorted(actual));
+    if (e.messages.len(), e.parts.len()) != (a.messages.len(), a.parts.len()) {
+        return Err(format!(
+            "{what}: {} open messages and {} open parts listed, {} and {} are open",
+            a.messages.len(),
+            a.parts.len(),
+            e.messages.len(),
+            e.parts.len()
+        ));
+    }
     same(&format!("{what}.messages"), &e.messages, &a.messages)?;
     same(&format!("{what}.parts"), &e.parts, &a.parts)
 }

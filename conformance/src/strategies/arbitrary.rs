@@ -1,11 +1,15 @@
 //! Arbitrary sessions, messages and parts: every field of every kind, unknown roles,
 //! unknown part kinds and unknown fields at every level.
 //!
-//! One thing is deliberately not generated because the JSON model itself cannot carry
-//! it, whatever the backend: `Some(null)` in an optional JSON field (it reads back as
-//! `None`). Floats inside JSON values take any normal value (the workspace enables
-//! serde_json's `float_roundtrip`); the model's own `f64` fields (costs) take short
-//! decimals.
+//! Strings range over all of Unicode (NUL and other controls, astral characters,
+//! combining marks; see [`super::scaled::TRICKY`]), numbers over their whole range: times
+//! any `i64`, token counts any `u64`, costs any finite `f64` (subnormals, the largest
+//! magnitudes, values JavaScript would round).
+//!
+//! What the JSON model itself cannot carry is not generated, whatever the backend:
+//! `Some(null)` in an optional JSON field (it reads back as `None`), a cost of `-0.0`
+//! (written as `0`, as JavaScript writes it), NaN and infinities (JSON has no spelling
+//! for them).
 
 use forge_core::model::{
     AssistantMessage, AssistantTime, CacheTokens, ErrorData, ErrorName, JsonMap, MessageBody,
@@ -17,11 +21,12 @@ use proptest::option::of;
 use proptest::prelude::*;
 use serde_json::Value;
 
-/// Text of every shape: plain, empty, whitespace, multi-line, any printable Unicode.
+/// Text of every shape: plain, empty, whitespace, multi-line, any Unicode.
 pub fn arb_text() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => "[a-zA-Z0-9 .,:]{0,24}",
         2 => "\\PC{0,16}",
+        3 => super::scaled::unicode(16),
         1 => prop::sample::select(vec![
             String::new(),
             "  trailing space  ".to_owned(),
@@ -33,16 +38,61 @@ pub fn arb_text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A time in Unix ms: mostly plausible, also anywhere in `i64`.
 pub(super) fn time() -> impl Strategy<Value = i64> {
-    0i64..4_102_444_800_000
+    prop_oneof![
+        4 => 0i64..4_102_444_800_000,
+        1 => any::<i64>(),
+        1 => proptest::sample::select(vec![i64::MIN, i64::MAX, -1, 0, (1 << 53) + 1, -(1 << 53) - 1]),
+    ]
 }
 
 pub(super) fn small_f64() -> impl Strategy<Value = f64> {
     (-1_000_000i64..1_000_000, 0u32..4).prop_map(|(n, scale)| n as f64 / 10f64.powi(scale as i32))
 }
 
+/// Any `f64` JSON carries exactly: finite, not `-0.0`.
+pub(super) fn exact_f64() -> impl Strategy<Value = f64> {
+    use proptest::num::f64::{NEGATIVE, NORMAL, POSITIVE, SUBNORMAL};
+    prop_oneof![
+        3 => small_f64(),
+        3 => NORMAL | SUBNORMAL | POSITIVE | NEGATIVE,
+        1 => proptest::sample::select(vec![
+            0.0,
+            f64::MAX,
+            f64::MIN,
+            f64::MIN_POSITIVE,
+            5e-324,
+            0.1 + 0.2,
+            9_007_199_254_740_993.0,
+            1e21,
+            123_456_789.123_456_79,
+        ]),
+    ]
+    .prop_filter("JSON has no NaN, infinities or -0", |f| {
+        f.is_finite() && !(*f == 0.0 && f.is_sign_negative())
+    })
+}
+
+/// A cost: any finite `f64`, mostly short decimals.
+pub(super) fn cost() -> impl Strategy<Value = f64> {
+    exact_f64()
+}
+
+/// A token count: any `u64`, also past 2^53.
+pub(super) fn count() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => 0u64..(1 << 53),
+        1 => any::<u64>(),
+        1 => proptest::sample::select(vec![u64::MAX, (1 << 53) + 1, 1 << 63, (1 << 63) - 1]),
+    ]
+}
+
 fn key() -> impl Strategy<Value = String> {
-    "x[a-zA-Z0-9_]{0,8}"
+    prop_oneof![
+        3 => "x[a-zA-Z0-9_]{0,8}",
+        1 => super::scaled::unicode(6).prop_map(|k| format!("x{k}")),
+    ]
 }
 
 /// Any JSON value (bounded depth), numbers that round-trip through text.
@@ -51,14 +101,15 @@ pub fn arb_json() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
         small_f64().prop_map(Value::from),
-        proptest::num::f64::NORMAL.prop_map(Value::from),
+        exact_f64().prop_map(Value::from),
         arb_text().prop_map(Value::String),
     ];
     leaf.prop_recursive(3, 16, 4, |inner| {
         prop_oneof![
             vec(inner.clone(), 0..4).prop_map(Value::Array),
-            vec(("[a-zA-Z0-9_ -]{0,6}", inner), 0..4)
+            vec((prop_oneof![3 => "[a-zA-Z0-9_ -]{0,6}".boxed(), 1 => super::scaled::unicode(6).boxed()], inner), 0..4)
                 .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
     })
@@ -86,7 +137,7 @@ pub(super) fn model_ref() -> impl Strategy<Value = ModelRef> {
 }
 
 pub(super) fn tokens() -> impl Strategy<Value = Tokens> {
-    let n = || 0u64..(1 << 53);
+    let n = count;
     (
         n(),
         n(),
@@ -131,7 +182,10 @@ pub fn arb_message_error() -> impl Strategy<Value = MessageError> {
 /// Any session with the given id.
 pub fn arb_session(id: SessionId) -> impl Strategy<Value = Session> {
     (
-        of("ses_[a-z0-9]{1,8}"),
+        of(prop_oneof![
+            "ses_[a-z0-9]{1,8}".boxed(),
+            super::scaled::unicode(8).boxed()
+        ]),
         arb_text(),
         time(),
         time(),
@@ -193,7 +247,7 @@ fn assistant(parent: MessageId) -> impl Strategy<Value = MessageBody> {
         .prop_map(|(cwd, root, extra)| PathInfo { cwd, root, extra }));
     (
         (time, of(arb_message_error()), arb_text(), arb_text()),
-        (of(arb_text()), path, of(any::<bool>()), small_f64()),
+        (of(arb_text()), path, of(any::<bool>()), cost()),
         (tokens(), of(arb_text()), arb_unknown_fields()),
     )
         .prop_map(

@@ -13,8 +13,8 @@ use proptest::option::of;
 use proptest::prelude::*;
 
 use super::arbitrary::{
-    arb_json, arb_message_error, arb_text, arb_unknown_fields, json_some, model_ref, small_f64,
-    time, tokens,
+    arb_json, arb_message_error, arb_text, arb_unknown_fields, cost, json_some, model_ref, time,
+    tokens,
 };
 
 fn part_time() -> impl Strategy<Value = PartTime> {
@@ -153,7 +153,10 @@ fn part_body() -> impl Strategy<Value = PartBody> {
         (
             any::<bool>(),
             of(any::<bool>()),
-            of("msg_[a-z0-9]{1,8}"),
+            of(prop_oneof![
+                "msg_[a-z0-9]{1,8}".boxed(),
+                super::scaled::unicode(8).boxed()
+            ]),
             x()
         )
             .prop_map(|(auto, overflow, tail, extra)| {
@@ -178,7 +181,7 @@ fn part_body() -> impl Strategy<Value = PartBody> {
         (of(t()), x()).prop_map(|(snapshot, extra)| {
             PartBody::StepStart(StepStartPart { snapshot, extra })
         }),
-        (t(), of(t()), small_f64(), tokens(), x()).prop_map(
+        (t(), of(t()), cost(), tokens(), x()).prop_map(
             |(reason, snapshot, cost, tokens, extra)| {
                 PartBody::StepFinish(StepFinishPart {
                     reason,

@@ -16,4 +16,5 @@ mod arbitrary_parts;
 pub mod expected;
 pub mod history;
 pub mod model;
+pub mod scaled;
 pub mod stream;

@@ -134,6 +134,8 @@ pub enum Wrapper {
     ReorderingBus,
     /// A `MemoryStore` with a bus that writes every delta into it.
     DeltaPersistingBus,
+    /// A store whose bug shows at scale or with real data, with a durable `LocalBus`.
+    Scale(super::scale::ScaleBug),
 }
 
 /// A factory for one broken wrapper. The bus of a case is built over the store the
@@ -163,6 +165,7 @@ impl BackendFactory for Broken {
     async fn store(&self) -> Result<Arc<dyn Store>> {
         let store: Arc<dyn Store> = match self.wrapper {
             Wrapper::Store(bug) => Arc::new(BrokenStore::new(bug)),
+            Wrapper::Scale(bug) => super::scale::store(bug),
             _ => Arc::new(MemoryStore::new()),
         };
         *self.last.lock() = Some(Arc::clone(&store));
@@ -171,7 +174,7 @@ impl BackendFactory for Broken {
 
     async fn bus(&self) -> Result<Option<Arc<dyn Bus>>> {
         let bus: Arc<dyn Bus> = match self.wrapper {
-            Wrapper::Store(_) => Arc::new(LocalBus::with_replay(REPLAY)),
+            Wrapper::Store(_) | Wrapper::Scale(_) => Arc::new(LocalBus::with_replay(REPLAY)),
             Wrapper::ReorderingBus => Arc::new(BrokenBus::new(REPLAY, BusBug::ReordersPairs)),
             Wrapper::DeltaPersistingBus => {
                 let store = self

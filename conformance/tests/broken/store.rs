@@ -1,13 +1,13 @@
 //! Deliberately broken wrappers of `MemoryStore`, one bug each.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::model::{MessageBody, PartBody};
 use forge_core::{
     Capabilities, Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts, OpenItems,
-    Page, Part, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Page, Part, PartId, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
 use parking_lot::Mutex;
 
@@ -35,6 +35,9 @@ pub enum StoreBug {
     WriteBehind,
     /// A failing batch leaves its earlier events applied.
     NotAtomic,
+    /// Parts are keyed per message: a part upserted under another message of its
+    /// session is added there and also stays under the old one.
+    PartKeyedPerMessage,
 }
 
 /// `MemoryStore` with one bug.
@@ -43,6 +46,8 @@ pub struct BrokenStore {
     inner: Arc<MemoryStore>,
     bug: StoreBug,
     ghosts: Mutex<HashMap<(TenantId, SessionId, MessageId), Vec<Part>>>,
+    /// Copies a part left under its old message (`PartKeyedPerMessage`).
+    stale: Mutex<BTreeMap<(TenantId, SessionId, MessageId, PartId), Part>>,
     busy: tokio::sync::Mutex<()>,
 }
 
@@ -52,6 +57,7 @@ impl BrokenStore {
             inner: Arc::new(MemoryStore::new()),
             bug,
             ghosts: Mutex::new(HashMap::new()),
+            stale: Mutex::new(BTreeMap::new()),
             busy: tokio::sync::Mutex::new(()),
         }
     }
@@ -149,6 +155,83 @@ impl BrokenStore {
     }
 }
 
+impl BrokenStore {
+    /// Applies `batch` and keeps, for every part it moved, a copy under the old message,
+    /// as a store keyed by (session, message, part) would.
+    async fn keyed_per_message(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        // Where each part the batch writes lives before it.
+        let mut at: HashMap<(TenantId, SessionId, PartId), Part> = HashMap::new();
+        for e in batch {
+            if let SyncEvent::PartUpdated { part } = &e.event {
+                let key = (e.tenant.clone(), e.session_id.clone(), part.id.clone());
+                if at.contains_key(&key) {
+                    continue;
+                }
+                let all = forge_core::read_all(self.inner.as_ref(), &e.tenant, &e.session_id, 1000)
+                    .await
+                    .unwrap_or_default();
+                if let Some(p) = all
+                    .into_iter()
+                    .flat_map(|m| m.parts)
+                    .find(|p| p.id == part.id)
+                {
+                    at.insert(key, p);
+                }
+            }
+        }
+        self.inner.apply(batch).await?;
+        let mut stale = self.stale.lock();
+        for e in batch {
+            let (t, s) = (e.tenant.clone(), e.session_id.clone());
+            match &e.event {
+                SyncEvent::PartUpdated { part } => {
+                    let key = (t.clone(), s.clone(), part.id.clone());
+                    if let Some(old) = at.insert(key, part.clone()) {
+                        if old.message_id != part.message_id {
+                            stale.insert(
+                                (t.clone(), s.clone(), old.message_id.clone(), old.id.clone()),
+                                old,
+                            );
+                        }
+                    }
+                    stale.remove(&(t, s, part.message_id.clone(), part.id.clone()));
+                }
+                SyncEvent::PartRemoved {
+                    message_id,
+                    part_id,
+                    ..
+                } => {
+                    stale.remove(&(t, s, message_id.clone(), part_id.clone()));
+                }
+                SyncEvent::MessageRemoved { message_id, .. } => {
+                    stale.retain(|k, _| !(k.0 == t && k.1 == s && &k.2 == message_id));
+                }
+                SyncEvent::SessionDeleted { .. } => {
+                    stale.retain(|k, _| !(k.0 == t && k.1 == s));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `m` with the stale copies kept under it.
+    fn with_stale(&self, t: &TenantId, mut m: MessageWithParts) -> MessageWithParts {
+        if self.bug != StoreBug::PartKeyedPerMessage {
+            return m;
+        }
+        let stale = self.stale.lock();
+        m.parts.extend(
+            stale
+                .iter()
+                .filter(|(k, _)| &k.0 == t && k.1 == m.info.session_id && k.2 == m.info.id)
+                .map(|(_, p)| p.clone()),
+        );
+        m.parts.sort_by(|a, b| a.id.cmp(&b.id));
+        m
+    }
+}
+
 fn drop_unknown(batch: &[Envelope<SyncEvent>]) -> Vec<Envelope<SyncEvent>> {
     batch
         .iter()
@@ -209,6 +292,7 @@ impl Store for BrokenStore {
                 });
                 Ok(())
             }
+            StoreBug::PartKeyedPerMessage => self.keyed_per_message(batch).await,
             StoreBug::NotAtomic => {
                 for e in batch {
                     self.inner.apply(std::slice::from_ref(e)).await?;
@@ -236,9 +320,11 @@ impl Store for BrokenStore {
         id: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
         let shared = TenantId::default();
-        self.inner
+        Ok(self
+            .inner
             .message(self.tenant(tenant, &shared), session, id)
-            .await
+            .await?
+            .map(|m| self.with_stale(tenant, m)))
     }
 
     async fn messages(
@@ -256,6 +342,12 @@ impl Store for BrokenStore {
         match self.bug {
             StoreBug::SkipsFirstOfLaterPages if before.is_some() => {
                 page.messages.pop();
+            }
+            StoreBug::PartKeyedPerMessage => {
+                page.messages = std::mem::take(&mut page.messages)
+                    .into_iter()
+                    .map(|m| self.with_stale(tenant, m))
+                    .collect();
             }
             StoreBug::FailedSummaryLooksFinished => {
                 for m in &mut page.messages {
@@ -283,6 +375,17 @@ impl Store for BrokenStore {
             .await?;
         if self.bug == StoreBug::HidesTools {
             open.parts.retain(|p| p.kind() != "tool");
+        }
+        if self.bug == StoreBug::PartKeyedPerMessage {
+            let stale = self.stale.lock();
+            open.parts.extend(
+                stale
+                    .iter()
+                    .filter(|(k, p)| {
+                        &k.0 == tenant && session.is_none_or(|s| s == &k.1) && p.is_open()
+                    })
+                    .map(|(_, p)| p.clone()),
+            );
         }
         Ok(open)
     }

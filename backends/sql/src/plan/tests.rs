@@ -67,7 +67,52 @@ fn stored(sessions: &[(&str, u64)], messages: &[(&str, &str)]) -> Loaded {
             .iter()
             .map(|(s, m)| (tenant(), SessionId::from(*s), MessageId::from(*m)))
             .collect(),
+        part_messages: HashMap::new(),
     }
+}
+
+#[test]
+fn a_part_upserted_under_another_message_moves_there() {
+    let batch = [put_part("s", "m2", "p", 3)];
+    let b = Batch::prepare(&batch);
+    assert_eq!(
+        b.needs().parts[&tenant()],
+        BTreeSet::from([(SessionId::from("s"), PartId::from("p"))])
+    );
+    let mut loaded = stored(&[("s", 1)], &[("s", "m1"), ("s", "m2")]);
+    loaded
+        .part_messages
+        .insert((tenant(), "s".into(), "p".into()), vec!["m1".into()]);
+    let plan = b.simulate(&loaded).unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert_eq!(
+        ops.delete_parts,
+        [(
+            SessionId::from("s"),
+            MessageId::from("m1"),
+            PartId::from("p")
+        )]
+    );
+    assert_eq!(ops.put_parts[0].message.as_str(), "m2");
+    // Moved and moved back in one batch: one row, under the first message.
+    let batch = [put_part("s", "m2", "p", 3), put_part("s", "m1", "p", 4)];
+    let plan = Batch::prepare(&batch).simulate(&loaded).unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert_eq!(
+        ops.delete_parts,
+        [(
+            SessionId::from("s"),
+            MessageId::from("m2"),
+            PartId::from("p")
+        )]
+    );
+    assert_eq!(ops.put_parts.len(), 1);
+    assert_eq!(ops.put_parts[0].message.as_str(), "m1");
+    // The message holding it was removed first: nothing to move.
+    let batch = [remove_message("s", "m1", 3), put_part("s", "m2", "p", 4)];
+    let plan = Batch::prepare(&batch).simulate(&loaded).unwrap();
+    let ops = &plan.tenants[&tenant()];
+    assert!(ops.delete_parts.is_empty(), "{:?}", ops.delete_parts);
 }
 
 #[test]

@@ -18,7 +18,7 @@ use super::config::PostgresOptions;
 use crate::error::postgres as map;
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Serializes migrations of every forge-store schema on the server (an advisory lock
 /// key; any constant unlikely to be used by others).
@@ -26,7 +26,8 @@ const MIGRATION_LOCK: i64 = 0x666f_7267_655f_6d69; // "forge_mi"
 
 /// Migration `n` (index `n - 1`) brings a schema from version `n - 1` to `n`. They run
 /// with `search_path` set to the target schema.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sessions (
     tenant  text COLLATE "C" NOT NULL,
     id      bytea  NOT NULL,
@@ -77,7 +78,11 @@ CREATE POLICY tenant_isolation ON messages
 CREATE POLICY tenant_isolation ON parts
     USING (tenant = current_setting('forge.tenant', true))
     WITH CHECK (tenant = current_setting('forge.tenant', true));
-"#];
+"#,
+    r"
+CREATE INDEX parts_by_id ON parts (tenant, session, id);
+",
+];
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 

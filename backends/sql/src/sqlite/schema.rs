@@ -11,10 +11,11 @@ use forge_core::Result;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration `n` (index `n - 1`) brings a database from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE sessions (
     tenant  TEXT    NOT NULL,
     id      BLOB    NOT NULL,
@@ -48,7 +49,11 @@ CREATE TABLE parts (
 ) STRICT, WITHOUT ROWID;
 
 CREATE INDEX parts_open ON parts (tenant, session, message, id) WHERE open;
-"];
+",
+    r"
+CREATE INDEX parts_by_id ON parts (tenant, session, id);
+",
+];
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 

@@ -25,10 +25,12 @@ pub async fn hammer(stores: &[Arc<dyn Store>], writers: u64, per_writer: u64, tw
                 // wrote it back would lower the shared session's seq.
                 let seq = seq_of(w, i);
                 let m = format!("msg_{w:02}_{i:03}");
+                // A part id is unique within its session: one per message.
+                let p = format!("prt_{w:02}_{i:03}");
                 let mut batch = vec![
                     put_message("a", &own, &m, 0, seq),
                     put_message("a", "shared", &m, 1, seq),
-                    put_part("a", "shared", &m, "prt_1", 1, seq),
+                    put_part("a", "shared", &m, &p, 1, seq),
                 ];
                 if two_tenants {
                     batch.push(put_session("b", &own, seq));
