@@ -62,7 +62,7 @@ impl Case {
                 while !text.is_char_boundary(half) {
                     half -= 1;
                 }
-                c.output = text[half..].to_owned();
+                text[half..].clone_into(&mut c.output);
             }
         }
         out.messages.push(MessageWithParts {
