@@ -183,11 +183,21 @@ fn apply_one(file: &mut Option<SessionFile>, event: &SyncEvent) -> Result<()> {
             }
         }
         SyncEvent::PartUpdated { part } => {
-            let m = file
+            let f = file
                 .as_mut()
-                .and_then(|f| f.messages.get_mut(&part.message_id))
+                .filter(|f| f.messages.contains_key(&part.message_id))
                 .ok_or_else(|| Error::not_found("message", &part.message_id))?;
-            m.parts.insert(part.id.clone(), part.clone());
+            // A part id is unique within its session: an upsert under another message
+            // moves the part (a scan of the session's messages; fine for a file a
+            // session).
+            for (id, m) in &mut f.messages {
+                if *id != part.message_id {
+                    m.parts.remove(&part.id);
+                }
+            }
+            if let Some(m) = f.messages.get_mut(&part.message_id) {
+                m.parts.insert(part.id.clone(), part.clone());
+            }
         }
         SyncEvent::PartRemoved {
             message_id,
