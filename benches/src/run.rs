@@ -39,8 +39,9 @@ const EPOCH_MS: i64 = 1_700_000_000_000;
 pub enum Target {
     /// `MemoryStore` and `LocalBus`: the reference, nothing physical.
     Memory,
-    /// A fresh redb file (durable commits) under the run directory.
-    Redb,
+    /// A fresh redb file under the run directory, opened with these URL options
+    /// (`key=value&…`, empty for the defaults: durable, journaled).
+    Redb(String),
     /// A fresh SQLite file (WAL, `synchronous=normal`) under the run directory, opened
     /// with these URL options (`key=value&…`, empty for the defaults).
     Sqlite(String),
@@ -56,7 +57,7 @@ impl Target {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Memory => "memory",
-            Self::Redb => "redb",
+            Self::Redb(_) => "redb",
             Self::Sqlite(_) => "sqlite",
             Self::Postgres(_) => "postgres",
             Self::Redis(_) => "redis",
@@ -109,6 +110,7 @@ struct Opened {
 
 enum Cleanup {
     None,
+    Redb(Arc<forge_redb::RedbStore>),
     Sqlite(Arc<forge_sql::SqliteStore>),
     Postgres {
         store: Arc<forge_sql::PostgresStore>,
@@ -141,16 +143,17 @@ async fn open(target: &Target, dir: &Path) -> Result<Opened> {
             probe: Probe::None,
             cleanup: Cleanup::None,
         },
-        Target::Redb => {
+        Target::Redb(query) => {
             let path = dir.join(format!("bench-{tag}.redb"));
-            let (store, counters) =
-                forge_redb::RedbStore::open_counted(&path, forge_redb::RedbOptions::default())
-                    .with_context(|| format!("opening {}", path.display()))?;
+            let options = forge_redb::RedbOptions::from_query(query)?;
+            let (store, counters) = forge_redb::RedbStore::open_counted(&path, options)
+                .with_context(|| format!("opening {}", path.display()))?;
+            let store = Arc::new(store);
             Opened {
-                store: Arc::new(store),
+                store: store.clone(),
                 bus: Arc::new(LocalBus::new()),
                 probe: Probe::Redb(counters),
-                cleanup: Cleanup::None,
+                cleanup: Cleanup::Redb(store),
             }
         }
         Target::Sqlite(query) => {
@@ -217,7 +220,7 @@ async fn open(target: &Target, dir: &Path) -> Result<Opened> {
 impl Cleanup {
     async fn run(self) -> Result<()> {
         match self {
-            Self::None => {}
+            Self::None | Self::Redb(_) => {}
             Self::Sqlite(store) => store.close().await,
             Self::Postgres { store, url, schema } => {
                 store.close().await;
@@ -406,8 +409,12 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     } else {
         started.elapsed()
     };
-    // What a run wrote includes the checkpoint that copies its WAL into the file.
+    // What a run wrote includes the checkpoint that copies its WAL (SQLite) or its
+    // journal (redb) into the file.
     if let Cleanup::Sqlite(store) = &opened.cleanup {
+        store.checkpoint().await?;
+    }
+    if let Cleanup::Redb(store) = &opened.cleanup {
         store.checkpoint().await?;
     }
     // Postgres reports a connection's WAL syncs to pg_stat_wal when it goes idle or

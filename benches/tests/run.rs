@@ -70,7 +70,7 @@ async fn one_turn_costs_what_the_write_table_says_in_each_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_backends_report_physical_bytes_and_per_delta_costs_far_more() {
     let dir = tempfile::tempdir().unwrap();
-    for target in [Target::Redb, Target::Sqlite(String::new())] {
+    for target in [Target::Redb(String::new()), Target::Sqlite(String::new())] {
         let [every, terminal, per_delta] = three(&target, dir.path()).await;
         let wa = |m: &Measurement| m.amplification().unwrap();
         // Physical bytes include the pages around the rows: above the logical bytes.
@@ -80,7 +80,7 @@ async fn embedded_backends_report_physical_bytes_and_per_delta_costs_far_more() 
             "{target:?}: terminal vs every boundary"
         );
         assert!(wa(&per_delta) > 10.0 * wa(&every), "{target:?}: per-delta");
-        if target == Target::Redb {
+        if target == Target::Redb(String::new()) {
             assert_eq!(every.fsyncs.map(|f| f >= every.commits), Some(true));
         }
     }

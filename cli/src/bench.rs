@@ -32,6 +32,10 @@ pub struct BenchArgs {
     /// Also measure this Redis server (a fresh key prefix, deleted afterwards).
     #[arg(long, env = "FORGE_BENCH_REDIS_URL", value_name = "URL")]
     redis: Option<String>,
+    /// redb URL options for the benchmark's files, e.g. `journal=off` or
+    /// `checkpoint_bytes=4194304`.
+    #[arg(long, default_value = "", value_name = "KEY=VALUE&…")]
+    redb_options: String,
     /// SQLite URL options for the benchmark's files, e.g. `synchronous=full`.
     #[arg(long, default_value = "", value_name = "KEY=VALUE&…")]
     sqlite_options: String,
@@ -72,7 +76,7 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     for name in &args.backends {
         targets.push(match name.trim() {
             "memory" => Target::Memory,
-            "redb" => Target::Redb,
+            "redb" => Target::Redb(args.redb_options.clone()),
             "sqlite" => Target::Sqlite(args.sqlite_options.clone()),
             "" => continue,
             other => bail!(

@@ -57,16 +57,26 @@ async fn check_all(forge: &Forge, backend: &str) -> usize {
             }
             checked += 1;
         }
-        let open = forge.store().open_items(&tenant, None).await.expect("open items");
+        let open = forge
+            .store()
+            .open_items(&tenant, None)
+            .await
+            .expect("open items");
         let found: BTreeSet<String> = open
             .messages
             .iter()
             .map(|m| format!("message {}", m.id))
             .chain(open.parts.iter().map(|p| format!("part {}", p.id)))
             .collect();
-        assert_eq!(found, expected_open, "{what}: open items of tenant {tenant_name}");
+        assert_eq!(
+            found, expected_open,
+            "{what}: open items of tenant {tenant_name}"
+        );
         if tenant_name == "default" {
-            assert!(!found.is_empty(), "the crash session leaves open items to recover");
+            assert!(
+                !found.is_empty(),
+                "the crash session leaves open items to recover"
+            );
         }
     }
     checked
@@ -119,11 +129,16 @@ async fn a_v1_postgres_schema_reads_back_every_row() {
         .map(|l| l.replace("forge_v1_fixture", &schema) + "\n")
         .collect();
     let admin = sqlx::PgPool::connect(&url).await.expect("connect");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+    )))
+    .execute(&admin)
+    .await
+    .expect("drop");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&admin)
         .await
-        .expect("drop");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&admin).await.expect("restore the v1 dump");
+        .expect("restore the v1 dump");
     let sep = if url.contains('?') { '&' } else { '?' };
     let opened = forge_store::open(&format!("{url}{sep}schema={schema}")).await;
     let result = match opened {

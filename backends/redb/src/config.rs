@@ -54,25 +54,67 @@ impl FromStr for Durability {
     }
 }
 
+/// Journal bytes after which a checkpoint makes the journaled batches durable in the
+/// database file and the journal starts over: 16 MiB.
+pub const DEFAULT_CHECKPOINT_BYTES: u64 = 16 << 20;
+
 /// How a [`crate::RedbStore`] is opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RedbOptions {
-    /// Durability of every commit.
+    /// Durability of every `apply`.
     pub durability: Durability,
+    /// With [`Durability::Immediate`]: make a batch durable by appending it to the
+    /// write-ahead journal (`<file>-journal`, one `fdatasync` of about one page) and
+    /// checkpointing the database every [`RedbOptions::checkpoint_bytes`] of journal
+    /// (`true`, the default), or by a durable redb commit per batch (`false`: tens of
+    /// kilobytes written per commit). Ignored with [`Durability::None`].
+    pub journal: bool,
+    /// Journal bytes between two checkpoints. A larger value writes fewer bytes in all
+    /// and holds more uncheckpointed pages in memory; opening after a crash replays at
+    /// most this much.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for RedbOptions {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Immediate,
+            journal: true,
+            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+        }
+    }
+}
+
+impl RedbOptions {
+    /// Whether batches go through the journal.
+    pub fn journaled(&self) -> bool {
+        self.journal && self.durability == Durability::Immediate
+    }
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(Error::invalid(format!(
+            "redb option {key}={value:?} is not known; use {key}=on or {key}=off"
+        ))),
+    }
 }
 
 impl RedbOptions {
     /// Parses the query part of a `redb://` URL, e.g. `durability=none`.
     ///
     /// A leading `?` is allowed and an empty query gives the defaults. Keys are
-    /// `durability` (`immediate` | `none`).
+    /// `durability` (`immediate` | `none`), `journal` (`on` | `off`) and
+    /// `checkpoint_bytes` (a positive number of bytes).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the unknown key, the unknown value, a pair without
     /// `=`, or a key given twice.
     pub fn from_query(query: &str) -> Result<Self> {
         let mut out = Self::default();
-        let mut seen_durability = false;
+        let mut seen: Vec<&str> = Vec::new();
         for pair in query.strip_prefix('?').unwrap_or(query).split('&') {
             if pair.is_empty() {
                 continue;
@@ -82,20 +124,31 @@ impl RedbOptions {
                     "redb option {pair:?} has no value; expected key=value, e.g. durability=none"
                 ))
             })?;
+            if seen.contains(&key) {
+                return Err(Error::invalid(format!("redb option {key} is given twice")));
+            }
             match key {
-                "durability" => {
-                    if seen_durability {
-                        return Err(Error::invalid("redb option durability is given twice"));
+                "durability" => out.durability = value.parse()?,
+                "journal" => out.journal = parse_bool(key, value)?,
+                "checkpoint_bytes" => {
+                    out.checkpoint_bytes = match value.parse::<u64>() {
+                        Ok(n) if n > 0 => n,
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "redb option checkpoint_bytes={value:?} is not a positive \
+                                 number of bytes"
+                            )))
+                        }
                     }
-                    seen_durability = true;
-                    out.durability = value.parse()?;
                 }
                 _ => {
                     return Err(Error::invalid(format!(
-                        "redb option {key:?} is not known; the known option is durability"
+                        "redb option {key:?} is not known; the known options are \
+                         durability, journal and checkpoint_bytes"
                     )))
                 }
             }
+            seen.push(key);
         }
         Ok(out)
     }
@@ -109,6 +162,13 @@ mod tests {
     fn parses_known_options_and_names_unknown_ones() {
         assert_eq!(RedbOptions::from_query("").unwrap(), RedbOptions::default());
         assert_eq!(RedbOptions::default().durability, Durability::Immediate);
+        assert!(RedbOptions::default().journaled());
+        let o = RedbOptions::from_query("journal=off&checkpoint_bytes=4096").unwrap();
+        assert!(!o.journal && !o.journaled());
+        assert_eq!(o.checkpoint_bytes, 4096);
+        assert!(!RedbOptions::from_query("durability=none")
+            .unwrap()
+            .journaled());
         assert_eq!(
             RedbOptions::from_query("?durability=none")
                 .unwrap()
@@ -126,6 +186,9 @@ mod tests {
             ("cache=1", "\"cache\""),
             ("durability", "\"durability\""),
             ("durability=none&durability=none", "twice"),
+            ("journal=maybe", "\"maybe\""),
+            ("checkpoint_bytes=0", "positive"),
+            ("checkpoint_bytes=-1", "positive"),
         ] {
             let err = RedbOptions::from_query(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");

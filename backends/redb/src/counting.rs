@@ -24,6 +24,12 @@ pub struct IoCounts {
     /// Bytes returned by successful `read` calls (reads served from redb's cache never
     /// reach the backend).
     pub read_bytes: u64,
+    /// Bytes of the journal file's pages its syncs wrote: each sync counts every 4 KiB
+    /// page the bytes written since the previous sync touched, since the device writes
+    /// whole pages (see the crate's `journal` module).
+    pub journal_write_bytes: u64,
+    /// Syncs (`fdatasync`) of the journal file.
+    pub journal_syncs: u64,
 }
 
 impl IoCounts {
@@ -35,7 +41,21 @@ impl IoCounts {
             writes: self.writes.saturating_sub(earlier.writes),
             syncs: self.syncs.saturating_sub(earlier.syncs),
             read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
+            journal_write_bytes: self
+                .journal_write_bytes
+                .saturating_sub(earlier.journal_write_bytes),
+            journal_syncs: self.journal_syncs.saturating_sub(earlier.journal_syncs),
         }
+    }
+
+    /// Bytes written to the database file and the journal.
+    pub fn total_write_bytes(self) -> u64 {
+        self.write_bytes.saturating_add(self.journal_write_bytes)
+    }
+
+    /// Syncs of the database file and the journal.
+    pub fn total_syncs(self) -> u64 {
+        self.syncs.saturating_add(self.journal_syncs)
     }
 }
 
@@ -45,6 +65,8 @@ struct Counters {
     writes: AtomicU64,
     syncs: AtomicU64,
     read_bytes: AtomicU64,
+    journal_write_bytes: AtomicU64,
+    journal_syncs: AtomicU64,
 }
 
 /// A cloneable handle on the counters of one [`CountingBackend`]; it stays readable
@@ -61,7 +83,17 @@ impl IoCounters {
             writes: self.0.writes.load(Ordering::Relaxed),
             syncs: self.0.syncs.load(Ordering::Relaxed),
             read_bytes: self.0.read_bytes.load(Ordering::Relaxed),
+            journal_write_bytes: self.0.journal_write_bytes.load(Ordering::Relaxed),
+            journal_syncs: self.0.journal_syncs.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts one journal sync that wrote `bytes` (whole pages).
+    pub(crate) fn add_journal(&self, bytes: u64) {
+        self.0
+            .journal_write_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        self.0.journal_syncs.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -3,11 +3,12 @@
 mod config;
 mod counting;
 mod error;
+mod journal;
 mod read;
 mod schema;
 mod store;
 mod write;
 
-pub use config::{Durability, RedbOptions};
+pub use config::{Durability, RedbOptions, DEFAULT_CHECKPOINT_BYTES};
 pub use counting::{CountingBackend, IoCounters, IoCounts};
 pub use store::RedbStore;

@@ -21,16 +21,26 @@
 //! within its session: an upsert naming another message moves it). Every upsert and
 //! remove maintains them in the same transaction.
 //!
-//! Version 2 added `part_messages`; opening a version 1 file builds it.
+//! Version 2 added `part_messages`; opening a version 1 file builds it. Version 3 added
+//! the write-ahead journal (`<file>-journal`, whose position `meta` records): a release
+//! that does not know the journal would ignore batches still only journaled, so it must
+//! refuse the file. Opening a version 1 or 2 file upgrades it in place.
 
 use forge_core::{codec, Error, Result};
 use redb::TableDefinition;
 
 /// The schema version this release writes and reads.
-pub(crate) const SCHEMA_VERSION: u64 = 2;
+pub(crate) const SCHEMA_VERSION: u64 = 3;
 
 /// Key of the schema version in [`META`].
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
+/// Key in [`META`] of the journal generation in force (see the `journal` module).
+pub(crate) const JOURNAL_GENERATION_KEY: &str = "journal_generation";
+/// Key in [`META`] of where the journal records the database holds end: set with every
+/// journaled batch in its own transaction, so recovery replays exactly the records after
+/// it, whatever made the database durable (a checkpoint, a clean close, redb's own
+/// flush on drop).
+pub(crate) const JOURNAL_APPLIED_KEY: &str = "journal_applied";
 
 /// Key of a session.
 pub(crate) type SessionKey = (&'static str, &'static str);

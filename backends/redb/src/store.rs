@@ -10,25 +10,34 @@ use forge_core::{
     Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Result,
     SessionId, SessionState, Store, SyncEvent, TenantId,
 };
+use parking_lot::Mutex;
 use redb::backends::FileBackend;
 use redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableError};
 
 use crate::config::{Durability, RedbOptions};
 use crate::counting::{CountingBackend, IoCounters};
 use crate::error::{join, map, open as open_error, BACKEND};
+use crate::journal::{self, Journal};
 use crate::schema::{
-    MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION,
-    SCHEMA_VERSION_KEY, SESSIONS,
+    JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS,
+    PART_MESSAGES, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
 };
 use crate::{read, write};
 
 /// A [`Store`] in one redb file: embedded, durable, one write transaction per batch.
 ///
 /// redb is synchronous; every call runs on tokio's blocking pool. Write transactions
-/// are serialized by redb, so concurrent `apply` calls are safe and each is atomic.
-/// Reads run on a snapshot and never wait for writers.
+/// are serialized, so concurrent `apply` calls are safe and each is atomic. Reads run on
+/// a snapshot and never wait for writers.
+///
+/// By default a batch is made durable by the write-ahead journal next to the file
+/// (`<file>-journal`, see [`RedbOptions::journal`]): committed to redb without a sync,
+/// appended to the journal with one `fdatasync`, and checkpointed into the file every
+/// [`RedbOptions::checkpoint_bytes`]. Opening the file replays what the journal holds
+/// beyond the last checkpoint.
 pub struct RedbStore {
     db: Arc<Database>,
+    journal: Option<Arc<Mutex<Journal>>>,
     path: PathBuf,
     options: RedbOptions,
 }
@@ -64,7 +73,7 @@ impl RedbStore {
     pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
-        Self::from_database(db, path, options)
+        Self::from_database(db, path, options, None)
     }
 
     /// Opens the store at `path` like [`RedbStore::open_with`], through a
@@ -93,17 +102,50 @@ impl RedbStore {
         let db = Builder::new()
             .create_with_backend(backend)
             .map_err(|e| open_error(&path, e))?;
-        Ok((Self::from_database(db, path, options)?, counters))
+        let store = Self::from_database(db, path, options, Some(counters.clone()))?;
+        Ok((store, counters))
     }
 
-    /// Checks or creates the schema of the freshly opened `db`.
-    fn from_database(db: Database, path: PathBuf, options: RedbOptions) -> Result<Self> {
+    /// Checks or creates the schema of the freshly opened `db` and replays its journal.
+    fn from_database(
+        db: Database,
+        path: PathBuf,
+        options: RedbOptions,
+        counters: Option<IoCounters>,
+    ) -> Result<Self> {
         init_schema(&db, &path)?;
+        let journal_path = journal::path_for(&path);
+        let journal = if options.journaled() || journal_path.exists() {
+            let j = recover_journal(&db, journal_path, counters)?;
+            // Without the journal, a file it once held is replayed and left behind: its
+            // records are of an older generation from now on.
+            options.journaled().then(|| Arc::new(Mutex::new(j)))
+        } else {
+            None
+        };
         Ok(Self {
             db: Arc::new(db),
+            journal,
             path,
             options,
         })
+    }
+
+    /// Makes every batch applied so far durable in the database file (a durable redb
+    /// commit) and restarts the journal. The store does this by itself every
+    /// [`RedbOptions::checkpoint_bytes`] and on [`RedbStore::close`]; without the
+    /// journal it does nothing.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the commit fails (the journal still holds every batch).
+    pub async fn checkpoint(&self) -> Result<()> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(());
+        };
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || checkpoint(&db, &mut journal.lock()))
+            .await
+            .map_err(join)?
     }
 
     /// The file this store was opened from.
@@ -131,7 +173,11 @@ impl RedbStore {
     /// # Errors
     /// [`Error::Backend`] when redb fails to flush or close the file.
     pub async fn close(self) -> Result<()> {
-        let Self { mut db, .. } = self;
+        self.checkpoint().await?;
+        let Self {
+            mut db, journal, ..
+        } = self;
+        drop(journal);
         let db = loop {
             match Arc::try_unwrap(db) {
                 Ok(db) => break db,
@@ -162,6 +208,137 @@ impl RedbStore {
     }
 }
 
+/// One journaled batch: applied in a redb transaction without a sync, appended to the
+/// journal and synced, then committed; a checkpoint follows when the journal is long.
+///
+/// The journal lock is taken before the write transaction, by every writer, so journal
+/// order is commit order.
+fn apply_journaled(
+    db: &Database,
+    journal: &mut Journal,
+    ops: Vec<write::Prepared>,
+    checkpoint_every: u64,
+) -> Result<()> {
+    let record = write::journal_record(&ops)?;
+    let mut txn = db.begin_write().map_err(map)?;
+    txn.set_durability(redb::Durability::None).map_err(map)?;
+    let applied = write::apply(&txn, ops).and_then(|()| {
+        let Some(record) = record else {
+            return Err(Error::invalid(
+                "a batch with an event that failed to prepare was applied",
+            ));
+        };
+        let at = journal.append(&record)?;
+        let mark = txn.open_table(META).map_err(map).and_then(|mut meta| {
+            meta.insert(JOURNAL_APPLIED_KEY, journal.tail())
+                .map(drop)
+                .map_err(map)
+        });
+        Ok((at, mark))
+    });
+    let at = match applied {
+        Ok((at, Ok(()))) => at,
+        Ok((at, Err(e))) => {
+            let _ = txn.abort();
+            retract(journal, at);
+            return Err(e);
+        }
+        Err(e) => {
+            // The batch's error is what the caller needs; an abort failure would only
+            // hide it, and a dropped transaction is rolled back anyway.
+            let _ = txn.abort();
+            return Err(e);
+        }
+    };
+    if let Err(e) = txn.commit() {
+        retract(journal, at);
+        return Err(map(e));
+    }
+    if journal.len() >= checkpoint_every {
+        // The batch is durable in the journal whatever happens here; a failed checkpoint
+        // is tried again after the next batch.
+        if let Err(e) = checkpoint(db, journal) {
+            tracing::warn!(error = %e, "redb checkpoint failed; the journal keeps every batch");
+        }
+    }
+    Ok(())
+}
+
+/// Takes back the journal record of a batch that did not commit.
+fn retract(journal: &mut Journal, at: u64) {
+    if let Err(e) = journal.retract(at) {
+        tracing::error!(
+            journal = %journal.path().display(),
+            error = %e,
+            "could not take back the journal record of a batch that failed to commit; \
+             reopening the store may apply that batch"
+        );
+    }
+}
+
+/// A durable redb commit that starts the next journal generation: everything applied is
+/// then in the database file, and the journal's records are no longer needed.
+fn checkpoint(db: &Database, journal: &mut Journal) -> Result<()> {
+    let next = journal.generation() + 1;
+    let txn = db.begin_write().map_err(map)?;
+    {
+        let mut meta = txn.open_table(META).map_err(map)?;
+        meta.insert(JOURNAL_GENERATION_KEY, next).map_err(map)?;
+        meta.insert(JOURNAL_APPLIED_KEY, Journal::START)
+            .map_err(map)?;
+    }
+    txn.commit().map_err(map)?;
+    journal.restart(next);
+    Ok(())
+}
+
+/// Opens the journal of `db` and applies the records the database does not hold yet,
+/// then checkpoints.
+fn recover_journal(db: &Database, path: PathBuf, counters: Option<IoCounters>) -> Result<Journal> {
+    let (generation, applied) = {
+        let txn = db.begin_read().map_err(map)?;
+        let meta = txn.open_table(META).map_err(map)?;
+        let get =
+            |key| -> Result<Option<u64>> { Ok(meta.get(key).map_err(map)?.map(|v| v.value())) };
+        (
+            get(JOURNAL_GENERATION_KEY)?.unwrap_or(0),
+            get(JOURNAL_APPLIED_KEY)?,
+        )
+    };
+    let applied = applied.unwrap_or(Journal::START);
+    let (mut journal, records) = Journal::open(path, generation, counters)?;
+    let pending: Vec<_> = records
+        .into_iter()
+        .filter(|(end, _)| *end > applied)
+        .collect();
+    if pending.is_empty() {
+        return Ok(journal);
+    }
+    let at = |end: u64| {
+        format!(
+            "journal {} (record ending at byte {end})",
+            journal.path().display()
+        )
+    };
+    let mut txn = db.begin_write().map_err(map)?;
+    txn.set_durability(redb::Durability::None).map_err(map)?;
+    for (end, payload) in &pending {
+        let ops = write::from_journal_record(payload)
+            .map_err(|e| Error::corrupted_with(at(*end), "its batch does not decode", e))?;
+        write::apply(&txn, ops).map_err(|e| {
+            Error::corrupted_with(at(*end), "its batch does not apply to the database", e)
+        })?;
+    }
+    txn.commit().map_err(map)?;
+    tracing::info!(
+        journal = %journal.path().display(),
+        batches = pending.len(),
+        "replayed the journal's batches not yet in the database"
+    );
+    checkpoint(db, &mut journal)?;
+    Ok(journal)
+}
+
 /// Checks the schema version, or stamps it and creates the tables in a new file.
 ///
 /// A file of the current version is only read, so opening writes nothing.
@@ -177,9 +354,9 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
     };
     match version {
         Some(SCHEMA_VERSION) => return Ok(()),
-        Some(1) => {
+        Some(v @ (1 | 2)) => {
             drop(txn);
-            return upgrade_from_1(db);
+            return upgrade(db, v);
         }
         Some(v) => {
             return Err(Error::Unsupported(format!(
@@ -221,18 +398,21 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
     txn.commit().map_err(map)
 }
 
-/// Schema version 1 → 2: builds `part_messages` from the part rows, in one durable
-/// write transaction.
-fn upgrade_from_1(db: &Database) -> Result<()> {
+/// Upgrades a file of schema version `from` (1 or 2) in one durable write transaction:
+/// 1 → 2 builds `part_messages` from the part rows; 2 → 3 only stamps the version (the
+/// journal's `meta` keys start absent: generation 0, nothing applied).
+fn upgrade(db: &Database, from: u64) -> Result<()> {
     use redb::ReadableTable;
     let txn = db.begin_write().map_err(map)?;
     {
-        let parts = txn.open_table(PARTS).map_err(map)?;
-        let mut index = txn.open_table(PART_MESSAGES).map_err(map)?;
-        for entry in parts.iter().map_err(map)? {
-            let (key, _) = entry.map_err(map)?;
-            let (t, s, m, p) = key.value();
-            index.insert((t, s, p, m), ()).map_err(map)?;
+        if from == 1 {
+            let parts = txn.open_table(PARTS).map_err(map)?;
+            let mut index = txn.open_table(PART_MESSAGES).map_err(map)?;
+            for entry in parts.iter().map_err(map)? {
+                let (key, _) = entry.map_err(map)?;
+                let (t, s, m, p) = key.value();
+                index.insert((t, s, p, m), ()).map_err(map)?;
+            }
         }
         txn.open_table(META)
             .map_err(map)?
@@ -256,6 +436,14 @@ impl Store for RedbStore {
         }
         let ops = write::prepare(batch);
         let db = Arc::clone(&self.db);
+        if let Some(journal) = self.journal.clone() {
+            let every = self.options.checkpoint_bytes;
+            return tokio::task::spawn_blocking(move || {
+                apply_journaled(&db, &mut journal.lock(), ops, every)
+            })
+            .await
+            .map_err(join)?;
+        }
         let durability = self.options.durability.to_redb();
         tokio::task::spawn_blocking(move || {
             let mut txn = db.begin_write().map_err(map)?;

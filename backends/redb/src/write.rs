@@ -5,9 +5,7 @@
 //! preparation error is kept at its event's position, so the batch fails with the same
 //! error as the reference store: the first failing event's.
 
-use forge_core::{
-    codec, Envelope, Error, MessageId, PartId, Result, SessionId, SyncEvent, TenantId,
-};
+use forge_core::{codec, Envelope, Error, Result, SyncEvent};
 use redb::{Key, ReadableTable, Table, Value, WriteTransaction};
 
 use crate::error::map;
@@ -18,35 +16,65 @@ use crate::schema::{
 
 /// One event, ready to be written.
 pub(crate) struct Prepared {
-    tenant: TenantId,
-    session: SessionId,
+    tenant: String,
+    session: String,
     seq: u64,
     op: Result<Op>,
 }
 
+/// What one event writes. Also the journal's record format (bincode), so a variant's
+/// fields are only ever appended to, never reordered.
+#[derive(bincode::Encode, bincode::Decode)]
 enum Op {
     PutSession {
         json: String,
     },
     DeleteSession,
     PutMessage {
-        id: MessageId,
+        id: String,
         row: Vec<u8>,
         open: bool,
     },
     RemoveMessage {
-        id: MessageId,
+        id: String,
     },
     PutPart {
-        message: MessageId,
-        id: PartId,
+        message: String,
+        id: String,
         row: Vec<u8>,
         open: bool,
     },
     RemovePart {
-        message: MessageId,
-        id: PartId,
+        message: String,
+        id: String,
     },
+}
+
+/// The journal record of a batch whose every event prepared cleanly (`None` when one
+/// did not: the batch fails in `apply` and is never journaled).
+pub(crate) fn journal_record(ops: &[Prepared]) -> Result<Option<Vec<u8>>> {
+    let mut items = Vec::with_capacity(ops.len());
+    for p in ops {
+        match &p.op {
+            Ok(op) => items.push((p.tenant.as_str(), p.session.as_str(), p.seq, op)),
+            Err(_) => return Ok(None),
+        }
+    }
+    codec::encode(&items).map(Some)
+}
+
+/// The operations of a journal record, to apply again on recovery.
+pub(crate) fn from_journal_record(bytes: &[u8]) -> Result<Vec<Prepared>> {
+    let items: Vec<(String, String, u64, Op)> = codec::decode(bytes)?;
+    Ok(items
+        .into_iter()
+        .map(|(tenant, session, seq, op)| Prepared {
+            tenant,
+            session,
+            seq,
+            op: Ok(op),
+        })
+        .collect())
 }
 
 fn json_row<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -60,8 +88,8 @@ pub(crate) fn prepare(batch: &[Envelope<SyncEvent>]) -> Vec<Prepared> {
     batch
         .iter()
         .map(|env| Prepared {
-            tenant: env.tenant.clone(),
-            session: env.session_id.clone(),
+            tenant: env.tenant.as_str().to_owned(),
+            session: env.session_id.as_str().to_owned(),
             seq: env.seq,
             op: prepare_op(env),
         })
@@ -76,16 +104,16 @@ fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
         },
         SyncEvent::SessionDeleted { .. } => Op::DeleteSession,
         SyncEvent::MessageUpdated { info } => Op::PutMessage {
-            id: info.id.clone(),
+            id: info.id.as_str().to_owned(),
             row: json_row(info)?,
             open: info.is_open(),
         },
         SyncEvent::MessageRemoved { message_id, .. } => Op::RemoveMessage {
-            id: message_id.clone(),
+            id: message_id.as_str().to_owned(),
         },
         SyncEvent::PartUpdated { part } => Op::PutPart {
-            message: part.message_id.clone(),
-            id: part.id.clone(),
+            message: part.message_id.as_str().to_owned(),
+            id: part.id.as_str().to_owned(),
             row: json_row(part)?,
             open: part.is_open(),
         },
@@ -94,8 +122,8 @@ fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
             part_id,
             ..
         } => Op::RemovePart {
-            message: message_id.clone(),
-            id: part_id.clone(),
+            message: message_id.as_str().to_owned(),
+            id: part_id.as_str().to_owned(),
         },
     })
 }

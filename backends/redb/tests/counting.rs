@@ -1,5 +1,6 @@
 //! `RedbStore::open_counted`: the counting storage backend sees every byte a commit
-//! writes and every `sync_data`, and non-durable commits sync less.
+//! writes to the file and the journal and every sync; the journal writes far less than
+//! a durable redb commit per batch, and non-durable commits less still.
 
 mod common;
 
@@ -65,10 +66,13 @@ fn a_durable_commit_writes_at_least_its_row_and_syncs() {
         let before = counters.snapshot();
         store.apply(&[put(part.clone(), 3)]).await.unwrap();
         let commit = counters.snapshot().since(before);
-        eprintln!("one durable commit of a {row} B row: {commit:?}");
-        assert!(commit.write_bytes >= row, "{commit:?} < {row} B");
-        assert!(commit.writes >= 1, "{commit:?}");
-        assert!(commit.syncs >= 1, "{commit:?}");
+        eprintln!("one durable (journaled) commit of a {row} B row: {commit:?}");
+        assert!(commit.journal_write_bytes >= row, "{commit:?} < {row} B");
+        assert_eq!(commit.journal_syncs, 1, "{commit:?}");
+        assert_eq!(
+            commit.write_bytes, 0,
+            "the file waits for the checkpoint: {commit:?}"
+        );
 
         let got = store
             .message(&tenant("a"), &"ses_1".into(), &"msg_1".into())
@@ -92,7 +96,7 @@ fn a_durable_commit_writes_at_least_its_row_and_syncs() {
 }
 
 #[test]
-fn non_durable_commits_sync_less_than_durable_ones() {
+fn the_journal_writes_less_than_durable_commits_and_non_durable_ones_less_still() {
     const COMMITS: u64 = 8;
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
@@ -100,30 +104,56 @@ fn non_durable_commits_sync_less_than_durable_ones() {
         let (durable, durable_counters) = RedbStore::open_counted(
             dir.path().join("immediate.redb"),
             RedbOptions {
-                durability: Durability::Immediate,
+                journal: false,
+                ..RedbOptions::default()
             },
         )
         .unwrap();
         let immediate = commit_parts(&durable, &durable_counters, COMMITS).await;
 
+        let (journaled, journal_counters) =
+            RedbStore::open_counted(dir.path().join("journal.redb"), RedbOptions::default())
+                .unwrap();
+        let journal = commit_parts(&journaled, &journal_counters, COMMITS).await;
+
         let (lazy, lazy_counters) = RedbStore::open_counted(
             dir.path().join("none.redb"),
             RedbOptions {
                 durability: Durability::None,
+                ..RedbOptions::default()
             },
         )
         .unwrap();
         let none = commit_parts(&lazy, &lazy_counters, COMMITS).await;
 
-        eprintln!("{COMMITS} commits of ~1 KB: immediate {immediate:?}, none {none:?}");
+        eprintln!(
+            "{COMMITS} commits of ~1 KB: durable {immediate:?}, journaled {journal:?}, \
+             none {none:?}"
+        );
         assert!(immediate.syncs >= COMMITS, "{immediate:?}");
+        assert_eq!(immediate.journal_syncs, 0, "{immediate:?}");
+        // One journal sync per batch, nothing written to the file until a checkpoint
+        // (redb syncs the file once, writing nothing, at its first non-durable commit).
+        assert_eq!(journal.journal_syncs, COMMITS, "{journal:?}");
+        assert_eq!(journal.write_bytes, 0, "{journal:?}");
+        assert!(journal.syncs <= 1, "{journal:?}");
         assert!(
-            none.syncs < immediate.syncs,
-            "none {none:?}, immediate {immediate:?}"
+            journal.total_write_bytes() * 4 < immediate.total_write_bytes(),
+            "journaled {journal:?}, durable {immediate:?}"
         );
         assert!(
-            none.write_bytes < immediate.write_bytes,
-            "none {none:?}, immediate {immediate:?}"
+            none.total_syncs() < journal.total_syncs()
+                && none.total_write_bytes() < journal.total_write_bytes(),
+            "none {none:?}, journaled {journal:?}"
+        );
+
+        // A checkpoint makes the journaled batches durable in the file.
+        let before = journal_counters.snapshot();
+        journaled.checkpoint().await.unwrap();
+        let checkpoint = journal_counters.snapshot().since(before);
+        assert!(
+            checkpoint.write_bytes > 0 && checkpoint.syncs > 0,
+            "{checkpoint:?}"
         );
 
         // Non-durable commits stay in memory until a durable commit or a clean close;

@@ -21,7 +21,14 @@ fn reopening_the_file_shows_every_commit() {
         let path = dir.path().join("forge.redb");
         let history = sample_history();
         rt.block_on(async {
-            let store = RedbStore::open_with(&path, RedbOptions { durability }).unwrap();
+            let store = RedbStore::open_with(
+                &path,
+                RedbOptions {
+                    durability,
+                    ..RedbOptions::default()
+                },
+            )
+            .unwrap();
             assert_eq!(store.path(), path);
             apply_all(&store, &history).await;
         });

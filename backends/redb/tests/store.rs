@@ -76,7 +76,10 @@ proptest! {
         appends_per_page in 0..4usize,
     ) {
         let rt = runtime();
-        let (_dir, db) = temp_store(RedbOptions { durability: Durability::None });
+        let (_dir, db) = temp_store(RedbOptions {
+            durability: Durability::None,
+            ..RedbOptions::default()
+        });
         let mem = MemoryStore::new();
         let t = tenant("a");
         let s = SessionId::from("ses_1");
@@ -174,6 +177,7 @@ fn capabilities_follow_the_durability_option() {
     assert_eq!(caps.tenancy, forge_core::Tenancy::Keyed);
     let (_d2, fast) = temp_store(RedbOptions {
         durability: Durability::None,
+        ..RedbOptions::default()
     });
     assert!(!fast.capabilities().durable);
 }
@@ -186,6 +190,7 @@ fn concurrent_writers_lose_no_update() {
         .unwrap();
     let (_dir, db) = temp_store(RedbOptions {
         durability: Durability::None,
+        ..RedbOptions::default()
     });
     let db = Arc::new(db);
     let writers = 8;

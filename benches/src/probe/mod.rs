@@ -161,8 +161,11 @@ impl ProbeRun {
             (Probe::Redb(counters), Baseline::Redb(start)) => {
                 let run = counters.snapshot().since(start);
                 (
-                    physical(run.write_bytes, "redb storage backend writes".to_owned()),
-                    Some(run.syncs),
+                    physical(
+                        run.total_write_bytes(),
+                        "redb storage backend writes + journal pages synced".to_owned(),
+                    ),
+                    Some(run.total_syncs()),
                 )
             }
             (Probe::SqliteThreads, Baseline::Sqlite(Some(start))) => {

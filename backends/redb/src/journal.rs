@@ -1,0 +1,407 @@
+//! The write-ahead journal in front of the redb file.
+//!
+//! A durable redb commit rewrites a path of 4 KiB pages and the allocator state, tens of
+//! kilobytes for a batch of a few rows. So with the journal on (the default), a batch
+//! is committed to redb *without* syncing (readers in this process see it at once) and
+//! the batch itself is appended to this file and synced with `fdatasync`: about one
+//! page per commit. Every [`CHECKPOINT_BYTES`](crate::RedbOptions::checkpoint_bytes)
+//! of journal, a durable redb commit (a *checkpoint*) makes everything before it durable
+//! in the database file, and the journal starts over from its beginning.
+//!
+//! # File format
+//!
+//! `<database>-journal`, next to the database file:
+//!
+//! ```text
+//! header   b"FORGEJNL" · u32 format version (1) · u32 zero            16 bytes
+//! record   u32 payload length · u32 crc32c · u64 generation · payload, padded to 8
+//! ```
+//!
+//! The crc32c covers the length, the generation and the payload. The database's `meta`
+//! table holds the journal generation `G` in force; a checkpoint's durable commit sets
+//! `G + 1` and the journal is then rewritten from its first record on. Recovery (on
+//! open) replays, in order, the records from the first one on that verify and carry
+//! generation `G`, and stops at the first that does not: a torn last write, zeros, or an
+//! older generation's record beyond the current end. A record is acknowledged only after
+//! its `fdatasync`, so everything acknowledged is replayed, and nothing after a record
+//! that fails to verify was ever acknowledged.
+//!
+//! The file is overwritten in place, never truncated: after the first checkpoint its size
+//! stays put, and a sync writes the data pages only.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use forge_core::{Error, Result};
+
+use crate::counting::IoCounters;
+
+/// The journal's magic bytes.
+const MAGIC: &[u8; 8] = b"FORGEJNL";
+/// The journal format this release writes and reads.
+const FORMAT: u32 = 1;
+/// Header length.
+const HEADER: u64 = 16;
+/// Record header length: length, crc32c, generation.
+const RECORD_HEADER: usize = 16;
+/// The page size the physical byte count assumes: a sync writes whole pages.
+pub(crate) const PAGE: u64 = 4096;
+/// The largest record recovery accepts (a batch larger than this is refused on write).
+pub(crate) const MAX_RECORD: usize = 1 << 30;
+
+/// A record found on open: the offset where it ends, and its payload.
+pub(crate) type Record = (u64, Vec<u8>);
+
+/// The journal file of one open store. Not shared: the store holds it behind a lock.
+pub(crate) struct Journal {
+    file: File,
+    path: PathBuf,
+    generation: u64,
+    /// Where the next record goes.
+    tail: u64,
+    counters: Option<IoCounters>,
+    /// One reusable buffer for a record.
+    buf: Vec<u8>,
+    /// Set by a failed write or sync: what reached the disk is then unknown (a failed
+    /// `fdatasync` may have dropped dirty pages), so nothing more is appended until the
+    /// store is opened again and recovery reads the file as it is.
+    failed: bool,
+}
+
+/// The journal's file name for the database at `db`: `<db>-journal`.
+pub(crate) fn path_for(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-journal");
+    PathBuf::from(name)
+}
+
+#[allow(clippy::needless_pass_by_value)] // called as `map_err(|e| io(…, e))`
+fn io(path: &Path, what: &str, e: std::io::Error) -> Error {
+    Error::backend(
+        crate::error::BACKEND,
+        false,
+        std::io::Error::new(e.kind(), format!("journal {}: {what}: {e}", path.display())),
+    )
+}
+
+impl Journal {
+    /// Opens (or creates) the journal at `path` and returns the payloads of the records
+    /// of `generation`, in order, to replay.
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] when the file exists but is not a forge-store journal (bad
+    /// magic, a format this release does not read); [`Error::Backend`] on I/O errors.
+    pub(crate) fn open(
+        path: PathBuf,
+        generation: u64,
+        counters: Option<IoCounters>,
+    ) -> Result<(Self, Vec<Record>)> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io(&path, "open", e))?;
+        let len = file.metadata().map_err(|e| io(&path, "stat", e))?.len();
+        let mut records = Vec::new();
+        if len == 0 {
+            let mut header = [0u8; HEADER as usize];
+            header[..8].copy_from_slice(MAGIC);
+            header[8..12].copy_from_slice(&FORMAT.to_le_bytes());
+            file.write_all(&header)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io(&path, "write header", e))?;
+        } else {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)
+                .map_err(|e| io(&path, "read", e))?;
+            check_header(&path, &bytes)?;
+            records = scan(&bytes, generation);
+        }
+        let mut journal = Self {
+            file,
+            path,
+            generation,
+            tail: HEADER,
+            counters,
+            buf: Vec::new(),
+            failed: false,
+        };
+        // New records go after these until a checkpoint restarts the journal.
+        journal.tail = records.last().map_or(HEADER, |(end, _)| *end);
+        Ok((journal, records))
+    }
+
+    /// The file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of records since the last checkpoint.
+    pub(crate) fn len(&self) -> u64 {
+        self.tail - HEADER
+    }
+
+    /// Where the records end: the offset the database records as applied with the
+    /// batch of the last record.
+    pub(crate) fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// The generation records are written with.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Appends one record and syncs it; returns its offset (for [`Journal::retract`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a payload over [`MAX_RECORD`]; [`Error::Backend`] when
+    /// the write or the sync fails, and from then on (the record may be on disk or not:
+    /// opening the store again replays it if it verifies).
+    pub(crate) fn append(&mut self, payload: &[u8]) -> Result<u64> {
+        if payload.len() > MAX_RECORD {
+            return Err(Error::invalid(format!(
+                "a batch of {} bytes is over the journal's limit of {MAX_RECORD} bytes",
+                payload.len()
+            )));
+        }
+        let at = self.tail;
+        self.buf.clear();
+        encode_record(&mut self.buf, self.generation, payload);
+        self.write_at(at, self.buf.len())?;
+        self.tail = at + self.buf.len() as u64;
+        Ok(at)
+    }
+
+    /// Writes `self.buf[..n]` at `at` and syncs, counting the pages a sync writes.
+    fn write_at(&mut self, at: u64, n: usize) -> Result<()> {
+        if self.failed {
+            return Err(Error::backend(
+                crate::error::BACKEND,
+                false,
+                std::io::Error::other(format!(
+                    "journal {}: an earlier write or sync failed; open the store again",
+                    self.path.display()
+                )),
+            ));
+        }
+        self.failed = true;
+        let path = &self.path;
+        self.file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| self.file.write_all(&self.buf[..n]))
+            .map_err(|e| io(path, "write", e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| io(path, "fdatasync", e))?;
+        if let Some(c) = &self.counters {
+            let end = at + n as u64;
+            let pages = end.div_ceil(PAGE) - at / PAGE;
+            c.add_journal(pages * PAGE);
+        }
+        self.failed = false;
+        Ok(())
+    }
+
+    /// Undoes the record appended at `at` (whose batch then failed to commit): zeroes its
+    /// header, so recovery stops before it, and writes the next record there.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the write or the sync fails.
+    pub(crate) fn retract(&mut self, at: u64) -> Result<()> {
+        self.buf.clear();
+        self.buf.resize(RECORD_HEADER, 0);
+        self.write_at(at, RECORD_HEADER)?;
+        self.tail = at;
+        Ok(())
+    }
+
+    /// Where a new generation's records start: what the database records as applied
+    /// when the journal restarts.
+    pub(crate) const START: u64 = HEADER;
+
+    /// Starts `generation` after a checkpoint made everything journaled durable: the
+    /// next record goes to the start of the file. Writes nothing: the old records no
+    /// longer verify against the new generation.
+    pub(crate) fn restart(&mut self, generation: u64) {
+        self.generation = generation;
+        self.tail = HEADER;
+    }
+}
+
+fn check_header(path: &Path, bytes: &[u8]) -> Result<()> {
+    let at = || format!("journal {}", path.display());
+    if bytes.len() < HEADER as usize || &bytes[..8] != MAGIC {
+        return Err(Error::corrupted(
+            at(),
+            "not a forge-store journal (no FORGEJNL header); move it away to open the \
+             database without it",
+        ));
+    }
+    let format = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if format != FORMAT {
+        return Err(Error::Unsupported(format!(
+            "{} has journal format {format}; this release reads format {FORMAT}",
+            at()
+        )));
+    }
+    Ok(())
+}
+
+/// The bytes a record of `payload` bytes occupies.
+fn record_len(payload: usize) -> u64 {
+    (RECORD_HEADER + payload).next_multiple_of(8) as u64
+}
+
+fn checksum(len: u32, generation: u64, payload: &[u8]) -> u32 {
+    let c = crc32c::crc32c(&len.to_le_bytes());
+    let c = crc32c::crc32c_append(c, &generation.to_le_bytes());
+    crc32c::crc32c_append(c, payload)
+}
+
+fn encode_record(out: &mut Vec<u8>, generation: u64, payload: &[u8]) {
+    // MAX_RECORD < u32::MAX, checked by the caller.
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&checksum(len, generation, payload).to_le_bytes());
+    out.extend_from_slice(&generation.to_le_bytes());
+    out.extend_from_slice(payload);
+    let padded = record_len(payload.len()) as usize;
+    out.resize(out.len() - payload.len() - RECORD_HEADER + padded, 0);
+}
+
+/// The records of `generation` from the first record on, up to the first one that does
+/// not verify: each with the offset where it ends and its payload.
+fn scan(bytes: &[u8], generation: u64) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut at = HEADER as usize;
+    while let Some(header) = bytes.get(at..at + RECORD_HEADER) {
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        let mut g = [0u8; 8];
+        g.copy_from_slice(&header[8..16]);
+        let g = u64::from_le_bytes(g);
+        let n = len as usize;
+        if g != generation || n > MAX_RECORD {
+            break;
+        }
+        let Some(payload) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + n) else {
+            break;
+        };
+        if checksum(len, g, payload) != crc {
+            break;
+        }
+        at += record_len(n) as usize;
+        out.push((at as u64, payload.to_vec()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal(dir: &Path, generation: u64) -> (Journal, Vec<Vec<u8>>) {
+        let (j, records) = Journal::open(dir.join("j"), generation, None).unwrap();
+        let mut end = HEADER;
+        for (e, payload) in &records {
+            end += record_len(payload.len());
+            assert_eq!(*e, end, "each record's end offset");
+        }
+        (j, records.into_iter().map(|(_, p)| p).collect())
+    }
+
+    #[test]
+    fn records_of_the_current_generation_come_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, found) = journal(dir.path(), 7);
+        assert!(found.is_empty());
+        j.append(b"one").unwrap();
+        j.append(&[0u8; 0]).unwrap();
+        j.append(&vec![9u8; 5000]).unwrap();
+        drop(j);
+        let (_, found) = journal(dir.path(), 7);
+        assert_eq!(found, vec![b"one".to_vec(), Vec::new(), vec![9u8; 5000]]);
+        // Another generation: nothing of 7 is replayed.
+        let (_, found) = journal(dir.path(), 8);
+        assert!(found.is_empty());
+    }
+
+    #[test]
+    fn a_restart_hides_the_older_records_beyond_the_new_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _) = journal(dir.path(), 1);
+        for i in 0..10u8 {
+            j.append(&[i; 100]).unwrap();
+        }
+        j.restart(2);
+        j.append(b"new").unwrap();
+        drop(j);
+        let (_, found) = journal(dir.path(), 2);
+        assert_eq!(found, vec![b"new".to_vec()]);
+    }
+
+    #[test]
+    fn a_torn_or_flipped_record_ends_the_replay_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _) = journal(dir.path(), 1);
+        j.append(b"first").unwrap();
+        let second = j.append(b"second").unwrap();
+        j.append(b"third").unwrap();
+        drop(j);
+        let path = dir.path().join("j");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[second as usize + RECORD_HEADER + 2] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, found) = journal(dir.path(), 1);
+        assert_eq!(found, vec![b"first".to_vec()]);
+        // Cut in the middle of the first record.
+        std::fs::write(&path, &bytes[..HEADER as usize + 10]).unwrap();
+        let (_, found) = journal(dir.path(), 1);
+        assert!(found.is_empty());
+    }
+
+    #[test]
+    fn a_retracted_record_is_not_replayed_and_its_place_is_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _) = journal(dir.path(), 1);
+        j.append(b"kept").unwrap();
+        let at = j.append(b"failed to commit").unwrap();
+        j.retract(at).unwrap();
+        drop(j);
+        let (mut j, found) = journal(dir.path(), 1);
+        assert_eq!(found, vec![b"kept".to_vec()]);
+        assert_eq!(j.append(b"next").unwrap(), at);
+        drop(j);
+        let (_, found) = journal(dir.path(), 1);
+        assert_eq!(found, vec![b"kept".to_vec(), b"next".to_vec()]);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_journal_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("j"), b"hello, world, not a journal").unwrap();
+        let err = Journal::open(dir.path().join("j"), 1, None).err().unwrap();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+        assert!(
+            err.to_string().contains("not a forge-store journal"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_sync_counts_the_pages_it_touches() {
+        let dir = tempfile::tempdir().unwrap();
+        let counters = IoCounters::default();
+        let (mut j, _) = Journal::open(dir.path().join("j"), 1, Some(counters.clone())).unwrap();
+        j.append(&[1u8; 100]).unwrap();
+        assert_eq!(counters.snapshot().journal_write_bytes, PAGE);
+        // 16 + 116 (padded to 120) → the next record starts at 136 and ends past 4096.
+        j.append(&[2u8; 4000]).unwrap();
+        assert_eq!(counters.snapshot().journal_write_bytes, 3 * PAGE);
+        assert_eq!(counters.snapshot().journal_syncs, 2);
+    }
+}

@@ -1,0 +1,270 @@
+//! The write-ahead journal: a process that dies between checkpoints loses nothing it was
+//! told was committed, reopening replays exactly the batches the file lacks (never one
+//! twice), and a torn last record ends the replay there.
+//!
+//! A real crash: a child process (this test binary, run again on one test) applies the
+//! batches and exits without closing anything, so redb's unsynced commits are lost with
+//! it and only the journal holds them.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use forge_core::{Envelope, MemoryStore, Store, SyncEvent};
+use forge_redb::{RedbOptions, RedbStore};
+
+const CHILD_VAR: &str = "FORGE_REDB_JOURNAL_CHILD";
+
+/// Batch `i` of a history with removes, moves and a deleted session: enough that
+/// applying a batch twice, or onto the wrong state, changes the result or fails.
+fn batch(i: u64) -> Vec<Envelope<SyncEvent>> {
+    let (t, s) = ("a", "ses_j");
+    let seq = i + 1;
+    match i {
+        0 => vec![put_session(t, s, seq), put_session(t, "ses_gone", seq)],
+        1 => vec![
+            put_message(t, s, "msg_1", 2, seq),
+            put_message(t, s, "msg_2", 2, seq),
+        ],
+        2 => vec![put_message(t, "ses_gone", "msg_1", 1, seq)],
+        _ => {
+            let p = format!("prt_{:03}", i % 7);
+            match i % 6 {
+                // A part under msg_1, then the same id under msg_2: it moves.
+                0 | 1 => vec![put_part(t, s, "msg_1", &p, (i % 7) as u8, seq)],
+                2 => vec![put_part(t, s, "msg_2", &p, 6, seq)],
+                3 => vec![env(
+                    t,
+                    s,
+                    seq,
+                    SyncEvent::PartRemoved {
+                        session_id: s.into(),
+                        message_id: "msg_1".into(),
+                        part_id: p.as_str().into(),
+                    },
+                )],
+                4 => vec![
+                    env(
+                        t,
+                        s,
+                        seq,
+                        SyncEvent::MessageRemoved {
+                            session_id: s.into(),
+                            message_id: "msg_2".into(),
+                        },
+                    ),
+                    put_message(t, s, "msg_2", (i % 3) as u8, seq),
+                ],
+                _ => vec![
+                    env(
+                        t,
+                        "ses_gone",
+                        seq,
+                        SyncEvent::SessionDeleted {
+                            session_id: "ses_gone".into(),
+                        },
+                    ),
+                    put_session(t, "ses_gone", seq),
+                    put_message(t, "ses_gone", "msg_1", 1, seq),
+                ],
+            }
+        }
+    }
+}
+
+/// The reference state after batches `0..n`.
+async fn expected(n: u64) -> MemoryStore {
+    let mem = MemoryStore::new();
+    for i in 0..n {
+        mem.apply(&batch(i)).await.unwrap();
+    }
+    mem
+}
+
+/// Runs this binary again on [`child_process_entry`], which applies batches `0..n` with
+/// `options` to `dir/forge.redb` and exits without closing.
+fn run_child(dir: &Path, n: u64, query: &str) {
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_VAR, format!("{}|{n}|{query}", dir.display()))
+        .status()
+        .unwrap();
+    assert!(status.success(), "child: {status}");
+}
+
+/// Does nothing unless started by [`run_child`]: then applies the batches and leaves the
+/// process with `exit`, which runs no destructor (the store is never closed or dropped).
+#[test]
+fn child_process_entry() {
+    let Ok(spec) = std::env::var(CHILD_VAR) else {
+        return;
+    };
+    let mut it = spec.splitn(3, '|');
+    let (dir, n, query) = (
+        it.next().unwrap().to_owned(),
+        it.next().unwrap().parse::<u64>().unwrap(),
+        it.next().unwrap_or("").to_owned(),
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let options = RedbOptions::from_query(&query).unwrap();
+        let store = RedbStore::open_with(Path::new(&dir).join("forge.redb"), options).unwrap();
+        for i in 0..n {
+            store.apply(&batch(i)).await.unwrap();
+        }
+        std::process::exit(0);
+    });
+}
+
+#[test]
+fn a_process_that_dies_between_checkpoints_loses_no_committed_batch() {
+    const N: u64 = 60;
+    let rt = runtime();
+    // No checkpoint at all before the exit, and one every few batches.
+    for query in ["checkpoint_bytes=1000000000", "checkpoint_bytes=2000"] {
+        let dir = tempfile::tempdir().unwrap();
+        run_child(dir.path(), N, query);
+        let journal = dir.path().join("forge.redb-journal");
+        assert!(
+            std::fs::metadata(&journal).unwrap().len() > 16,
+            "{query}: journal empty"
+        );
+        rt.block_on(async {
+            let mem = expected(N).await;
+            if query.contains("1000000000") {
+                // The file alone (without its journal) lacks the batches: the journal is
+                // what kept them.
+                let bare = tempfile::tempdir().unwrap();
+                std::fs::copy(
+                    dir.path().join("forge.redb"),
+                    bare.path().join("forge.redb"),
+                )
+                .unwrap();
+                let store = RedbStore::open(bare.path().join("forge.redb")).unwrap();
+                let s = store.session(&tenant("a"), &"ses_j".into()).await.unwrap();
+                assert!(
+                    s.is_none(),
+                    "{query}: the file held the batches without the journal"
+                );
+            }
+            let store = RedbStore::open(dir.path().join("forge.redb")).unwrap();
+            assert_same_reads(&mem, &store).await.unwrap();
+            // Opening again replays nothing twice (and nothing is left to replay).
+            store.close().await.unwrap();
+            let store = RedbStore::open(dir.path().join("forge.redb")).unwrap();
+            assert_same_reads(&mem, &store).await.unwrap();
+        });
+    }
+}
+
+#[test]
+fn a_torn_last_record_ends_the_replay_before_it() {
+    const N: u64 = 25;
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    run_child(dir.path(), N, "checkpoint_bytes=1000000000");
+    let journal = dir.path().join("forge.redb-journal");
+    let len = std::fs::metadata(&journal).unwrap().len();
+    // Records are padded to 8 bytes: cutting 9 cuts into the last record's payload.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    file.set_len(len - 9).unwrap();
+    drop(file);
+    rt.block_on(async {
+        let store = RedbStore::open(dir.path().join("forge.redb")).unwrap();
+        assert_same_reads(&expected(N - 1).await, &store)
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_store_dropped_without_close_is_not_replayed_onto_itself() {
+    // redb may make unsynced commits durable when the database is dropped; the journal
+    // position recorded with each batch keeps the replay from applying them again (a
+    // part put under a message that a later batch removed would fail to apply).
+    const N: u64 = 40;
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    let gone = || {
+        env(
+            "a",
+            "ses_base",
+            2,
+            SyncEvent::SessionDeleted {
+                session_id: "ses_base".into(),
+            },
+        )
+    };
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        // A session made durable by a checkpoint, then a message in it and the
+        // session's delete, journaled only: replayed onto the dropped store's state the
+        // message would find no session.
+        store
+            .apply(&[put_session("a", "ses_base", 1)])
+            .await
+            .unwrap();
+        store.checkpoint().await.unwrap();
+        store
+            .apply(&[put_message("a", "ses_base", "msg_1", 1, 2)])
+            .await
+            .unwrap();
+        store.apply(&[gone()]).await.unwrap();
+        for i in 0..N {
+            store.apply(&batch(i)).await.unwrap();
+        }
+        drop(store);
+        // Let the blocking pool finish closing the file.
+        let store = loop {
+            match RedbStore::open(&path) {
+                Ok(s) => break s,
+                Err(e) if e.is_retryable() => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("reopening after a drop: {e}"),
+            }
+        };
+        let mem = MemoryStore::new();
+        mem.apply(&[put_session("a", "ses_base", 1)]).await.unwrap();
+        mem.apply(&[gone()]).await.unwrap();
+        for i in 0..N {
+            mem.apply(&batch(i)).await.unwrap();
+        }
+        assert_same_reads(&mem, &store).await.unwrap();
+    });
+}
+
+#[test]
+fn a_file_next_to_the_database_that_is_not_a_journal_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("forge.redb-journal"),
+        b"{\"not\": \"a journal\"}",
+    )
+    .unwrap();
+    let err = RedbStore::open(dir.path().join("forge.redb")).unwrap_err();
+    assert!(
+        matches!(err, forge_core::Error::Corrupted { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("forge.redb-journal"), "{err}");
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
