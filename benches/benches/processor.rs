@@ -58,7 +58,7 @@ struct Turn {
 
 async fn turn() -> Turn {
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-    let engine = Engine::new(Arc::new(MemoryStore::new()), bus);
+    let engine = Engine::direct(Arc::new(MemoryStore::new()), bus);
     let tenant = TenantId::new("bench").expect("valid tenant");
     let session = Session::new("processor bench", now_ms());
     let scope = engine

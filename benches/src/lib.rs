@@ -143,9 +143,28 @@ pub struct Measurement {
     pub latency_us: Option<Percentiles>,
     /// Event-time delay a terminal boundary waited for its group commit, ms.
     pub publish_delay_ms: Option<Percentiles>,
+    /// The backend's URL options of the run (`journal=off`, `page_size=4096`, …);
+    /// empty for the backend's defaults.
+    #[serde(default)]
+    pub options: String,
 }
 
+/// The group-commit window of the default path (`Engine::new`, `open()`), ms.
+pub const DEFAULT_WINDOW_MS: u64 = 10;
+
 impl Measurement {
+    /// Whether this run measured what a user gets by default: boundary projection with
+    /// the group-commit projector's default policy (terminal boundaries, 10 ms window)
+    /// and the backend's default options.
+    pub fn is_default(&self) -> bool {
+        self.mode == Mode::Boundary
+            && self.policy
+                == (Policy::Terminal {
+                    window_ms: DEFAULT_WINDOW_MS,
+                })
+            && self.options.is_empty()
+    }
+
     /// Physical bytes / logical bytes.
     pub fn amplification(&self) -> Option<f64> {
         let p = self.physical.as_ref()?;

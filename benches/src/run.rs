@@ -479,6 +479,10 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         elapsed_s: elapsed.as_secs_f64(),
         latency_us,
         publish_delay_ms,
+        options: match &run.target {
+            Target::Redb(q) | Target::Sqlite(q) => q.clone(),
+            _ => String::new(),
+        },
     })
 }
 

@@ -46,6 +46,7 @@ mod report {
                 max: 10.0,
                 n: 10,
             }),
+            options: String::new(),
         }
     }
 
@@ -186,6 +187,35 @@ mod report {
         assert!((wa - 3.41).abs() < 1e-9, "{wa}");
         assert_eq!(first["backend"], "sqlite");
         assert_eq!(read_json(&path).unwrap(), ms);
+        // `default` marks boundary / terminal 10 ms with the backend's default options
+        // only; `T` and `sessions` are fields of every row.
+        for (row, m) in value.as_array().unwrap().iter().zip(&ms) {
+            let expected = m.mode == Mode::Boundary
+                && m.policy == (Policy::Terminal { window_ms: 10 })
+                && m.options.is_empty();
+            assert_eq!(row["default"], expected, "{row}");
+            assert_eq!(row["T"], m.turns, "{row}");
+            assert_eq!(row["sessions"], m.sessions, "{row}");
+        }
+        assert!(value
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["default"] == true));
+        assert!(value
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["default"] == false));
+        let mut tuned = ms[0].clone();
+        tuned.policy = Policy::Terminal { window_ms: 10 };
+        tuned.mode = Mode::Boundary;
+        assert!(tuned.is_default());
+        tuned.options = "journal=off".to_owned();
+        assert!(!tuned.is_default());
+        assert!(table(&[tuned.clone()]).contains("terminal/10ms (journal=off)"));
+        tuned.options.clear();
+        assert!(table(&[tuned]).contains("terminal/10ms ★"));
     }
 
     #[test]

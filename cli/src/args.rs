@@ -5,6 +5,30 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use forge_store::TenantId;
 
+/// `--commit`: when boundaries reach the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CommitPolicy {
+    /// Terminal boundaries committed before they are published; the rest rides along.
+    Terminal,
+    /// Every boundary its own transaction.
+    Every,
+}
+
+impl Cli {
+    /// The projection `--commit` and `--commit-window-ms` name.
+    pub fn projection(&self) -> forge_store::Projection {
+        match self.commit {
+            CommitPolicy::Every => forge_store::Projection::Direct,
+            CommitPolicy::Terminal => {
+                forge_store::Projection::GroupCommit(forge_store::GroupCommitOptions {
+                    window: std::time::Duration::from_millis(self.commit_window_ms),
+                    ..forge_store::GroupCommitOptions::default()
+                })
+            }
+        }
+    }
+}
+
 /// Storage engine for LLM coding-agent conversation history.
 #[derive(Debug, Parser)]
 #[command(name = "forge-store", version, after_long_help = backends_help())]
@@ -30,6 +54,30 @@ pub struct Cli {
         value_name = "TENANT"
     )]
     pub tenant: TenantId,
+    /// Commit policy: `terminal` commits each terminal boundary (a closed block, a
+    /// finished tool or step, a completed message) before it is published and lets the
+    /// rest ride along, grouping sessions within --commit-window-ms; `every` commits
+    /// every boundary on its own (about twice the commits).
+    #[arg(
+        long,
+        global = true,
+        env = "FORGE_COMMIT",
+        value_enum,
+        default_value_t = CommitPolicy::Terminal,
+        value_name = "POLICY"
+    )]
+    pub commit: CommitPolicy,
+    /// Group-commit window of --commit terminal, in ms: how long a terminal boundary
+    /// waits for other sessions' to share its transaction (the CLI writes one session
+    /// at a time, so 0 by default; a server with many sessions gains from ~10).
+    #[arg(
+        long,
+        global = true,
+        env = "FORGE_COMMIT_WINDOW_MS",
+        default_value_t = 0,
+        value_name = "MS"
+    )]
+    pub commit_window_ms: u64,
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,

@@ -111,6 +111,7 @@ pub(crate) fn one_line(e: &anyhow::Error) -> String {
 
 async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let quiet = cli.quiet;
+    let projection = cli.projection();
     match cli.command {
         Command::Conformance { cases, junit, only } => {
             let opts = conformance::Options {
@@ -145,7 +146,9 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         }
         command => {
             // The command line reports what each command handed to the store.
-            let options = forge_store::OpenOptions::new().count_writes(true);
+            let options = forge_store::OpenOptions::new()
+                .count_writes(true)
+                .projection(projection);
             let forge = forge_store::open_with(&cli.backend, options).await?;
             let result = commands::run(&forge, &cli.tenant, command, quiet, out).await;
             // A bus that does I/O (Redis) queues what was published: deliver it before

@@ -1,45 +1,125 @@
 //! The binary row codec of the embedded and Redis backends.
 //!
-//! A value is one format-version byte followed by its bincode 2 encoding (standard
-//! configuration). bincode cannot carry self-describing values such as
-//! `serde_json::Value`, so rows carry JSON-valued content as JSON text inside the
-//! binary value. Changing the encoding later means a new version byte; decoders refuse
-//! versions they do not know with a clear error instead of misreading bytes.
+//! A value is one format-version byte followed by its body. bincode cannot carry
+//! self-describing values such as `serde_json::Value`, so rows carry JSON-valued content
+//! as JSON text inside the binary value. Decoders refuse versions they do not know with
+//! a clear error instead of misreading bytes.
+//!
+//! | version | layout |
+//! |---|---|
+//! | 1 | `1` · bincode 2 (standard configuration) |
+//! | 2 | `2` · crc32c (u32 LE) of the rest · flags (u8) · body |
+//!
+//! In version 2 the body is the bincode encoding, compressed with zstd (level 1) when
+//! flags is 1 and that is smaller, as it is when the value carries text or JSON of a few
+//! hundred bytes or more. The checksum covers the flags and the body: a value that
+//! fails it is [`Error::Corrupted`], never returned changed. This release writes
+//! version 2 and reads both.
 
 use crate::error::{Error, Result};
 
 /// The format version written by this release.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
-/// Encodes `value` behind the format-version byte.
+/// The version without checksum or compression, still read.
+const V1: u8 = 1;
+/// Flags: the body is bincode as is.
+const PLAIN: u8 = 0;
+/// Flags: the body is zstd-compressed bincode.
+const ZSTD: u8 = 1;
+/// Bodies shorter than this are not worth a compression attempt.
+const COMPRESS_FROM: usize = 128;
+/// zstd level: the fastest, which already takes what text and JSON offer.
+const LEVEL: i32 = 1;
+/// The largest body a value decompresses to (a row is bounded far below).
+const MAX_BODY: usize = 1 << 31;
+
+/// Encodes `value` in the current format (version 2).
+///
+/// # Errors
+/// [`Error::Codec`] when bincode or zstd fails.
 pub fn encode<T: bincode::Encode>(value: &T) -> Result<Vec<u8>> {
-    let mut out = vec![FORMAT_VERSION];
-    bincode::encode_into_std_write(value, &mut out, bincode::config::standard())
+    let body = bincode::encode_to_vec(value, bincode::config::standard())
         .map_err(|e| Error::codec("bincode encode", e))?;
+    let compressed = if body.len() >= COMPRESS_FROM {
+        Some(zstd::bulk::compress(&body, LEVEL).map_err(|e| Error::codec("zstd compress", e))?)
+    } else {
+        None
+    };
+    let (flags, body) = match compressed {
+        Some(c) if c.len() < body.len() => (ZSTD, c),
+        _ => (PLAIN, body),
+    };
+    let mut out = Vec::with_capacity(body.len() + 6);
+    out.push(FORMAT_VERSION);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&[flags]), &body);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.push(flags);
+    out.extend_from_slice(&body);
     Ok(out)
 }
 
-/// Decodes a value written by [`encode`].
+/// Decodes a value written by [`encode`] (version 2) or by an earlier release
+/// (version 1).
 ///
 /// # Errors
-/// [`Error::Codec`] for an empty value, an unknown format version, trailing bytes or
-/// bytes that do not decode.
+/// [`Error::Corrupted`] (at `"value"`; callers name the row) when a version 2 value
+/// fails its checksum or does not decompress; [`Error::Codec`] for an empty value, an
+/// unknown format version, trailing bytes or bytes that do not decode.
 pub fn decode<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T> {
-    let Some((&version, body)) = bytes.split_first() else {
+    let Some((&version, rest)) = bytes.split_first() else {
         return Err(Error::Codec {
             message: "empty value".into(),
             source: None,
         });
     };
-    if version != FORMAT_VERSION {
-        return Err(Error::Codec {
+    match version {
+        V1 => from_bincode(rest),
+        FORMAT_VERSION => {
+            let (Some(crc), Some((&flags, body))) =
+                (rest.get(..4), rest.get(4..).and_then(<[u8]>::split_first))
+            else {
+                return Err(Error::corrupted(
+                    "value",
+                    format!("{} bytes: truncated", bytes.len()),
+                ));
+            };
+            let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+            let computed = crc32c::crc32c_append(crc32c::crc32c(&[flags]), body);
+            if stored != computed {
+                return Err(Error::corrupted(
+                    "value",
+                    format!("checksum mismatch (stored {stored:08x}, computed {computed:08x})"),
+                ));
+            }
+            match flags {
+                PLAIN => from_bincode(body),
+                ZSTD => {
+                    let plain = zstd::stream::decode_all(body).map_err(|e| {
+                        Error::corrupted_with("value", "zstd body does not decompress", e)
+                    })?;
+                    if plain.len() > MAX_BODY {
+                        return Err(Error::corrupted("value", "decompresses past 2 GiB"));
+                    }
+                    from_bincode(&plain)
+                }
+                other => Err(Error::Codec {
+                    message: format!("value has flags {other}; this release knows 0 and 1"),
+                    source: None,
+                }),
+            }
+        }
+        _ => Err(Error::Codec {
             message: format!(
-                "value has format version {version}; this release reads version {FORMAT_VERSION} \
-                 (written by a newer forge-store?)"
+                "value has format version {version}; this release reads versions {V1} and \
+                 {FORMAT_VERSION} (written by a newer forge-store?)"
             ),
             source: None,
-        });
+        }),
     }
+}
+
+fn from_bincode<T: bincode::Decode<()>>(body: &[u8]) -> Result<T> {
     let (value, used) = bincode::decode_from_slice(body, bincode::config::standard())
         .map_err(|e| Error::codec("bincode decode", e))?;
     if used != body.len() {
@@ -61,27 +141,72 @@ mod tests {
         json: String,
     }
 
+    fn row(len: usize) -> Row {
+        Row {
+            seq: 7,
+            json: format!(r#"{{"text":"{}"}}"#, "abcdefgh".repeat(len / 8)),
+        }
+    }
+
     #[test]
     fn round_trips_and_refuses_foreign_versions() {
-        let row = Row {
-            seq: 7,
-            json: r#"{"a":1}"#.into(),
-        };
-        let bytes = encode(&row).unwrap();
-        assert_eq!(bytes[0], FORMAT_VERSION);
-        assert_eq!(decode::<Row>(&bytes).unwrap(), row);
-
+        for len in [0, 100, 10_000] {
+            let row = row(len);
+            let bytes = encode(&row).unwrap();
+            assert_eq!(bytes[0], FORMAT_VERSION);
+            assert_eq!(decode::<Row>(&bytes).unwrap(), row);
+        }
+        let bytes = encode(&row(10)).unwrap();
         let mut newer = bytes.clone();
-        newer[0] = 2;
+        newer[0] = 3;
         let err = decode::<Row>(&newer).unwrap_err().to_string();
-        assert!(err.contains("format version 2"), "{err}");
+        assert!(err.contains("format version 3"), "{err}");
 
         assert!(decode::<Row>(&[]).is_err());
-        let mut long = bytes;
-        long.push(0);
-        assert!(decode::<Row>(&long)
+        assert!(matches!(
+            decode::<Row>(&[FORMAT_VERSION, 1, 2]),
+            Err(Error::Corrupted { .. })
+        ));
+    }
+
+    #[test]
+    fn long_values_are_compressed_and_short_ones_are_not() {
+        let long = row(10_000);
+        let bytes = encode(&long).unwrap();
+        assert_eq!(bytes[5], ZSTD);
+        assert!(bytes.len() < 1_000, "{} bytes", bytes.len());
+        let short = row(16);
+        assert_eq!(encode(&short).unwrap()[5], PLAIN);
+    }
+
+    #[test]
+    fn version_1_values_still_decode() {
+        let row = row(100);
+        let mut v1 = vec![V1];
+        v1.extend(bincode::encode_to_vec(&row, bincode::config::standard()).unwrap());
+        assert_eq!(decode::<Row>(&v1).unwrap(), row);
+        v1.push(0);
+        assert!(decode::<Row>(&v1)
             .unwrap_err()
             .to_string()
             .contains("trailing"));
+    }
+
+    #[test]
+    fn any_flipped_bit_is_corrupted_not_a_changed_value() {
+        for len in [10, 10_000] {
+            let bytes = encode(&row(len)).unwrap();
+            // Every bit after the version byte: checksum, flags or body.
+            for i in 1..bytes.len() {
+                for bit in 0..8 {
+                    let mut bad = bytes.clone();
+                    bad[i] ^= 1 << bit;
+                    match decode::<Row>(&bad) {
+                        Err(Error::Corrupted { .. }) => {}
+                        other => panic!("byte {i} bit {bit} of {len}: {other:?}"),
+                    }
+                }
+            }
+        }
     }
 }

@@ -33,8 +33,21 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine with the in-process [`DirectProjector`].
+    /// An engine with the default commit policy: a [`GroupCommitProjector`] with
+    /// [`GroupCommitOptions::default`] (terminal boundaries committed before they are
+    /// published, within a 10 ms group-commit window; see [`crate::group`]). The store
+    /// then writes each block and tool once; [`Engine::direct`] commits every boundary.
+    /// The window runs on tokio's timer: the runtime needs it enabled (`enable_time` or
+    /// `enable_all` on a runtime builder; `#[tokio::main]` does).
     pub fn new(store: Arc<dyn Store>, bus: Arc<dyn Bus>) -> Self {
+        Self::with_group_commit(store, bus, GroupCommitOptions::default())
+    }
+
+    /// An engine with the in-process [`DirectProjector`]: every boundary its own
+    /// transaction, committed before it is published. About twice the commits of
+    /// [`Engine::new`]'s policy, and the store holds every non-terminal boundary too
+    /// (an opened block, a running tool) without relying on the bus after a crash.
+    pub fn direct(store: Arc<dyn Store>, bus: Arc<dyn Bus>) -> Self {
         let projector = Arc::new(DirectProjector::new(Arc::clone(&store), Arc::clone(&bus)));
         Self {
             store,
@@ -63,7 +76,8 @@ impl Engine {
         }
     }
 
-    /// An engine on a [`MemoryStore`] and a [`LocalBus`] with a replay buffer.
+    /// An engine on a [`MemoryStore`] and a [`LocalBus`] with a replay buffer, with the
+    /// default commit policy.
     pub fn in_memory() -> Self {
         Self::new(
             Arc::new(MemoryStore::new()),

@@ -192,7 +192,7 @@ async fn recover_after_restart_uses_the_surviving_bus_and_continues_seqs() {
         "the delta took a seq the store never saw"
     );
 
-    let restarted = Engine::new(memory.clone(), bus.clone());
+    let restarted = Engine::direct(memory.clone(), bus.clone());
     let mut sub = bus
         .subscribe(
             &h.tenant,

@@ -72,16 +72,23 @@ pub fn schemes() -> impl Iterator<Item = &'static Scheme> {
     SCHEMES.iter().filter(|s| s.enabled)
 }
 
-/// How the store and the bus are joined.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the store and the bus are joined: the commit policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Projection {
-    /// Every boundary is its own transaction, committed before it is published.
-    #[default]
+    /// Every boundary is its own transaction, committed before it is published
+    /// (`--commit every`).
     Direct,
     /// Terminal boundaries are committed before they are published, across sessions
-    /// within a window; other writes ride along (see [`forge_core::group`]).
+    /// within a window; other writes ride along (see [`forge_core::group`];
+    /// `--commit terminal`). The default, with a 10 ms window.
     GroupCommit(GroupCommitOptions),
+}
+
+impl Default for Projection {
+    fn default() -> Self {
+        Self::GroupCommit(GroupCommitOptions::default())
+    }
 }
 
 /// Options of [`open_with`].
@@ -104,7 +111,7 @@ pub struct OpenOptions {
 impl Default for OpenOptions {
     fn default() -> Self {
         Self {
-            projection: Projection::Direct,
+            projection: Projection::default(),
             replay_per_session: DEFAULT_REPLAY_PER_SESSION,
             count_writes: false,
         }
@@ -112,7 +119,8 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// The default options: direct projection, the default replay buffer.
+    /// The default options: group commit (terminal boundaries, 10 ms window), the
+    /// default replay buffer.
     pub fn new() -> Self {
         Self::default()
     }
@@ -200,7 +208,8 @@ pub fn is_redis(url: &str) -> bool {
 }
 
 /// Opens `url` with the default options: the store, the bus (Redis Streams for
-/// `redis://`, else an in-process bus with a replay buffer) and a direct projector.
+/// `redis://`, else an in-process bus with a replay buffer) and the group-commit
+/// projector (terminal boundaries, 10 ms window).
 ///
 /// # Errors
 /// [`Error::Url`], [`Error::FeatureDisabled`] or [`Error::Open`], each naming the
@@ -231,7 +240,7 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
         None => store,
     };
     let engine = match options.projection {
-        Projection::Direct => Engine::new(store, bus),
+        Projection::Direct => Engine::direct(store, bus),
         Projection::GroupCommit(g) => Engine::with_group_commit(store, bus, g),
     };
     tracing::debug!("opened");

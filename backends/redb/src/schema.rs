@@ -116,6 +116,13 @@ fn context(err: Error, what: impl Fn() -> String) -> Error {
             message: format!("{}: {message}", what()),
             source,
         },
+        Error::Corrupted {
+            message, source, ..
+        } => Error::Corrupted {
+            at: what(),
+            message,
+            source,
+        },
         other => other,
     }
 }

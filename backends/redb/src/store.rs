@@ -205,6 +205,23 @@ impl RedbStore {
         })
         .await
         .map_err(join)?
+        .map_err(|e| in_file(e, &self.path))
+    }
+}
+
+/// Names the file in a [`Error::Corrupted`] (which names the row already).
+fn in_file(err: Error, path: &Path) -> Error {
+    match err {
+        Error::Corrupted {
+            at,
+            message,
+            source,
+        } => Error::Corrupted {
+            at: format!("{at} in {}", path.display()),
+            message,
+            source,
+        },
+        other => other,
     }
 }
 
@@ -442,7 +459,8 @@ impl Store for RedbStore {
                 apply_journaled(&db, &mut journal.lock(), ops, every)
             })
             .await
-            .map_err(join)?;
+            .map_err(join)?
+            .map_err(|e| in_file(e, &self.path));
         }
         let durability = self.options.durability.to_redb();
         tokio::task::spawn_blocking(move || {
@@ -460,6 +478,7 @@ impl Store for RedbStore {
         })
         .await
         .map_err(join)?
+        .map_err(|e| in_file(e, &self.path))
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {

@@ -30,7 +30,7 @@ const CHILD: &str = "FORGE_REDIS_REPLICA_CHILD";
 async fn engine(url: &str) -> Engine {
     let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
     let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
-    Engine::new(store, bus)
+    Engine::direct(store, bus)
 }
 
 /// Replica A: streams text until it is killed. Does nothing unless run as the child.

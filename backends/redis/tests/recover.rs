@@ -13,7 +13,7 @@ use forge_redis::{RedisBus, RedisStore};
 async fn engine(url: &str) -> Engine {
     let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
     let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
-    Engine::new(store, bus)
+    Engine::direct(store, bus)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

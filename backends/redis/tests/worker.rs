@@ -27,7 +27,7 @@ const OPTS: WorkerOptions = WorkerOptions {
 async fn source(url: &str, tenant: &TenantId) -> (Engine, SessionId) {
     let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
     let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
-    let engine = Engine::new(store, bus);
+    let engine = Engine::direct(store, bus);
     let session = Session::new("replicated", now_ms());
     let sid = session.id.clone();
     let scope = engine.put_session(tenant, session).await.unwrap();

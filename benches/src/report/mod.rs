@@ -102,16 +102,24 @@ struct JsonRow<'a> {
     #[serde(flatten)]
     measurement: &'a Measurement,
     write_amplification: Option<f64>,
+    /// Measured on the default path ([`Measurement::is_default`]).
+    default: bool,
+    /// Turns per session (the same as `turns`, under the name the docs use).
+    #[serde(rename = "T")]
+    t: u32,
 }
 
-/// Writes the measurements as a pretty JSON array; each object carries an extra
-/// computed `write_amplification` (physical / logical, `null` when unknown).
+/// Writes the measurements as a pretty JSON array; each object carries the extra
+/// computed fields `write_amplification` (physical / logical, `null` when unknown),
+/// `default` (measured on the default path) and `T` (turns per session).
 pub fn write_json(ms: &[Measurement], path: &Path) -> anyhow::Result<()> {
     let rows: Vec<JsonRow<'_>> = ms
         .iter()
         .map(|m| JsonRow {
             measurement: m,
             write_amplification: m.amplification(),
+            default: m.is_default(),
+            t: m.turns,
         })
         .collect();
     let mut text = serde_json::to_string_pretty(&rows).context("serializing measurements")?;

@@ -27,11 +27,20 @@ const HEADERS: [&str; 15] = [
 /// Columns before this index are text (left-aligned), the rest numbers.
 const FIRST_NUMERIC: usize = 4;
 
+/// Marks the policy of a run measured on the default path.
+const DEFAULT_MARK: &str = "★";
+
 fn cells(m: &Measurement) -> Vec<String> {
     vec![
         m.backend.clone(),
         m.mode.as_str().to_owned(),
-        m.policy.label(),
+        if m.is_default() {
+            format!("{} {DEFAULT_MARK}", m.policy.label())
+        } else if m.options.is_empty() {
+            m.policy.label()
+        } else {
+            format!("{} ({})", m.policy.label(), m.options)
+        },
         m.workload.clone(),
         m.turns.to_string(),
         human_bytes(m.logical_bytes),
@@ -117,6 +126,7 @@ pub fn table(ms: &[Measurement]) -> String {
     }
     out.push('\n');
     out.push_str("WA = physical / logical bytes; – = not measured.\n");
+    let _ = writeln!(out, "{DEFAULT_MARK} = the default path (Engine::new / open(): terminal boundaries, 10 ms window, the backend's default options).");
     for (source, backends) in physical_legend(&rows) {
         let _ = writeln!(out, "physical ({}): {source}", backends.join(", "));
     }
@@ -144,6 +154,7 @@ pub fn markdown(ms: &[Measurement]) -> String {
         let _ = writeln!(out, "| {} |", row.join(" | "));
     }
     out.push_str("\nWA = physical / logical bytes; – = not measured.\n\n");
+    let _ = writeln!(out, "- {DEFAULT_MARK} = the default path (`Engine::new` / `open()`: terminal boundaries, 10 ms window, the backend's default options)");
     for (source, backends) in physical_legend(&rows) {
         let _ = writeln!(
             out,

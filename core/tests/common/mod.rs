@@ -51,7 +51,7 @@ impl Harness {
 
     pub async fn with(memory: Arc<MemoryStore>, bus: Arc<dyn Bus>) -> Self {
         let counting = Arc::new(CountingStore::new(memory.clone()));
-        let engine = Engine::new(counting.clone(), bus);
+        let engine = Engine::direct(counting.clone(), bus);
         let tenant = TenantId::new("t1").unwrap();
         let session = Session::new("test", now_ms());
         let scope = engine.put_session(&tenant, session.clone()).await.unwrap();

@@ -385,6 +385,13 @@ impl<'a> Replayer<'a> {
         let Some(scope) = &self.scope else {
             return Ok(());
         };
+        // Only the processor stops: what a group-commit projector holds is committed, as
+        // when the command ends, so the count is what the store will hold.
+        self.engine
+            .projector
+            .sync()
+            .await
+            .map_err(|e| Error::store(format!("{at}: committing what the projector holds"), e))?;
         let open = self
             .engine
             .store

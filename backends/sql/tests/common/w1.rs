@@ -155,7 +155,7 @@ pub async fn run(
         text_hook: None,
         persist_every_delta: false,
     };
-    let engine = Engine::new(store, Arc::new(LocalBus::new()));
+    let engine = Engine::direct(store, Arc::new(LocalBus::new()));
     let tenant = TenantId::new("w1").unwrap();
     let session = Session::new("W1", clock.load(Ordering::Relaxed));
     let scope = engine.put_session(&tenant, session.clone()).await?;
