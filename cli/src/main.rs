@@ -29,9 +29,32 @@ use tracing_subscriber::EnvFilter;
 use crate::args::{Cli, Command};
 use crate::progress::Progress;
 
+/// A panic (a bug, or a library failing inside its own code on damaged data, which the
+/// backends turn into an error) prints one line, not a backtrace — unless RUST_BACKTRACE
+/// asks for one.
+fn quiet_panics() {
+    if std::env::var_os("RUST_BACKTRACE").is_some() {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("forge-store: internal panic{at}: {what} (RUST_BACKTRACE=1 shows where)");
+    }));
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
+    quiet_panics();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -16,6 +16,9 @@ pub(crate) const BACKEND: &str = "redb";
 /// not retryable.
 pub(crate) fn map<E: Into<redb::Error>>(err: E) -> Error {
     let err: redb::Error = err.into();
+    if let redb::Error::Corrupted(msg) = &err {
+        return Error::corrupted("redb file", msg);
+    }
     Error::backend(BACKEND, is_retryable(&err), err)
 }
 
@@ -32,6 +35,10 @@ fn is_retryable(err: &redb::Error) -> bool {
 /// error as the source.
 pub(crate) fn open<E: Into<redb::Error>>(path: &Path, err: E) -> Error {
     let err: redb::Error = err.into();
+    if let redb::Error::Corrupted(msg) = &err {
+        // A cut file says "File truncated below stored layout".
+        return Error::corrupted(path.display(), msg);
+    }
     let retryable = is_retryable(&err);
     Error::backend(
         BACKEND,
@@ -69,9 +76,27 @@ pub(crate) fn inconsistent(at: impl fmt::Display, msg: impl fmt::Display) -> Err
     Error::corrupted(format_args!("redb {at}"), msg)
 }
 
-/// A task running redb work panicked or was cancelled.
+/// A task running redb work panicked or was cancelled. redb panics on some damaged
+/// files (an out-of-range page number, a broken page header): that is reported as
+/// [`Error::Corrupted`], with redb's panic message.
 pub(crate) fn join(err: tokio::task::JoinError) -> Error {
+    if err.is_panic() {
+        return panicked(err.into_panic().as_ref());
+    }
     Error::backend(BACKEND, false, err)
+}
+
+/// [`Error::Corrupted`] for a panic caught in redb's code.
+pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> Error {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    Error::corrupted(
+        "redb file",
+        format!("redb failed inside its own code ({what}); the file is probably damaged"),
+    )
 }
 
 #[cfg(test)]
@@ -89,6 +114,11 @@ mod tests {
         assert!(source.downcast_ref::<redb::Error>().is_some());
 
         assert!(map(redb::DatabaseError::DatabaseAlreadyOpen).is_retryable());
-        assert!(!map(redb::StorageError::Corrupted("x".into())).is_retryable());
+        let corrupted = map(redb::StorageError::Corrupted("x".into()));
+        assert!(!corrupted.is_retryable());
+        assert!(
+            matches!(corrupted, Error::Corrupted { .. }),
+            "{corrupted:?}"
+        );
     }
 }

@@ -72,8 +72,11 @@ impl RedbStore {
     /// As [`RedbStore::open`].
     pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
-        Self::from_database(db, path, options, None)
+        check_not_empty(&path)?;
+        guarded(&path, || {
+            let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
+            Self::from_database(db, path.clone(), options, None)
+        })
     }
 
     /// Opens the store at `path` like [`RedbStore::open_with`], through a
@@ -88,6 +91,7 @@ impl RedbStore {
         options: RedbOptions,
     ) -> Result<(Self, IoCounters)> {
         let path = path.as_ref().to_path_buf();
+        check_not_empty(&path)?;
         // The same file opening as `redb::Builder::create`.
         let file = OpenOptions::new()
             .read(true)
@@ -99,10 +103,12 @@ impl RedbStore {
         let backend =
             CountingBackend::new(FileBackend::new(file).map_err(|e| open_error(&path, e))?);
         let counters = backend.counters();
-        let db = Builder::new()
-            .create_with_backend(backend)
-            .map_err(|e| open_error(&path, e))?;
-        let store = Self::from_database(db, path, options, Some(counters.clone()))?;
+        let store = guarded(&path, || {
+            let db = Builder::new()
+                .create_with_backend(backend)
+                .map_err(|e| open_error(&path, e))?;
+            Self::from_database(db, path.clone(), options, Some(counters.clone()))
+        })?;
         Ok((store, counters))
     }
 
@@ -207,6 +213,26 @@ impl RedbStore {
         .map_err(join)?
         .map_err(|e| in_file(e, &self.path))
     }
+}
+
+/// A file that exists and is empty is not a store: redb would make it a new, empty one,
+/// and a store whose file was cut to nothing would look like a store with no sessions.
+fn check_not_empty(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() == 0 => Err(Error::corrupted(
+            path.display(),
+            "empty file: not a forge-store redb file (cut to nothing, or a crash while it \
+             was being created); remove it to start a new store there",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `f` (redb opening the file) and turns a panic inside redb into
+/// [`Error::Corrupted`] naming the file.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(in_file(crate::error::panicked(p.as_ref()), path)))
 }
 
 /// Names the file in a [`Error::Corrupted`] (which names the row already).

@@ -78,7 +78,10 @@ fn a_durable_commit_writes_at_least_its_row_and_syncs() {
         let commit = counters.snapshot().since(before);
         eprintln!("one durable (journaled) commit of a {row} B row: {commit:?}");
         // The row, compressed: pseudo-random printable text keeps over 3/4 of its size.
-        assert!(commit.journal_write_bytes >= row * 3 / 4, "{commit:?} < 3/4 of {row} B");
+        assert!(
+            commit.journal_write_bytes >= row * 3 / 4,
+            "{commit:?} < 3/4 of {row} B"
+        );
         assert_eq!(commit.journal_syncs, 1, "{commit:?}");
         assert_eq!(
             commit.write_bytes, 0,

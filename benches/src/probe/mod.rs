@@ -33,7 +33,8 @@ pub use self::proc_io::{
     thread_io, thread_io_by_tid, ProcIo, COMM_LEN, SQLITE_WORKER_THREAD_PREFIX,
 };
 pub use self::redis::{
-    redis_memory_usage, redis_persistence, redis_store_pattern, redis_url_pattern, RedisDisk,
+    redis_appendfsync, redis_memory_usage, redis_persistence, redis_store_pattern,
+    redis_url_pattern, RedisDisk,
 };
 
 /// How a run's physical writes are measured, the same way for every backend:
@@ -196,29 +197,43 @@ impl ProbeRun {
             }
             (Probe::Redis { url, pattern }, Baseline::Redis { disk, memory }) => {
                 let disk_now = redis_persistence(&url).await?;
-                let aof = match (disk.aof_current_size, disk_now.aof_current_size) {
-                    (Some(a), Some(b))
-                        if disk.aof_rewrites == disk_now.aof_rewrites
-                            && !disk_now.aof_rewrite_in_progress =>
-                    {
-                        Some(b.saturating_sub(a))
-                    }
-                    _ => None,
-                };
-                match aof {
-                    Some(bytes) => (physical(bytes, "redis AOF growth".to_owned()), None),
-                    None => {
-                        let now = redis_memory_usage(&url, &pattern).await?;
-                        (
+                if disk.aof_enabled || disk_now.aof_enabled {
+                    // Bytes appended to the AOF, or nothing: falling back to memory
+                    // would change what is counted between two rows of one table.
+                    let grown = match (disk.aof_current_size, disk_now.aof_current_size) {
+                        (Some(a), Some(b))
+                            if disk.aof_rewrites == disk_now.aof_rewrites
+                                && !disk_now.aof_rewrite_in_progress =>
+                        {
+                            Some(b.saturating_sub(a))
+                        }
+                        _ => None,
+                    };
+                    let fsync = redis_appendfsync(&url)
+                        .await
+                        .unwrap_or_else(|| "unknown".to_owned());
+                    return Ok(match grown {
+                        Some(bytes) => (
                             physical(
-                                now.saturating_sub(memory),
-                                "redis MEMORY USAGE of the run's keys (store and Streams bus)"
-                                    .to_owned(),
+                                bytes,
+                                format!("redis AOF bytes appended (appendfsync {fsync})"),
                             ),
                             None,
-                        )
-                    }
+                        ),
+                        // An AOF rewrite ran during the run: not measurable.
+                        None => (None, None),
+                    });
                 }
+                // No persistence: what the run's keys hold in memory.
+                let now = redis_memory_usage(&url, &pattern).await?;
+                (
+                    physical(
+                        now.saturating_sub(memory),
+                        "redis MEMORY USAGE of the run's keys (store and Streams bus; no AOF)"
+                            .to_owned(),
+                    ),
+                    None,
+                )
             }
             _ => (None, None),
         })

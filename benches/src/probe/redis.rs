@@ -44,6 +44,19 @@ async fn redis_connect(url: &str) -> Result<redis::aio::MultiplexedConnection> {
         .with_context(|| format!("connecting to Redis at {}", redact(url)))
 }
 
+/// The server's `appendfsync` policy (`always`, `everysec`, `no`), or `None` where
+/// `CONFIG GET` is refused (managed servers often rename or disable it).
+pub async fn redis_appendfsync(url: &str) -> Option<String> {
+    let mut conn = redis_connect(url).await.ok()?;
+    let reply: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    reply.get(1).cloned()
+}
+
 /// Reads `INFO persistence`.
 ///
 /// # Errors
