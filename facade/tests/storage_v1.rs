@@ -3,6 +3,7 @@
 //! file, a SQLite file and a Postgres schema dump holding the same sessions) are opened by
 //! this release, and every session, message, part, `seq` and open item reads back as the
 //! v1 release exported it.
+#![cfg(any(feature = "redb", feature = "sqlite", feature = "postgres"))]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
