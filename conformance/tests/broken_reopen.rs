@@ -292,3 +292,61 @@ fn a_backend_that_cannot_reopen_is_skipped_with_the_reason() {
     let xml = forge_conformance::junit_xml(&report);
     assert!(xml.contains("<skipped"), "{xml}");
 }
+
+/// A memory store that claims `durable: true` (the memory backend's own mutant that the
+/// mutation run left alive: nothing tied the flag to the factory).
+#[derive(Debug)]
+struct ClaimsDurable(MemoryStore);
+
+#[async_trait]
+impl Store for ClaimsDurable {
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.0.capabilities();
+        caps.name = "claims-durable";
+        caps.durable = true;
+        caps
+    }
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        self.0.apply(batch).await
+    }
+    async fn session(&self, t: &TenantId, s: &SessionId) -> Result<Option<SessionState>> {
+        self.0.session(t, s).await
+    }
+    async fn sessions(&self, t: &TenantId) -> Result<Vec<SessionState>> {
+        self.0.sessions(t).await
+    }
+    async fn message(
+        &self,
+        t: &TenantId,
+        s: &SessionId,
+        m: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        self.0.message(t, s, m).await
+    }
+    async fn messages(
+        &self,
+        t: &TenantId,
+        s: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.0.messages(t, s, before, limit).await
+    }
+    async fn open_items(&self, t: &TenantId, s: Option<&SessionId>) -> Result<OpenItems> {
+        self.0.open_items(t, s).await
+    }
+}
+
+#[test]
+fn a_store_that_claims_durable_but_cannot_reopen_fails_reopen() {
+    let factory = FnFactory::new("claims-durable", || {
+        Ok(Arc::new(ClaimsDurable(MemoryStore::new())))
+    });
+    let report = forge_conformance::run(&factory, &config().with_only("reopen"));
+    let result = report.result(Property::Reopen).expect("reopen ran");
+    let Outcome::Failed { message, .. } = &result.outcome else {
+        panic!("reopen on a durable store that cannot reopen: {report}");
+    };
+    assert!(message.contains("durable: true"), "{message}");
+    assert!(message.contains("cannot reopen"), "{message}");
+}

@@ -17,7 +17,9 @@
 //!   with a bus in the same state (the twin's own when the bus outlives a restart, else a
 //!   fresh one) — the same report, history and session, and nothing left open.
 //!
-//! Skipped when the factory cannot reopen (an in-memory backend).
+//! Skipped when the factory cannot reopen (an in-memory backend) — and failed when it
+//! cannot but the store declares `durable: true`: durability claimed is durability
+//! checked.
 
 use std::sync::Arc;
 
@@ -82,6 +84,18 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
     });
     let bus_kept = match probe {
         Ok(Some(kept)) => kept,
+        // A store that claims durability must let the suite check it.
+        Ok(None) if ctx.caps.store.durable => {
+            return not_run(Outcome::Failed {
+                message: format!(
+                    "the store declares `durable: true`, but its {}; implement \
+                     BackendFactory::reopen, or declare `durable: false`",
+                    cannot(ctx)
+                ),
+                minimal: None,
+                regression: None,
+            })
+        }
         Ok(None) => {
             return not_run(Outcome::Skipped {
                 reason: cannot(ctx),
