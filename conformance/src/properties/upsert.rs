@@ -203,7 +203,7 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
         (
             message_kind(),
             vec((0..PARTS, part_kind(), 0u8..4), 0..=2),
-            0u8..6,
+            0u8..9,
         ),
     )
         .prop_map(|((s, m, start, v), (kind, parts, end))| {
@@ -225,7 +225,11 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
             );
             // end: 0-2 nothing, 3 remove the message and re-create it, 4 delete the
             // session and re-create it with the message, 5 remove the message and then
-            // write a part to it (rejected).
+            // write a part to it (rejected), 6 delete the session, re-create it and write a
+            // part to another message it held before (rejected: the re-created session
+            // starts empty, so that message is gone), 7 delete the session after all this
+            // (nothing written in the batch may stay), 8 delete the other session, then
+            // write one more part to `m` (this session's rows must be untouched).
             match end {
                 3 => ops.extend([Op::RemoveMessage { s, m }, Op::PutMessage { s, m, kind, v }]),
                 4 => ops.extend([
@@ -239,6 +243,30 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
                         s,
                         m,
                         p: 0,
+                        kind: PartKind::Text,
+                        v,
+                    },
+                ]),
+                6 => ops.extend([
+                    Op::DeleteSession { s },
+                    Op::PutSession { s, v },
+                    Op::PutPart {
+                        s,
+                        m: (m + 1) % MESSAGES,
+                        p: 0,
+                        kind: PartKind::Text,
+                        v,
+                    },
+                ]),
+                7 => ops.push(Op::DeleteSession { s }),
+                8 => ops.extend([
+                    Op::DeleteSession {
+                        s: (s + 1) % SESSIONS,
+                    },
+                    Op::PutPart {
+                        s,
+                        m,
+                        p: 1,
                         kind: PartKind::Text,
                         v,
                     },

@@ -71,6 +71,12 @@ pub struct SqliteOptions {
     /// Page size of a new file (an existing file keeps its own). Default
     /// [`DEFAULT_PAGE_SIZE`].
     pub page_size: u32,
+    /// WAL size, in pages, at which a commit copies the WAL into the database
+    /// (`wal_autocheckpoint`); 0 turns automatic checkpoints off. Default 1000
+    /// (SQLite's). A page changed by many commits between two checkpoints is written
+    /// to the database once, so a larger value writes less, for a larger WAL file and
+    /// a longer recovery after a crash.
+    pub wal_autocheckpoint: u32,
 }
 
 /// Page size of new SQLite files: 1 KiB.
@@ -93,6 +99,7 @@ impl SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             readers: 4,
             page_size: DEFAULT_PAGE_SIZE,
+            wal_autocheckpoint: 1000,
         }
     }
 
@@ -100,7 +107,7 @@ impl SqliteOptions {
     ///
     /// `PATH` is taken literally: `sqlite://forge.db` is relative to the working
     /// directory, `sqlite:///var/lib/forge.db` absolute. Keys: `synchronous`
-    /// (`normal` | `full`), `busy_timeout_ms`, `readers`, `page_size` (new files only).
+    /// (`normal` | `full`), `busy_timeout_ms`, `readers`, `page_size` (new files only), `wal_autocheckpoint` (pages; 0 = off).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming what is wrong: another scheme, an empty path, an
@@ -158,6 +165,13 @@ impl SqliteOptions {
                             ))
                         })?;
                 }
+                "wal_autocheckpoint" => {
+                    out.wal_autocheckpoint = u32::try_from(number(key)?).map_err(|_| {
+                        Error::invalid(format!(
+                            "sqlite option wal_autocheckpoint={value} is too large"
+                        ))
+                    })?;
+                }
                 "readers" => {
                     out.readers = u32::try_from(number(key)?)
                         .ok()
@@ -169,7 +183,7 @@ impl SqliteOptions {
                 _ => {
                     return Err(Error::invalid(format!(
                         "sqlite option {key:?} is not known; the known options are \
-                         synchronous, busy_timeout_ms, readers and page_size"
+                         synchronous, busy_timeout_ms, readers, page_size and wal_autocheckpoint"
                     )))
                 }
             }
@@ -195,6 +209,9 @@ mod tests {
         assert_eq!(o.synchronous, Synchronous::Full);
         assert_eq!(o.busy_timeout, Duration::from_millis(250));
         assert_eq!(o.readers, 2);
+        assert_eq!(o.wal_autocheckpoint, 1000);
+        let o = SqliteOptions::from_url("sqlite://x?wal_autocheckpoint=0").unwrap();
+        assert_eq!(o.wal_autocheckpoint, 0);
         for (bad, needle) in [
             ("redb://x", "not a sqlite URL"),
             ("sqlite://", "no database file"),
@@ -203,6 +220,8 @@ mod tests {
             ("sqlite://x?journal=wal", "\"journal\""),
             ("sqlite://x?synchronous", "no value"),
             ("sqlite://x?readers=0", "1..=64"),
+            ("sqlite://x?wal_autocheckpoint=-1", "whole number"),
+            ("sqlite://x?wal_autocheckpoint=99999999999", "too large"),
             ("sqlite://x?busy_timeout_ms=soon", "whole number"),
             ("sqlite://x?synchronous=full&synchronous=full", "twice"),
         ] {

@@ -27,6 +27,8 @@ pub struct SqliteSettings {
     pub busy_timeout_ms: i64,
     /// `PRAGMA page_size`.
     pub page_size: i64,
+    /// `PRAGMA wal_autocheckpoint`, in pages.
+    pub wal_autocheckpoint: i64,
 }
 
 /// A [`Store`](forge_core::Store) in one SQLite file (WAL mode), through sqlx.
@@ -74,7 +76,8 @@ impl SqliteStore {
             // Takes effect only while the file is empty (before WAL mode is set).
             .page_size(options.page_size)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(options.synchronous.to_sqlx());
+            .synchronous(options.synchronous.to_sqlx())
+            .pragma("wal_autocheckpoint", options.wal_autocheckpoint.to_string());
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -139,6 +142,7 @@ impl SqliteStore {
             foreign_keys: int("PRAGMA foreign_keys").await? == 1,
             busy_timeout_ms: int("PRAGMA busy_timeout").await?,
             page_size: int("PRAGMA page_size").await?,
+            wal_autocheckpoint: int("PRAGMA wal_autocheckpoint").await?,
         })
     }
 
