@@ -99,6 +99,41 @@ async fn a_v1_redb_file_reads_back_every_row() {
         .await
         .expect("open the v1 redb file");
     assert_eq!(check_all(&forge, "redb").await, 11);
+    // The upgrade kept the file as it was (schema version 2, every row) beside it.
+    let kept = path.with_file_name("forge.redb.schema-v2.bak");
+    assert!(kept.exists(), "{} was not kept", kept.display());
+    forge.flush().await.expect("flush");
+    drop(forge);
+    // Opened again, the file is current: no second upgrade, no second copy.
+    let again = forge_store::open(&format!("redb://{}", path.display()))
+        .await
+        .expect("open the upgraded file");
+    assert_eq!(check_all(&again, "redb").await, 11);
+    drop(again);
+    let copies = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .expect("list")
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".bak"))
+            })
+            .count()
+    };
+    assert_eq!(
+        copies(path.parent().expect("dir")),
+        1,
+        "one upgrade, one copy"
+    );
+    // The copy is the v2 file: opening it upgrades it again (keeping its own copy), and
+    // it holds every row.
+    let other = tempfile::tempdir().expect("temp dir");
+    let old = other.path().join("old.redb");
+    std::fs::copy(&kept, &old).expect("copy the kept file");
+    let from_copy = forge_store::open(&format!("redb://{}", old.display()))
+        .await
+        .expect("open the kept copy");
+    assert_eq!(check_all(&from_copy, "redb").await, 11);
+    assert!(other.path().join("old.redb.schema-v2.bak").exists());
 }
 
 #[cfg(feature = "sqlite")]

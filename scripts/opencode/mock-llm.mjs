@@ -9,6 +9,10 @@
 //   [[two:PATH|CMD]] two tool calls (read PATH + bash CMD) in one step, then a final text answer
 //   [[slow]]      a long text answer streamed slowly (to be aborted)
 //   [[big]]       a long text answer with large usage numbers (pushes the context toward its limit)
+//   [[w1:DIR]]    one W1 turn (ARCHITECTURE §10): 2,000 B of reasoning and three `bash` calls of
+//                 300 B of input each, `cat DIR/w1-out-N.txt` (files of 4,000 B that storage-cost.sh
+//                 writes), then 2,400 B of text; content is random lowercase letters, as in W1, in
+//                 8-byte deltas
 // opencode's compaction request (its summarization prompt) gets a summary; other requests
 // without tools (title generation) get a short title. Usage: node mock-llm.mjs PORT [LOGFILE]
 import http from "node:http";
@@ -22,6 +26,19 @@ function textOf(content) {
   if (typeof content === "string") return content;
   if (Array.isArray(content)) return content.map((c) => (c && c.type === "text" ? c.text : "")).join("\n");
   return "";
+}
+
+// Random lowercase letters from a fixed-seed generator (xorshift32): W1's content.
+let seed = 0x9e3779b9;
+function letters(n) {
+  let out = "";
+  for (let i = 0; i < n; i++) {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    out += String.fromCharCode(97 + ((seed >>> 0) % 26));
+  }
+  return out;
 }
 
 function plan(body) {
@@ -42,6 +59,19 @@ function plan(body) {
         "## Important Details\n- (none)\n\n## Work State\n### Completed\n- Read hello.txt; ran a shell command.\n\n" +
         "### Active\n- (none)\n\n### Blocked\n- (none)\n\n## Next Move\n1. (none)\n\n## Relevant Files\n- hello.txt: the file that was read",
     };
+  }
+  const w1 = userText.match(/\[\[w1:([^\]]+)\]\]/);
+  if (w1 && last.role === "tool") {
+    return { kind: "text", text: letters(2400), piece: 8 };
+  }
+  if (w1) {
+    const calls = [1, 2, 3].map((n) => {
+      const command = `cat ${w1[1]}/w1-out-${n}.txt`;
+      // Pad the description so that the arguments, as JSON, are 300 bytes.
+      const bare = JSON.stringify({ command, description: "" }).length;
+      return { name: "bash", args: { command, description: letters(Math.max(0, 300 - bare)) } };
+    });
+    return { kind: "tools", reasoning: letters(2000), calls, piece: 8 };
   }
   if (last.role === "tool") {
     return { kind: "final", text: "Done: the tool finished and I looked at its output." };
@@ -97,7 +127,8 @@ function chunks(p, model) {
     choices: [{ index: 0, delta, finish_reason: finish }],
   });
   const out = [base({ role: "assistant", content: "" })];
-  const split = (s) => s.match(/.{1,12}/gs) || [];
+  const size = p.piece || 12;
+  const split = (s) => s.match(new RegExp(`.{1,${size}}`, "gs")) || [];
   if (p.reasoning) for (const piece of split(p.reasoning)) out.push(base({ reasoning_content: piece }));
   if (p.text) for (const piece of split(p.text)) out.push(base({ content: piece }));
   let finish = "stop";

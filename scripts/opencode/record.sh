@@ -15,7 +15,10 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$HERE"
-[ -d node_modules/opencode-ai ] || timeout 600 npm ci --no-audit --no-fund
+# npm 11 refuses `npm ci` on this lockfile (it lists only the linux-x64 binaries);
+# `npm install` takes the same pinned versions from it.
+[ -d node_modules/opencode-ai ] || timeout 600 npm ci --no-audit --no-fund \
+  || timeout 600 npm install --no-audit --no-fund
 BIN="$(ls -d "$HERE"/node_modules/opencode-linux-x64*/bin/opencode 2>/dev/null | head -1)"
 [ -x "$BIN" ] || { echo "no opencode binary under node_modules" >&2; exit 1; }
 VERSION="$("$BIN" --version)"

@@ -399,7 +399,15 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
         Some(SCHEMA_VERSION) => return Ok(()),
         Some(v @ (1 | 2)) => {
             drop(txn);
-            return upgrade(db, v);
+            let kept = keep_copy(path, v)?;
+            upgrade(db, v)?;
+            tracing::warn!(
+                file = %path.display(),
+                copy = %kept.display(),
+                "upgraded the file from forge-store schema version {v} to {SCHEMA_VERSION}; \
+                 the file as it was is kept beside it (older releases can open the copy)"
+            );
+            return Ok(());
         }
         Some(v) => {
             return Err(Error::Unsupported(format!(
@@ -439,6 +447,45 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(PART_MESSAGES).map_err(map)?;
     }
     txn.commit().map_err(map)
+}
+
+/// The path of the copy [`keep_copy`] makes of a file of schema version `from`.
+pub(crate) fn copy_path(path: &Path, from: u64) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".schema-v{from}.bak"));
+    PathBuf::from(name)
+}
+
+/// Copies the file, as opened and before its upgrade, to `<file>.schema-v<from>.bak`
+/// (an older release can open that copy). The file has no write of this process yet,
+/// and redb keeps no state outside it, so the copy is a consistent file. A copy already
+/// there (an upgrade that failed after copying) is of the same file and is kept.
+fn keep_copy(path: &Path, from: u64) -> Result<PathBuf> {
+    let copy = copy_path(path, from);
+    if copy.exists() {
+        return Ok(copy);
+    }
+    let partial = copy.with_extension("bak.partial");
+    let made = std::fs::copy(path, &partial)
+        .and_then(|_| std::fs::File::open(&partial)?.sync_all())
+        .and_then(|()| std::fs::rename(&partial, &copy));
+    made.map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        Error::backend(
+            crate::error::BACKEND,
+            false,
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{} needs an upgrade from schema version {from}, and the copy kept \
+                     before upgrading could not be written to {}: {e}",
+                    path.display(),
+                    copy.display()
+                ),
+            ),
+        )
+    })?;
+    Ok(copy)
 }
 
 /// Upgrades a file of schema version `from` (1 or 2) in one durable write transaction:

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# What the real opencode's own storage writes for W1 turns, to set beside
+# `forge-store bench` (docs/backends.md, "The system users run today").
+#
+#   scripts/opencode/storage-cost.sh [TURNS]      (default 5)
+#
+# Starts the pinned opencode (`serve`, in a throw-away HOME/XDG tree) against
+# mock-llm.mjs, makes one warm-up turn (migrations and first-use writes), then sends
+# TURNS prompts, each one W1 turn (ARCHITECTURE §10: 400 B of user text, 2,000 B of
+# reasoning, three bash calls of 300 B input and 4,000 B output, 2,400 B of text, in
+# 8-byte deltas), waiting for each to finish, with strace attached to the serve
+# process: it sums the bytes every write system call of opencode passed to its SQLite
+# files (database, WAL, journal) — what `forge-store bench` counts for SQLite (the
+# writer's bytes, WAL and checkpoints). Then it checkpoints the database from another
+# process, counted the same way. Logical bytes are W1's 17,700 per turn. The git
+# snapshots opencode takes at every step run in child processes and are not counted
+# (their size is printed). Needs strace (Debian's package).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE"
+TURNS="${1:-5}"
+command -v strace > /dev/null || { echo "needs strace: apt-get install strace" >&2; exit 2; }
+[ -d node_modules/opencode-ai ] || timeout 600 npm ci --no-audit --no-fund \
+  || timeout 600 npm install --no-audit --no-fund
+BIN="$(ls -d "$HERE"/node_modules/opencode-linux-x64*/bin/opencode 2>/dev/null | head -1)"
+[ -x "$BIN" ] || { echo "no opencode binary under node_modules" >&2; exit 1; }
+VERSION="$("$BIN" --version)"
+
+WORK="${OPENCODE_COST_DIR:-/tmp/opencode-storage-cost}"
+rm -rf "$WORK"
+PROJ="$WORK/project"
+mkdir -p "$WORK/home" "$PROJ"
+export HOME="$WORK/home"
+export XDG_DATA_HOME="$HOME/.local/share" XDG_CONFIG_HOME="$HOME/.config"
+export XDG_CACHE_HOME="$HOME/.cache" XDG_STATE_HOME="$HOME/.local/state"
+export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1
+unset OPENCODE_CONFIG OPENCODE_CONFIG_DIR OPENCODE_SERVER_PASSWORD
+
+LLM_PORT="${LLM_PORT:-4921}"
+OC_PORT="${OC_PORT:-4922}"
+API="http://127.0.0.1:$OC_PORT"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  sleep 0.5
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# Three tool outputs of 4,000 random lowercase letters, and 400 B user texts.
+python3 - "$PROJ" <<'PY'
+import random, sys
+r = random.Random(7)
+for n in (1, 2, 3):
+    with open(f"{sys.argv[1]}/w1-out-{n}.txt", "w") as f:
+        f.write("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4000)))
+PY
+(cd "$PROJ" && git init -q . && git -c user.email=f@x -c user.name=f add . \
+  && git -c user.email=f@x -c user.name=f commit -qm init)
+cat > "$PROJ/opencode.json" <<JSON
+{
+  "\$schema": "https://opencode.ai/config.json",
+  "provider": {
+    "mock": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Mock",
+      "options": { "baseURL": "http://127.0.0.1:$LLM_PORT/v1", "apiKey": "mock-key" },
+      "models": { "mock-1": { "name": "Mock 1", "limit": { "context": 200000, "output": 8000 },
+                              "cost": { "input": 1, "output": 2 } } }
+    }
+  },
+  "model": "mock/mock-1",
+  "small_model": "mock/mock-1",
+  "autoupdate": false,
+  "share": "disabled",
+  "permission": { "edit": "allow", "bash": "allow", "external_directory": "allow" },
+  "compaction": { "auto": false }
+}
+JSON
+
+node "$HERE/mock-llm.mjs" "$LLM_PORT" > "$WORK/mock.log" 2>&1 &
+PIDS+=($!)
+(cd "$PROJ" && exec timeout 1800 "$BIN" serve --port "$OC_PORT" --hostname 127.0.0.1) > "$WORK/serve.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 60); do curl -sf -m 2 "$API/session" > /dev/null && break; sleep 0.5; done
+curl -sf -m 2 "$API/session" > /dev/null || { echo "opencode serve did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1; }
+# Sums the bytes of write system calls to opencode's SQLite files in an strace log
+# (`-y` prints each descriptor's path).
+db_bytes() {
+  python3 - "$1" <<'PY'
+import re, sys
+total = 0
+pat = re.compile(r"(?:p?write(?:64|v)?|pwritev2?)\(\d+<([^>]*)>.*= (\d+)$")
+for line in open(sys.argv[1], errors="replace"):
+    m = pat.search(line.rstrip())
+    if m and "/opencode/opencode.db" in m.group(1):
+        total += int(m.group(2))
+print(total)
+PY
+}
+SERVE="$(pgrep -f "^$BIN serve" | head -1)"
+[ -n "$SERVE" ] || { echo "no opencode serve process" >&2; exit 1; }
+
+j() { curl -sf -m 300 -H 'content-type: application/json' "$@"; }
+user_text() { python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(''.join(r.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(400)))" "$1"; }
+turn() { # turn SESSION N: one W1 turn; prints the reply's part types
+  local body; body="$(jq -nc --arg t "$(user_text "$2") [[w1:$PROJ]]" '{parts: [{type: "text", text: $t}]}')"
+  j -X POST "$API/session/$1/message" -d "$body" | jq -c '[.info.finish, [.parts[].type]]' > /dev/null
+}
+wait_idle() {
+  for _ in $(seq 1 240); do
+    st="$(j "$API/session/status" | jq -r --arg s "$1" '.[$s].type // "idle"')"
+    [ "$st" = idle ] && return 0
+    sleep 0.25
+  done
+  echo "session $1 still busy" >&2
+}
+
+S="$(j -X POST "$API/session" -d '{"title":"w1"}' | jq -r .id)"
+turn "$S" 0
+wait_idle "$S"
+sleep 2
+strace -f -qq -y -e trace=write,pwrite64,writev,pwritev,pwritev2 -s 0 -p "$SERVE" \
+  -o "$WORK/strace.log" &
+TRACER=$!
+sleep 2
+for n in $(seq 1 "$TURNS"); do
+  turn "$S" "$n"
+  wait_idle "$S"
+done
+sleep 2
+kill -INT "$TRACER"; wait "$TRACER" 2>/dev/null || true
+
+DB="$(ls "$XDG_DATA_HOME"/opencode/*.db 2>/dev/null | head -1 || true)"
+ckpt=0
+if [ -n "$DB" ]; then
+  strace -f -qq -y -e trace=write,pwrite64,writev,pwritev,pwritev2 -s 0 -o "$WORK/ckpt.log" \
+    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=30); c.execute('PRAGMA wal_checkpoint(PASSIVE)').fetchall()" "$DB"
+  ckpt="$(db_bytes "$WORK/ckpt.log")"
+fi
+
+# What the session holds, to check the turns had W1's shape.
+shape="$(j "$API/session/$S/message" | jq -c '[.[] | select(.info.role == "assistant") | .parts[]
+  | {t: .type, n: (((.text // "") | length) + ((.state.output // "") | length))}]
+  | group_by(.t) | map({(.[0].t): (map(.n) | add)}) | add')"
+logical=$((TURNS * 17700))
+serve="$(db_bytes "$WORK/strace.log")"
+snap="$(du -sb "$XDG_DATA_HOME/opencode/snapshot" 2>/dev/null | cut -f1 || echo 0)"
+echo "opencode $VERSION, $TURNS W1 turns after one warm-up (session $S)"
+echo "  database:           ${DB:-none found}"
+echo "  parts (bytes of text/output by type, all $((TURNS + 1)) turns): $shape"
+echo "  logical bytes:      $logical"
+echo "  serve's writes to its database files: $serve"
+echo "  checkpoint writes:  $ckpt"
+python3 -c "import sys; l,s,c,t=map(int,sys.argv[1:]); print(f'  write amplification: {(s+c)/l:.1f}x ({(s+c)//t} bytes per turn)')" \
+  "$logical" "$serve" "$ckpt" "$TURNS"
+echo "  git snapshots (not counted): $snap bytes on disk"
