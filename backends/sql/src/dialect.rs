@@ -72,6 +72,9 @@ pub(crate) trait SqlDb: Database {
 
     /// Column `i` as an integer.
     fn int(row: &Self::Row, i: usize) -> sqlx::Result<i64>;
+
+    /// Column `i` as an integer or NULL.
+    fn opt_int(row: &Self::Row, i: usize) -> sqlx::Result<Option<i64>>;
 }
 
 impl<DB> SqlDb for DB
@@ -82,6 +85,7 @@ where
     for<'a> &'a str: Encode<'a, DB> + Type<DB>,
     for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
     for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> Option<i64>: Decode<'a, DB> + Type<DB>,
     for<'a> bool: Encode<'a, DB> + Type<DB>,
     for<'a> String: Decode<'a, DB> + Type<DB>,
     for<'a> Vec<u8>: Decode<'a, DB> + Type<DB>,
@@ -128,6 +132,10 @@ where
     fn int(row: &Self::Row, i: usize) -> sqlx::Result<i64> {
         row.try_get(i)
     }
+
+    fn opt_int(row: &Self::Row, i: usize) -> sqlx::Result<Option<i64>> {
+        row.try_get(i)
+    }
 }
 
 /// What differs between the SQL dialects.
@@ -141,6 +149,9 @@ pub(crate) trait Dialect: SqlDb {
     const BODY: &'static str;
     /// Follows a bound JSON value (a cast, where the column is not text).
     const JSON_CAST: &'static str;
+    /// Whether a row with a NULL `checksum` is read unverified: rows written before the
+    /// column existed, which the migration could not reach to fill in.
+    const UNCHECKED_ROWS: bool;
 
     /// Whether a database error (not a unique or foreign-key violation) may go away on
     /// a retry.
@@ -260,6 +271,9 @@ pub(crate) trait Backend: Send + Sync {
 
     /// Its write counters.
     fn counters(&self) -> &Counters;
+
+    /// The database, as errors name it (`SQLite database PATH`, `Postgres schema NAME`).
+    fn place(&self) -> &str;
 }
 
 /// Implements [`forge_core::Store`] for a [`Backend`] through the shared read and write

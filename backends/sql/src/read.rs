@@ -10,7 +10,7 @@ use forge_core::{
 use sqlx::{Database, QueryBuilder};
 
 use crate::dialect::{Arg, Backend, Dialect};
-use crate::rows;
+use crate::rows::{self, Origin};
 
 /// A backend's capabilities.
 pub(crate) fn capabilities<B: Backend>() -> Capabilities {
@@ -32,26 +32,58 @@ fn and<D: Dialect>(q: &mut QueryBuilder<D>, column: &str, value: Arg<'_>) {
     D::bind(q, value);
 }
 
-/// Runs `q` and decodes column `i` of every row as text.
-async fn texts<D: Dialect>(
+/// The columns a checked read selects: the JSON, its checksum and the row's `key`
+/// column (named in errors).
+fn checked<D: Dialect>(key: &str) -> String {
+    format!("{}, checksum, {key}", D::BODY)
+}
+
+/// Where a read of `table` looks, for verification errors.
+fn origin<'a, D: Dialect>(place: &'a str, table: &'a str, tenant: &'a TenantId) -> Origin<'a> {
+    Origin {
+        place,
+        table,
+        tenant: tenant.as_str(),
+        unchecked_ok: D::UNCHECKED_ROWS,
+    }
+}
+
+/// Runs `q`, whose columns `i`, `i + 1`, `i + 2` are [`checked`]'s, and returns every
+/// row's JSON, verified.
+async fn bodies<D: Dialect>(
     conn: &mut D::Connection,
     mut q: QueryBuilder<D>,
     i: usize,
+    at: &Origin<'_>,
 ) -> Result<Vec<String>> {
     let rows = D::fetch(conn, &mut q).await.map_err(D::map)?;
-    rows.iter().map(|r| D::text(r, i).map_err(D::map)).collect()
+    rows.iter()
+        .map(|r| {
+            let body = D::text(r, i).map_err(D::map)?;
+            let check = D::opt_int(r, i + 1).map_err(D::map)?;
+            let key = D::bytes(r, i + 2).map_err(D::map)?;
+            rows::verify(&body, check, &key, at)?;
+            Ok(body)
+        })
+        .collect()
 }
 
 async fn session_states<D: Dialect>(
     conn: &mut D::Connection,
     tenant: &TenantId,
+    place: &str,
     mut q: QueryBuilder<D>,
 ) -> Result<Vec<SessionState>> {
+    let at = origin::<D>(place, "sessions", tenant);
     let rows = D::fetch(conn, &mut q).await.map_err(D::map)?;
     rows.iter()
         .map(|r| {
             let seq = D::int(r, 0).map_err(D::map)?;
-            rows::session_state(tenant.as_str(), seq, &D::text(r, 1).map_err(D::map)?)
+            let body = D::text(r, 1).map_err(D::map)?;
+            let check = D::opt_int(r, 2).map_err(D::map)?;
+            let key = D::bytes(r, 3).map_err(D::map)?;
+            rows::verify(&body, check, &key, &at)?;
+            rows::session_state(tenant.as_str(), seq, &body)
         })
         .collect()
 }
@@ -62,18 +94,20 @@ pub(crate) async fn session<B: Backend>(
     id: &SessionId,
 ) -> Result<Option<SessionState>> {
     let mut conn = b.reader(tenant, false).await?;
-    let mut q = select::<B::Db>(&format!("seq, {}", B::Db::BODY), "sessions", tenant);
+    let columns = format!("seq, {}", checked::<B::Db>("id"));
+    let mut q = select::<B::Db>(&columns, "sessions", tenant);
     and(&mut q, "id", Arg::Id(id.as_str()));
-    let mut out = session_states(&mut *conn, tenant, q).await?;
+    let mut out = session_states(&mut *conn, tenant, b.place(), q).await?;
     conn.finish().await.map_err(B::Db::map)?;
     Ok(out.pop())
 }
 
 pub(crate) async fn sessions<B: Backend>(b: &B, tenant: &TenantId) -> Result<Vec<SessionState>> {
     let mut conn = b.reader(tenant, false).await?;
-    let mut q = select::<B::Db>(&format!("seq, {}", B::Db::BODY), "sessions", tenant);
+    let columns = format!("seq, {}", checked::<B::Db>("id"));
+    let mut q = select::<B::Db>(&columns, "sessions", tenant);
     q.push(" ORDER BY id");
-    let out = session_states(&mut *conn, tenant, q).await?;
+    let out = session_states(&mut *conn, tenant, b.place(), q).await?;
     conn.finish().await.map_err(B::Db::map)?;
     Ok(out)
 }
@@ -81,19 +115,20 @@ pub(crate) async fn sessions<B: Backend>(b: &B, tenant: &TenantId) -> Result<Vec
 /// The parts of messages `first..=last` of a session, by message and id.
 async fn parts_of<D: Dialect>(
     conn: &mut D::Connection,
+    place: &str,
     tenant: &TenantId,
     session: &SessionId,
     first: &MessageId,
     last: &MessageId,
 ) -> Result<Vec<Part>> {
-    let mut q = select::<D>(D::BODY, "parts", tenant);
+    let mut q = select::<D>(&checked::<D>("id"), "parts", tenant);
     and(&mut q, "session", Arg::Id(session.as_str()));
     q.push(" AND message >= ");
     D::bind(&mut q, Arg::Id(first.as_str()));
     q.push(" AND message <= ");
     D::bind(&mut q, Arg::Id(last.as_str()));
     q.push(" ORDER BY message, id");
-    texts(conn, q, 0)
+    bodies(conn, q, 0, &origin::<D>(place, "parts", tenant))
         .await?
         .iter()
         .map(|body| rows::part(tenant.as_str(), body))
@@ -108,14 +143,15 @@ pub(crate) async fn message<B: Backend>(
 ) -> Result<Option<MessageWithParts>> {
     // The message and its parts from one snapshot.
     let mut conn = b.reader(tenant, true).await?;
-    let mut q = select::<B::Db>(B::Db::BODY, "messages", tenant);
+    let mut q = select::<B::Db>(&checked::<B::Db>("id"), "messages", tenant);
     and(&mut q, "session", Arg::Id(session.as_str()));
     and(&mut q, "id", Arg::Id(id.as_str()));
-    let out = match texts(&mut *conn, q, 0).await?.pop() {
+    let at = origin::<B::Db>(b.place(), "messages", tenant);
+    let out = match bodies(&mut *conn, q, 0, &at).await?.pop() {
         None => None,
         Some(body) => {
             let info = rows::message(tenant.as_str(), &body)?;
-            let parts = parts_of::<B::Db>(&mut conn, tenant, session, id, id).await?;
+            let parts = parts_of::<B::Db>(&mut conn, b.place(), tenant, session, id, id).await?;
             Some(MessageWithParts { info, parts })
         }
     };
@@ -132,7 +168,7 @@ pub(crate) async fn messages<B: Backend>(
 ) -> Result<Page> {
     let limit = clamp_limit(limit);
     let mut conn = b.reader(tenant, true).await?;
-    let mut q = select::<B::Db>(B::Db::BODY, "messages", tenant);
+    let mut q = select::<B::Db>(&checked::<B::Db>("id"), "messages", tenant);
     and(&mut q, "session", Arg::Id(session.as_str()));
     if let Some(c) = before {
         q.push(" AND id < ");
@@ -140,9 +176,10 @@ pub(crate) async fn messages<B: Backend>(
     }
     q.push(" ORDER BY id DESC LIMIT ");
     B::Db::bind(&mut q, Arg::Int(limit as i64 + 1));
-    let bodies = texts(&mut *conn, q, 0).await?;
-    let more = bodies.len() > limit;
-    let mut infos = bodies
+    let at = origin::<B::Db>(b.place(), "messages", tenant);
+    let found = bodies(&mut *conn, q, 0, &at).await?;
+    let more = found.len() > limit;
+    let mut infos = found
         .iter()
         .take(limit)
         .map(|body| rows::message(tenant.as_str(), body))
@@ -151,7 +188,8 @@ pub(crate) async fn messages<B: Backend>(
     let messages = match (infos.first(), infos.last()) {
         (Some(first), Some(last)) => {
             let (first, last) = (first.id.clone(), last.id.clone());
-            let parts = parts_of::<B::Db>(&mut conn, tenant, session, &first, &last).await?;
+            let parts =
+                parts_of::<B::Db>(&mut conn, b.place(), tenant, session, &first, &last).await?;
             rows::attach_parts(infos, parts, B::Db::BACKEND)?
         }
         _ => Vec::new(),
@@ -168,17 +206,18 @@ pub(crate) async fn messages<B: Backend>(
 /// The open rows of `table`, by `order`.
 async fn open_rows<D: Dialect>(
     conn: &mut <D as Database>::Connection,
+    place: &str,
     tenant: &TenantId,
     session: Option<&SessionId>,
     table: &str,
     order: &str,
 ) -> Result<Vec<String>> {
-    let mut q = select::<D>(D::BODY, table, tenant);
+    let mut q = select::<D>(&checked::<D>("id"), table, tenant);
     if let Some(s) = session {
         and(&mut q, "session", Arg::Id(s.as_str()));
     }
     q.push(format_args!(" AND open ORDER BY {order}"));
-    texts(conn, q, 0).await
+    bodies(conn, q, 0, &origin::<D>(place, table, tenant)).await
 }
 
 pub(crate) async fn open_items<B: Backend>(
@@ -188,12 +227,20 @@ pub(crate) async fn open_items<B: Backend>(
 ) -> Result<OpenItems> {
     let mut conn = b.reader(tenant, true).await?;
     let t = tenant.as_str();
-    let messages = open_rows::<B::Db>(&mut *conn, tenant, session, "messages", "session, id")
-        .await?
-        .iter()
-        .map(|body| rows::message(t, body))
-        .collect::<Result<_>>()?;
-    let parts = open_rows::<B::Db>(&mut *conn, tenant, session, "parts", "session, message, id")
+    let messages = open_rows::<B::Db>(
+        &mut *conn,
+        b.place(),
+        tenant,
+        session,
+        "messages",
+        "session, id",
+    )
+    .await?
+    .iter()
+    .map(|body| rows::message(t, body))
+    .collect::<Result<_>>()?;
+    let order = "session, message, id";
+    let parts = open_rows::<B::Db>(&mut *conn, b.place(), tenant, session, "parts", order)
         .await?
         .iter()
         .map(|body| rows::part(t, body))

@@ -1,5 +1,11 @@
 //! Decoding stored rows: every row keeps its JSON next to the indexed columns, and the
-//! JSON is the whole truth (ids included), so reading is parsing it.
+//! JSON is the whole truth (ids included), so reading is parsing it — after checking it
+//! against the row's `checksum` column.
+//!
+//! `checksum` holds the value's format version in its high 32 bits (1: JSON text) and
+//! the crc32c of the JSON's UTF-8 bytes in its low 32 bits. Every write sets it; every
+//! read verifies it, so a value damaged on disk or edited behind the store's back is
+//! [`Error::Corrupted`] naming the row and the database, never returned changed.
 
 use forge_core::{Error, Message, MessageWithParts, Part, Result, Session, SessionState};
 use serde::de::DeserializeOwned;
@@ -10,6 +16,73 @@ pub(crate) fn from_json<T: DeserializeOwned>(
     what: impl FnOnce() -> String,
 ) -> Result<T> {
     serde_json::from_str(json).map_err(|e| Error::codec(format!("{} does not decode", what()), e))
+}
+
+/// The format version of a row's value: JSON text.
+pub(crate) const VALUE_FORMAT: i64 = 1;
+
+/// The `checksum` column of a row whose JSON is `body`.
+pub(crate) fn checksum(body: &str) -> i64 {
+    (VALUE_FORMAT << 32) | i64::from(crc32c::crc32c(body.as_bytes()))
+}
+
+/// Where a row was read, for [`verify`]'s error.
+pub(crate) struct Origin<'a> {
+    /// The database (`SQLite database PATH`, `Postgres schema NAME`).
+    pub place: &'a str,
+    /// The table.
+    pub table: &'a str,
+    /// The row's tenant.
+    pub tenant: &'a str,
+    /// Whether a row without a checksum is accepted unverified (rows written before the
+    /// column existed, where they could not be given one).
+    pub unchecked_ok: bool,
+}
+
+/// Checks `body` against its row's `checksum` (`None`: SQL NULL); `key` names the row
+/// (its id column, as stored).
+///
+/// # Errors
+/// [`Error::Corrupted`] naming the row and the database: a missing checksum (unless
+/// [`Origin::unchecked_ok`]), an unknown value format, or a checksum that does not match.
+pub(crate) fn verify(body: &str, check: Option<i64>, key: &[u8], at: &Origin<'_>) -> Result<()> {
+    let what = || {
+        format!(
+            "{} {} row {} of tenant {}",
+            at.place,
+            at.table,
+            String::from_utf8_lossy(key),
+            at.tenant
+        )
+    };
+    let Some(check) = check else {
+        if at.unchecked_ok {
+            return Ok(());
+        }
+        return Err(Error::corrupted(
+            what(),
+            "has no checksum (written or edited outside forge-store?)",
+        ));
+    };
+    let format = check >> 32;
+    if format != VALUE_FORMAT {
+        return Err(Error::corrupted(
+            what(),
+            format!("has value format {format}; this release knows format {VALUE_FORMAT}"),
+        ));
+    }
+    let expected = check & 0xffff_ffff;
+    let actual = i64::from(crc32c::crc32c(body.as_bytes()));
+    if expected != actual {
+        return Err(Error::corrupted(
+            what(),
+            format!(
+                "fails its checksum (stored crc32c {expected:08x}, the value's {actual:08x}): \
+                 the value was damaged or changed behind the store's back"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A session row: its JSON and `seq` (stored as the `i64` of the same bits).

@@ -8,7 +8,8 @@ use crate::dialect::{Arg, Dialect};
 
 /// Checks the schema version and applies the missing `migrations`, inside the caller's
 /// transaction. `place` names the database in errors; `tables` lists the names of the
-/// tables it holds; `meta` creates `forge_meta` in an empty one.
+/// tables it holds; `meta` creates `forge_meta` in an empty one. Returns the version
+/// the database had (0: it was empty).
 ///
 /// # Errors
 /// [`Error::Unsupported`] when the database was written by a newer schema version;
@@ -20,7 +21,7 @@ pub(crate) async fn upgrade<D: Dialect>(
     mut tables: QueryBuilder<D>,
     meta: &'static str,
     migrations: &[&'static str],
-) -> Result<()> {
+) -> Result<i64> {
     let tables = D::fetch(conn, &mut tables)
         .await
         .map_err(D::map)?
@@ -59,5 +60,5 @@ pub(crate) async fn upgrade<D: Dialect>(
         q.push(") ON CONFLICT (key) DO UPDATE SET value = excluded.value");
         D::execute(conn, &mut q).await.map_err(D::map)?;
     }
-    Ok(())
+    Ok(version)
 }

@@ -8,7 +8,7 @@ use sqlx::{Database, QueryBuilder};
 
 use crate::dialect::{Arg, Backend, Dialect};
 use crate::plan::{Batch, Loaded, Needs, StoredSession, TenantOps};
-use crate::rows::{seq_from_sql, seq_to_sql};
+use crate::rows::{self, seq_from_sql, seq_to_sql, Origin};
 use crate::stats::Tally;
 use crate::{id_from_sql, CHUNK_ROWS};
 
@@ -27,6 +27,7 @@ pub(crate) async fn apply<B: Backend>(b: &B, batch: &[Envelope<SyncEvent>]) -> R
             conn: &mut tx,
             tenant: None,
             tally: &mut tally,
+            place: b.place(),
         };
         let loaded = writer.load(&needs).await?;
         let plan = batch.simulate(&loaded)?;
@@ -53,6 +54,8 @@ struct Writer<'a, D: Database> {
     /// The tenant set in the transaction, set again only when it changes.
     tenant: Option<TenantId>,
     tally: &'a mut Tally,
+    /// The database, named in verification errors.
+    place: &'a str,
 }
 
 impl<D: Dialect> Writer<'_, D> {
@@ -87,17 +90,30 @@ impl<D: Dialect> Writer<'_, D> {
             self.switch(tenant).await?;
             let ids: Vec<_> = ids.iter().collect();
             for chunk in ids.chunks(CHUNK_ROWS) {
-                let sql = format!("SELECT id, seq, {} FROM sessions WHERE tenant = ", D::BODY);
+                let sql = format!(
+                    "SELECT id, seq, {}, checksum FROM sessions WHERE tenant = ",
+                    D::BODY
+                );
                 let mut q = QueryBuilder::new(sql);
                 D::bind(&mut q, Arg::Text(tenant.as_str()));
                 q.push(" AND id IN (");
                 D::push_tuples(&mut q, chunk, |id| [Arg::Id(id.as_str())]);
                 q.push(")");
+                let at = Origin {
+                    place: self.place,
+                    table: "sessions",
+                    tenant: tenant.as_str(),
+                    unchecked_ok: D::UNCHECKED_ROWS,
+                };
                 for row in self.fetch(q).await? {
                     let id = D::bytes(&row, 0).map_err(D::map)?;
+                    let body = D::text(&row, 2).map_err(D::map)?;
+                    // The row may be written back (a new seq): a damaged one must not
+                    // get a fresh checksum.
+                    rows::verify(&body, D::opt_int(&row, 3).map_err(D::map)?, &id, &at)?;
                     let stored = StoredSession {
                         seq: seq_from_sql(D::int(&row, 1).map_err(D::map)?),
-                        body: D::text(&row, 2).map_err(D::map)?,
+                        body,
                     };
                     loaded
                         .sessions
@@ -214,8 +230,9 @@ impl<D: Dialect> Writer<'_, D> {
         .await?;
         let t = Arg::Text(tenant.as_str());
         self.upsert(
-            "sessions (tenant, id, seq, body)",
-            "(tenant, id) DO UPDATE SET seq = excluded.seq, body = excluded.body",
+            "sessions (tenant, id, seq, body, checksum)",
+            "(tenant, id) DO UPDATE SET seq = excluded.seq, body = excluded.body, \
+             checksum = excluded.checksum",
             &ops.put_sessions,
             |s| {
                 [
@@ -223,13 +240,15 @@ impl<D: Dialect> Writer<'_, D> {
                     Arg::Id(s.id.as_str()),
                     Arg::Int(seq_to_sql(s.seq)),
                     Arg::Json(&s.body),
+                    Arg::Int(rows::checksum(&s.body)),
                 ]
             },
         )
         .await?;
         self.upsert(
-            "messages (tenant, session, id, open, body)",
-            "(tenant, session, id) DO UPDATE SET open = excluded.open, body = excluded.body",
+            "messages (tenant, session, id, open, body, checksum)",
+            "(tenant, session, id) DO UPDATE SET open = excluded.open, body = excluded.body, \
+             checksum = excluded.checksum",
             &ops.put_messages,
             |m| {
                 let (s, id) = (m.session.as_str(), m.id.as_str());
@@ -239,19 +258,21 @@ impl<D: Dialect> Writer<'_, D> {
                     Arg::Id(id),
                     Arg::Bool(m.open),
                     Arg::Json(&m.body),
+                    Arg::Int(rows::checksum(&m.body)),
                 ]
             },
         )
         .await?;
         self.upsert(
-            "parts (tenant, session, message, id, open, body)",
+            "parts (tenant, session, message, id, open, body, checksum)",
             "(tenant, session, message, id) DO UPDATE SET open = excluded.open, \
-             body = excluded.body",
+             body = excluded.body, checksum = excluded.checksum",
             &ops.put_parts,
             |p| {
                 let (s, m, id) = (p.session.as_str(), p.message.as_str(), p.id.as_str());
                 let (open, body) = (Arg::Bool(p.open), Arg::Json(&p.body));
-                [t, Arg::Id(s), Arg::Id(m), Arg::Id(id), open, body]
+                let check = Arg::Int(rows::checksum(&p.body));
+                [t, Arg::Id(s), Arg::Id(m), Arg::Id(id), open, body, check]
             },
         )
         .await?;

@@ -143,7 +143,7 @@ fn a_schema_of_a_newer_version_is_refused() {
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 3") && msg.contains("newer"),
+            msg.contains("schema version 4") && msg.contains("newer"),
             "{msg}"
         );
 
@@ -421,5 +421,53 @@ fn w1_turn_costs_are_measured() {
         assert!(per_turn.transactions >= 1.0 && per_turn.rows >= per_turn.transactions);
         db.close().await;
         schema.drop().await.unwrap();
+    });
+}
+
+#[test]
+fn a_value_edited_behind_the_store_is_corrupted_and_a_row_without_checksum_reads() {
+    runtime().block_on(async {
+        let Some((schema, store)) = fresh("value_checksums").await else {
+            return;
+        };
+        let (a, s1) = (tenant("a"), forge_core::SessionId::from("ses_1"));
+        let m1 = forge_core::MessageId::from("msg_1");
+        let batch = vec![
+            put_session("a", "ses_1", 1),
+            env(
+                "a",
+                "ses_1",
+                2,
+                forge_core::SyncEvent::MessageUpdated {
+                    info: message("ses_1", "msg_1", 2),
+                },
+            ),
+        ];
+        store.apply(&batch).await.unwrap();
+        // The URL's user owns the tables and is a superuser here: it bypasses the
+        // row-level security an application connection is held to.
+        let mut conn = raw(&schema).await;
+        sqlx::query("UPDATE messages SET body = (body::text || ' ')::json")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let err = store.message(&a, &s1, &m1).await.unwrap_err();
+        assert!(
+            matches!(err, forge_core::Error::Corrupted { .. }),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        for needle in [schema.name(), "messages row msg_1", "tenant a", "checksum"] {
+            assert!(msg.contains(needle), "{needle:?} not in {msg}");
+        }
+        // A row from before schema version 3 has no checksum and is read unverified.
+        sqlx::query("UPDATE messages SET checksum = NULL")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let got = store.message(&a, &s1, &m1).await.unwrap().unwrap();
+        assert_eq!(got.info, message("ses_1", "msg_1", 2));
+        conn.close().await.unwrap();
+        store.close().await;
     });
 }

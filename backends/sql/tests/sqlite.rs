@@ -219,7 +219,7 @@ fn a_database_of_a_newer_schema_version_is_refused() {
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains("schema version 3") && msg.contains("newer"),
+            msg.contains("schema version 4") && msg.contains("newer"),
             "{msg}"
         );
 
@@ -382,5 +382,111 @@ fn w1_turn_costs_are_measured() {
         w1::print("sqlite", 5, &per_turn);
         // Figures are printed, not judged; only that something was measured.
         assert!(per_turn.transactions >= 1.0 && per_turn.rows >= per_turn.transactions);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Checksummed values
+
+/// A session with one part whose JSON holds `marker`.
+fn marked_batch(marker: &str) -> Vec<forge_core::Envelope<SyncEvent>> {
+    let (s, m) = ("ses_1", "msg_1");
+    let mut json = serde_json::to_value(part(s, m, "prt_marked", 6)).unwrap();
+    json["xMarker"] = serde_json::json!(marker);
+    let prt: forge_core::Part = serde_json::from_value(json).unwrap();
+    vec![
+        put_session("a", s, 1),
+        env(
+            "a",
+            s,
+            2,
+            SyncEvent::MessageUpdated {
+                info: message(s, m, 2),
+            },
+        ),
+        env("a", s, 3, SyncEvent::PartUpdated { part: prt }),
+    ]
+}
+
+#[test]
+fn a_value_damaged_in_the_file_is_corrupted_naming_the_row_and_the_file() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.db");
+    let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
+    rt.block_on(async {
+        let store = open(dir.path()).await;
+        store.apply(&marked_batch("zz-checkmark-zz")).await.unwrap();
+        store.close().await; // the last connection: the WAL goes into the file
+    });
+    // One byte of the value changes on disk; the JSON stays valid.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(9)
+        .position(|w| w == b"checkmark")
+        .expect("the value is in the file");
+    bytes[at + 5] = b'M';
+    std::fs::write(&path, &bytes).unwrap();
+    rt.block_on(async {
+        let store = open(dir.path()).await;
+        let err = store
+            .message(&a, &s1, &MessageId::from("msg_1"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, forge_core::Error::Corrupted { .. }),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        for needle in ["forge.db", "parts row prt_marked", "tenant a", "checksum"] {
+            assert!(msg.contains(needle), "{needle:?} not in {msg}");
+        }
+        // The history page and the open-items listing refuse it the same way.
+        let page = store.messages(&a, &s1, None, 10).await.unwrap_err();
+        assert!(
+            matches!(page, forge_core::Error::Corrupted { .. }),
+            "{page:?}"
+        );
+        // The undamaged rows still read.
+        assert!(store.session(&a, &s1).await.unwrap().is_some());
+        store.close().await;
+    });
+}
+
+#[test]
+fn a_value_edited_behind_the_store_or_without_checksum_is_corrupted() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
+    rt.block_on(async {
+        let store = open(dir.path()).await;
+        store.apply(&marked_batch("edit-me")).await.unwrap();
+        store.close().await;
+        let mut conn = raw(dir.path()).await;
+        sqlx::query("UPDATE sessions SET body = replace(body, '\"ses_1\"', '\"ses_1\" ')")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE messages SET checksum = NULL")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        let store = open(dir.path()).await;
+        let err = store.session(&a, &s1).await.unwrap_err();
+        assert!(err.to_string().contains("sessions row ses_1"), "{err}");
+        assert!(err.to_string().contains("fails its checksum"), "{err}");
+        // A write that would carry the damaged session row forward is refused too.
+        let refused = store.apply(&marked_batch("again")).await.unwrap_err();
+        assert!(
+            matches!(refused, forge_core::Error::Corrupted { .. }),
+            "{refused:?}"
+        );
+        let err = store
+            .message(&a, &s1, &MessageId::from("msg_1"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("has no checksum"), "{err}");
+        store.close().await;
     });
 }

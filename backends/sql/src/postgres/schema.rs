@@ -18,7 +18,7 @@ use super::config::PostgresOptions;
 use crate::error::postgres as map;
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Serializes migrations of every forge-store schema on the server (an advisory lock
 /// key; any constant unlikely to be used by others).
@@ -81,6 +81,14 @@ CREATE POLICY tenant_isolation ON parts
 "#,
     r"
 CREATE INDEX parts_by_id ON parts (tenant, session, id);
+",
+    // Version 3: every row's value carries its format and checksum (`crate::rows`).
+    // Rows already there keep NULL until written again (read unverified): crc32c is not
+    // computable in SQL, and forced row-level security hides other tenants' rows.
+    r"
+ALTER TABLE sessions ADD COLUMN checksum bigint;
+ALTER TABLE messages ADD COLUMN checksum bigint;
+ALTER TABLE parts ADD COLUMN checksum bigint;
 ",
 ];
 

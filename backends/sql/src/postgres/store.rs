@@ -29,6 +29,7 @@ pub struct PostgresStore {
     options: PostgresOptions,
     privileged: bool,
     counters: Arc<Counters>,
+    place: Arc<str>,
 }
 
 impl PostgresStore {
@@ -85,9 +86,10 @@ impl PostgresStore {
             .map_err(map)?;
         Ok(Self {
             pool,
-            options,
             privileged: setup.privileged,
             counters: Arc::default(),
+            place: format!("Postgres schema {}", options.schema).into(),
+            options,
         })
     }
 
@@ -156,6 +158,10 @@ impl Backend for PostgresStore {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    fn place(&self) -> &str {
+        &self.place
     }
 }
 

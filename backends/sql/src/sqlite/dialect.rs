@@ -13,6 +13,8 @@ impl Dialect for Sqlite {
     const TENANCY: Tenancy = Tenancy::Keyed;
     const BODY: &'static str = "body";
     const JSON_CAST: &'static str = "";
+    /// The migration to schema 3 computes every checksum: a NULL is never valid.
+    const UNCHECKED_ROWS: bool = false;
 
     /// `SQLITE_BUSY` / `SQLITE_LOCKED` (and their extended codes): another process holds
     /// the file's write lock longer than the busy timeout.

@@ -45,6 +45,7 @@ pub struct SqliteStore {
     readers: SqlitePool,
     options: SqliteOptions,
     counters: Arc<Counters>,
+    place: Arc<str>,
 }
 
 impl SqliteStore {
@@ -103,6 +104,7 @@ impl SqliteStore {
         Ok(Self {
             writer,
             readers,
+            place: format!("SQLite database {}", options.path.display()).into(),
             options,
             counters: Arc::default(),
         })
@@ -189,6 +191,10 @@ impl Backend for SqliteStore {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    fn place(&self) -> &str {
+        &self.place
     }
 }
 
