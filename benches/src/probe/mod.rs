@@ -161,6 +161,13 @@ impl ProbeRun {
         Ok(match (self.probe, self.baseline) {
             (Probe::Redb(counters), Baseline::Redb(start)) => {
                 let run = counters.snapshot().since(start);
+                tracing::info!(
+                    file_write_bytes = run.write_bytes,
+                    file_syncs = run.syncs,
+                    journal_page_bytes = run.journal_write_bytes,
+                    journal_syncs = run.journal_syncs,
+                    "redb: what the run wrote, by cause"
+                );
                 (
                     physical(
                         run.total_write_bytes(),
