@@ -109,6 +109,15 @@ fn upsert_catches_a_sessions_listing_that_drops_the_1025th() {
 }
 
 #[test]
+fn tenant_isolation_catches_a_listing_continuation_that_forgets_the_tenant() {
+    caught_at_scale(
+        Wrapper::Scale(ScaleBug::ContinuationLosesTheTenant),
+        Property::TenantIsolation,
+        &["sessions() lists"],
+    );
+}
+
+#[test]
 fn upsert_catches_open_items_capped_at_1000() {
     caught_at_scale(
         Wrapper::Scale(ScaleBug::OpenItemsCappedAt1000),

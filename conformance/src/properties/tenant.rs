@@ -1,7 +1,9 @@
 //! §9.7 Tenant isolation:
 //! - six tenants writing the same session, message and part ids never see or change
 //!   each other's rows (each equals its own reference model), and a seventh sees
-//!   nothing. Two of them are `a.b` and `_-`: valid tenant ids made of punctuation a
+//!   nothing. Large cases first give each of the six thousands of sessions with the
+//!   same ids, so every tenant's listing runs past any internal page of a scan (a
+//!   continuation that forgets the tenant shows up as another tenant's sessions). Two of them are `a.b` and `_-`: valid tenant ids made of punctuation a
 //!   backend naming files, patterns or keys after tenants must contain; two are
 //!   near-duplicates of the first (the same in upper case, and the first extended to 64
 //!   characters, so the first is its prefix);
@@ -23,6 +25,7 @@ use super::upsert::{compare, Op};
 use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
 use crate::reference::ReferenceStore;
 use crate::strategies::model::{self, MessageKind, PartKind};
+use crate::strategies::scaled::Sizes;
 use crate::Property;
 
 /// Ids a careless backend turns into paths, patterns or queries.
@@ -79,6 +82,10 @@ pub struct Case {
     pub hostile_tenants: Vec<String>,
     /// Strings `TenantId::new` must accept.
     pub valid_tenants: Vec<String>,
+    /// Sessions `ses_00000`, `ses_00001`, … each of the six tenants writes in one batch
+    /// before the ops (0 in regular cases).
+    #[serde(default)]
+    pub bulk: u16,
 }
 
 /// Any case.
@@ -107,11 +114,27 @@ pub fn case() -> impl Strategy<Value = Case> {
                 .collect(),
             hostile_tenants,
             valid_tenants,
+            bulk: 0,
         })
 }
 
+/// Large cases: a regular case after each tenant wrote a listing's worth of sessions.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    (case(), sizes.listing()).prop_map(|(mut c, bulk)| {
+        c.bulk = bulk;
+        c
+    })
+}
+
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
-    crate::harness::run_cases(ctx, Property::TenantIsolation, case(), |c| check(ctx, c))
+    let sizes = Sizes::new(ctx.config.scale);
+    crate::harness::run_scaled(
+        ctx,
+        Property::TenantIsolation,
+        case(),
+        large_case(sizes),
+        |c| check(ctx, c),
+    )
 }
 
 /// `a` extended to 64 characters: `a` is a prefix of it.
@@ -260,6 +283,27 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let ta = tenants[0].1.clone();
         let store = b.store.as_ref();
         let mut model = ReferenceStore::new();
+        // Each tenant's sessions carry its own version, so a row shown to the wrong
+        // tenant differs even where the ids are the same.
+        for (v, (name, tenant)) in (0u8..).zip(&tenants[..6]) {
+            if case.bulk == 0 {
+                break;
+            }
+            let events = (0..case.bulk)
+                .map(|k| SyncEvent::SessionUpdated {
+                    info: model::session(&SessionId::from(format!("ses_{k:05}")), v),
+                })
+                .collect();
+            let batch = envs(tenant, 1, events);
+            ctx.stats.batch(batch.len());
+            model
+                .apply(&batch)
+                .map_err(|r| format!("the model rejects tenant {name}'s sessions: {r:?}"))?;
+            store
+                .apply(&batch)
+                .await
+                .map_err(ctx_err(&format!("apply (tenant {name}'s sessions)")))?;
+        }
         for (seq, (who, op)) in (1..).zip(&case.ops) {
             let (name, tenant) = &tenants[usize::from(*who % 6)];
             let batch = envs(tenant, seq, vec![op.event()]);

@@ -40,6 +40,10 @@ pub enum ScaleBug {
     /// Session ids compare without case (a `NOCASE` collation): the first spelling
     /// written is kept and every case variant names it.
     SessionIdsIgnoreCase,
+    /// `sessions` reads in pages of 1,000 keys and the query for the next page forgets
+    /// the tenant (`WHERE (tenant, id) > (last)` alone): past the 1,000th, the listing
+    /// runs on into the sessions of the tenants that sort after it.
+    ContinuationLosesTheTenant,
 }
 
 /// `MemoryStore` with one [`ScaleBug`].
@@ -48,6 +52,8 @@ pub struct ScaleStore {
     inner: MemoryStore,
     bug: ScaleBug,
     spelling: Mutex<HashMap<(TenantId, String), SessionId>>,
+    /// Every tenant written, for [`ScaleBug::ContinuationLosesTheTenant`].
+    tenants: Mutex<std::collections::BTreeSet<TenantId>>,
 }
 
 impl ScaleStore {
@@ -56,6 +62,7 @@ impl ScaleStore {
             inner: MemoryStore::new(),
             bug,
             spelling: Mutex::new(HashMap::new()),
+            tenants: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -170,6 +177,9 @@ impl Store for ScaleStore {
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         let batch: Vec<Envelope<SyncEvent>> = batch.iter().map(|e| self.rewrite(e)).collect();
+        self.tenants
+            .lock()
+            .extend(batch.iter().map(|e| e.tenant.clone()));
         if self.bug == ScaleBug::ChunksBatchesOf1000 && batch.len() > 1000 {
             for chunk in batch.chunks(1000) {
                 self.inner.apply(chunk).await?;
@@ -187,6 +197,22 @@ impl Store for ScaleStore {
         let mut all = self.inner.sessions(tenant).await?;
         if self.bug == ScaleBug::SessionsCappedAt1024 {
             all.truncate(1024);
+        }
+        if self.bug == ScaleBug::ContinuationLosesTheTenant && all.len() > 1000 {
+            // The second page's query matches every key after the 1,000th: the rest of
+            // this tenant, then every tenant after it.
+            let later: Vec<TenantId> = self
+                .tenants
+                .lock()
+                .range::<TenantId, _>((
+                    std::ops::Bound::Excluded(tenant),
+                    std::ops::Bound::Unbounded,
+                ))
+                .cloned()
+                .collect();
+            for t in later {
+                all.extend(self.inner.sessions(&t).await?);
+            }
         }
         Ok(all)
     }
