@@ -203,7 +203,7 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
         (
             message_kind(),
             vec((0..PARTS, part_kind(), 0u8..4), 0..=2),
-            0u8..9,
+            0u8..10,
         ),
     )
         .prop_map(|((s, m, start, v), (kind, parts, end))| {
@@ -229,7 +229,8 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
             // part to another message it held before (rejected: the re-created session
             // starts empty, so that message is gone), 7 delete the session after all this
             // (nothing written in the batch may stay), 8 delete the other session, then
-            // write one more part to `m` (this session's rows must be untouched).
+            // write one more part to `m` (this session's rows must be untouched), 9 remove
+            // another message of the session (the parts just written to `m` stay).
             match end {
                 3 => ops.extend([Op::RemoveMessage { s, m }, Op::PutMessage { s, m, kind, v }]),
                 4 => ops.extend([
@@ -271,6 +272,10 @@ fn chain() -> impl Strategy<Value = Vec<Op>> {
                         v,
                     },
                 ]),
+                9 => ops.push(Op::RemoveMessage {
+                    s,
+                    m: (m + 2) % MESSAGES,
+                }),
                 _ => {}
             }
             ops
