@@ -181,9 +181,22 @@ async fn a_v1_postgres_schema_reads_back_every_row() {
         Ok(forge) => Ok(check_all(&forge, "postgres").await),
         Err(e) => Err(e),
     };
+    // The test's user is a superuser: the upgrade could see every tenant's rows and
+    // gave each its checksum.
+    let mut unchecked = 0i64;
+    for table in ["sessions", "messages", "parts"] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {schema}.{table} WHERE checksum IS NULL"
+        )))
+        .fetch_one(&admin)
+        .await
+        .expect("count rows without checksum");
+        unchecked += n;
+    }
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .execute(&admin)
         .await
         .expect("drop");
     assert_eq!(result.expect("open the v1 Postgres schema"), 11);
+    assert_eq!(unchecked, 0, "rows left without a checksum by the upgrade");
 }

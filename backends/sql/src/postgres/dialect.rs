@@ -16,9 +16,9 @@ impl Dialect for Postgres {
     const TENANCY: Tenancy = Tenancy::RowLevelSecurity;
     const BODY: &'static str = "body::text";
     const JSON_CAST: &'static str = "::json";
-    /// Rows written before schema 3 keep a NULL checksum until they are written again:
-    /// the migration cannot compute crc32c in SQL, nor see every tenant's rows under
-    /// forced row-level security.
+    /// Rows written before schema 3 keep a NULL checksum until written again when a
+    /// role bound by row-level security ran the upgrade: it cannot see every tenant's
+    /// rows to compute it (a privileged upgrade fills every row in).
     const UNCHECKED_ROWS: bool = true;
 
     /// Class 08 (connection exception), 40001 (serialization failure), 40P01

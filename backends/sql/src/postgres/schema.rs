@@ -83,8 +83,7 @@ CREATE POLICY tenant_isolation ON parts
 CREATE INDEX parts_by_id ON parts (tenant, session, id);
 ",
     // Version 3: every row's value carries its format and checksum (`crate::rows`).
-    // Rows already there keep NULL until written again (read unverified): crc32c is not
-    // computable in SQL, and forced row-level security hides other tenants' rows.
+    // `migrate` fills it in for the rows already there when its role sees them all.
     r"
 ALTER TABLE sessions ADD COLUMN checksum bigint;
 ALTER TABLE messages ADD COLUMN checksum bigint;
@@ -103,6 +102,45 @@ ALTER TABLE forge_meta FORCE ROW LEVEL SECURITY;
 CREATE POLICY forge_meta_read ON forge_meta FOR SELECT USING (true);
 CREATE POLICY forge_meta_owner ON forge_meta TO CURRENT_USER USING (true) WITH CHECK (true);
 ";
+
+/// Computes the `checksum` of every row that has none (rows written before schema
+/// version 3), in the migration's transaction. Needs a role that row-level security
+/// does not bind, to see every tenant's rows. Returns how many.
+async fn fill_checksums(conn: &mut PgConnection) -> Result<u64> {
+    let mut filled = 0;
+    for (table, key) in [
+        ("sessions", "tenant, id"),
+        ("messages", "tenant, session, id"),
+        ("parts", "tenant, session, message, id"),
+    ] {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT body::text, {key} FROM {table} WHERE checksum IS NULL"
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map)?;
+        let columns: Vec<&str> = key.split(", ").collect();
+        let matches = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} = ${}", i + 2))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let update = format!("UPDATE {table} SET checksum = $1 WHERE {matches}");
+        for row in &rows {
+            let body: String = row.try_get(0).map_err(map)?;
+            let mut q = sqlx::query(AssertSqlSafe(update.clone()))
+                .bind(crate::rows::checksum(&body))
+                .bind(row.try_get::<String, _>(1).map_err(map)?);
+            for i in 2..=columns.len() {
+                q = q.bind(row.try_get::<Vec<u8>, _>(i).map_err(map)?);
+            }
+            q.execute(&mut *conn).await.map_err(map)?;
+            filled += 1;
+        }
+    }
+    Ok(filled)
+}
 
 /// What the migration learned about the connecting user.
 pub(crate) struct Setup {
@@ -165,7 +203,25 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
         .push_bind(&options.schema)
         .push(" ORDER BY tablename");
     let place = format!("postgres schema {}", options.schema);
-    crate::schema::upgrade::<Postgres>(&mut tx, &place, tables, META, MIGRATIONS).await?;
+    let from =
+        crate::schema::upgrade::<Postgres>(&mut tx, &place, tables, META, MIGRATIONS).await?;
+    if (1..3).contains(&from) {
+        if privileged {
+            let filled = fill_checksums(&mut tx).await?;
+            tracing::info!(
+                schema = %options.schema,
+                rows = filled,
+                "upgraded from schema version {from}: computed the checksum of every row"
+            );
+        } else {
+            tracing::warn!(
+                schema = %options.schema,
+                "upgraded from schema version {from} as a role bound by row-level \
+                 security: rows already stored keep no checksum (read unverified) until \
+                 written again; upgrade as a superuser or a BYPASSRLS role to checksum them"
+            );
+        }
+    }
 
     if privileged {
         // Roles are server-wide; another process may create it at the same time, which
