@@ -261,6 +261,26 @@ fn crash_durable_bus_catches_a_recover_that_appends_to_stored_text() {
 }
 
 #[test]
+fn crash_boundary_catches_a_recover_that_appends_to_stored_text() {
+    // On the live bus too: cases that persist deltas (the slow path a producer may
+    // still use) leave open parts whose stored text the recover must keep exactly.
+    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
+        .with_bus(|| Some(Arc::new(LocalBus::with_replay(100_000))));
+    // Only the cases that persist deltas and cut inside a text block show it: about one
+    // run of the default count in five misses them, so this runs sixteen times as many
+    // (a miss about once in 10^11 runs if the runs were independent).
+    let mut c = config();
+    c.cases *= 16;
+    let outcome = run_with_recover(&memory, &c, false, appending_recover);
+    println!("CAUGHT | injected recover that appends to stored text | meant: crash_boundary | failed: crash_boundary");
+    let Outcome::Failed { message, .. } = &outcome else {
+        panic!("crash_boundary did not catch a recover that appends to the stored text")
+    };
+    println!("{}", message.chars().take(1_000).collect::<String>());
+    assert!(message.contains("best confirmed text"), "{message}");
+}
+
+#[test]
 fn upsert_catches_a_store_that_keeps_the_first_write() {
     caught(
         Wrapper::Store(StoreBug::KeepsFirstWrite),
