@@ -62,3 +62,39 @@ pub(crate) async fn upgrade<D: Dialect>(
     }
     Ok(version)
 }
+
+/// Computes the `checksum` column of every row that has none (rows written before
+/// schema version 3), table by table, inside the caller's transaction. The caller's
+/// connection must see every tenant's rows (on Postgres: a role row-level security does
+/// not bind). Returns how many rows it filled in.
+pub(crate) async fn fill_checksums<D: Dialect>(conn: &mut D::Connection) -> Result<u64> {
+    let mut filled = 0;
+    for (table, ids) in [
+        ("sessions", &["id"][..]),
+        ("messages", &["session", "id"][..]),
+        ("parts", &["session", "message", "id"][..]),
+    ] {
+        let mut q = QueryBuilder::new(format!(
+            "SELECT {}, tenant, {} FROM {table} WHERE checksum IS NULL",
+            D::BODY,
+            ids.join(", ")
+        ));
+        let rows = D::fetch(conn, &mut q).await.map_err(D::map)?;
+        for row in &rows {
+            let body = D::text(row, 0).map_err(D::map)?;
+            let tenant = D::text(row, 1).map_err(D::map)?;
+            let mut q = QueryBuilder::new(format!("UPDATE {table} SET checksum = "));
+            D::bind(&mut q, Arg::Int(crate::rows::checksum(&body)));
+            q.push(" WHERE tenant = ");
+            D::bind(&mut q, Arg::Text(&tenant));
+            for (i, column) in ids.iter().enumerate() {
+                let id: String = crate::id_from_sql(D::bytes(row, i + 2).map_err(D::map)?)?;
+                q.push(format_args!(" AND {column} = "));
+                D::bind(&mut q, Arg::Id(&id));
+            }
+            D::execute(conn, &mut q).await.map_err(D::map)?;
+            filled += 1;
+        }
+    }
+    Ok(filled)
+}

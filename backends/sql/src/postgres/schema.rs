@@ -103,45 +103,6 @@ CREATE POLICY forge_meta_read ON forge_meta FOR SELECT USING (true);
 CREATE POLICY forge_meta_owner ON forge_meta TO CURRENT_USER USING (true) WITH CHECK (true);
 ";
 
-/// Computes the `checksum` of every row that has none (rows written before schema
-/// version 3), in the migration's transaction. Needs a role that row-level security
-/// does not bind, to see every tenant's rows. Returns how many.
-async fn fill_checksums(conn: &mut PgConnection) -> Result<u64> {
-    let mut filled = 0;
-    for (table, key) in [
-        ("sessions", "tenant, id"),
-        ("messages", "tenant, session, id"),
-        ("parts", "tenant, session, message, id"),
-    ] {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT body::text, {key} FROM {table} WHERE checksum IS NULL"
-        )))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map)?;
-        let columns: Vec<&str> = key.split(", ").collect();
-        let matches = columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c} = ${}", i + 2))
-            .collect::<Vec<_>>()
-            .join(" AND ");
-        let update = format!("UPDATE {table} SET checksum = $1 WHERE {matches}");
-        for row in &rows {
-            let body: String = row.try_get(0).map_err(map)?;
-            let mut q = sqlx::query(AssertSqlSafe(update.clone()))
-                .bind(crate::rows::checksum(&body))
-                .bind(row.try_get::<String, _>(1).map_err(map)?);
-            for i in 2..=columns.len() {
-                q = q.bind(row.try_get::<Vec<u8>, _>(i).map_err(map)?);
-            }
-            q.execute(&mut *conn).await.map_err(map)?;
-            filled += 1;
-        }
-    }
-    Ok(filled)
-}
-
 /// What the migration learned about the connecting user.
 pub(crate) struct Setup {
     /// The URL's user is a superuser or has `BYPASSRLS`: queries must run as the
@@ -207,7 +168,7 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
         crate::schema::upgrade::<Postgres>(&mut tx, &place, tables, META, MIGRATIONS).await?;
     if (1..3).contains(&from) {
         if privileged {
-            let filled = fill_checksums(&mut tx).await?;
+            let filled = crate::schema::fill_checksums::<Postgres>(&mut tx).await?;
             tracing::info!(
                 schema = %options.schema,
                 rows = filled,

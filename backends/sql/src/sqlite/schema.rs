@@ -77,7 +77,7 @@ pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<
     let place = format!("SQLite database {}", path.display());
     let from = crate::schema::upgrade::<Sqlite>(conn, &place, tables, META, MIGRATIONS).await?;
     if (1..3).contains(&from) {
-        let filled = fill_checksums(conn).await?;
+        let filled = crate::schema::fill_checksums::<Sqlite>(conn).await?;
         tracing::info!(
             file = %path.display(),
             rows = filled,
@@ -85,44 +85,4 @@ pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<
         );
     }
     Ok(())
-}
-
-/// Computes the `checksum` of every row that has none (the rows of a file upgraded from
-/// version 1 or 2), table by table, in the caller's transaction. Returns how many.
-async fn fill_checksums(conn: &mut SqliteConnection) -> Result<u64> {
-    use sqlx::Row;
-    let map = crate::error::sqlite;
-    let mut filled = 0;
-    for table in ["sessions", "messages", "parts"] {
-        // `rowid` of a WITHOUT ROWID table does not exist: rows are found by their key.
-        let key = match table {
-            "sessions" => "tenant, id",
-            "messages" => "tenant, session, id",
-            _ => "tenant, session, message, id",
-        };
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT body, {key} FROM {table} WHERE checksum IS NULL"
-        )))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map)?;
-        let matches = key
-            .split(", ")
-            .map(|c| format!("{c} = ?"))
-            .collect::<Vec<_>>()
-            .join(" AND ");
-        let update = format!("UPDATE {table} SET checksum = ? WHERE {matches}");
-        for row in &rows {
-            let body: String = row.try_get(0).map_err(map)?;
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(update.clone()))
-                .bind(crate::rows::checksum(&body))
-                .bind(row.try_get::<String, _>(1).map_err(map)?);
-            for i in 2..=key.split(", ").count() {
-                q = q.bind(row.try_get::<Vec<u8>, _>(i).map_err(map)?);
-            }
-            q.execute(&mut *conn).await.map_err(map)?;
-            filled += 1;
-        }
-    }
-    Ok(filled)
 }
