@@ -450,7 +450,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
 }
 
 /// The path of the copy [`keep_copy`] makes of a file of schema version `from`.
-pub(crate) fn copy_path(path: &Path, from: u64) -> PathBuf {
+fn copy_path(path: &Path, from: u64) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".schema-v{from}.bak"));
     PathBuf::from(name)
