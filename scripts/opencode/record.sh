@@ -15,37 +15,16 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$HERE"
-# npm 11 refuses `npm ci` on this lockfile (it lists only the linux-x64 binaries);
-# `npm install` takes the same pinned versions from it.
-[ -d node_modules/opencode-ai ] || timeout 600 npm ci --no-audit --no-fund \
-  || timeout 600 npm install --no-audit --no-fund
-BIN="$(ls -d "$HERE"/node_modules/opencode-linux-x64*/bin/opencode 2>/dev/null | head -1)"
-[ -x "$BIN" ] || { echo "no opencode binary under node_modules" >&2; exit 1; }
-VERSION="$("$BIN" --version)"
-OUT="${1:-$ROOT/examples/opencode/$VERSION}"
-mkdir -p "$OUT"
-
 # A fixed work dir keeps the paths inside the fixtures the same from one recording to the next.
 WORK="${OPENCODE_RECORD_DIR:-/tmp/opencode-fixture-run}"
-rm -rf "$WORK"
-PROJ="$WORK/project"
-mkdir -p "$WORK/home" "$PROJ"
-export HOME="$WORK/home"
-export XDG_DATA_HOME="$HOME/.local/share" XDG_CONFIG_HOME="$HOME/.config"
-export XDG_CACHE_HOME="$HOME/.cache" XDG_STATE_HOME="$HOME/.local/state"
-export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1
-unset OPENCODE_CONFIG OPENCODE_CONFIG_DIR OPENCODE_SERVER_PASSWORD
+# shellcheck source=common.sh
+. "$HERE/common.sh"
+OUT="${1:-$ROOT/examples/opencode/$VERSION}"
+mkdir -p "$OUT"
 
 LLM_PORT="${LLM_PORT:-4911}"
 OC_PORT="${OC_PORT:-4912}"
 API="http://127.0.0.1:$OC_PORT"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 
 # The project: one file to read, a git repository (opencode snapshots need one).
 printf 'hello world\nsecond line\n' > "$PROJ/hello.txt"

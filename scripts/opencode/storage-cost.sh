@@ -21,32 +21,13 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
 TURNS="${1:-5}"
 command -v strace > /dev/null || { echo "needs strace: apt-get install strace" >&2; exit 2; }
-[ -d node_modules/opencode-ai ] || timeout 600 npm ci --no-audit --no-fund \
-  || timeout 600 npm install --no-audit --no-fund
-BIN="$(ls -d "$HERE"/node_modules/opencode-linux-x64*/bin/opencode 2>/dev/null | head -1)"
-[ -x "$BIN" ] || { echo "no opencode binary under node_modules" >&2; exit 1; }
-VERSION="$("$BIN" --version)"
-
 WORK="${OPENCODE_COST_DIR:-/tmp/opencode-storage-cost}"
-rm -rf "$WORK"
-PROJ="$WORK/project"
-mkdir -p "$WORK/home" "$PROJ"
-export HOME="$WORK/home"
-export XDG_DATA_HOME="$HOME/.local/share" XDG_CONFIG_HOME="$HOME/.config"
-export XDG_CACHE_HOME="$HOME/.cache" XDG_STATE_HOME="$HOME/.local/state"
-export OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1
-unset OPENCODE_CONFIG OPENCODE_CONFIG_DIR OPENCODE_SERVER_PASSWORD
+# shellcheck source=common.sh
+. "$HERE/common.sh"
 
 LLM_PORT="${LLM_PORT:-4921}"
 OC_PORT="${OC_PORT:-4922}"
 API="http://127.0.0.1:$OC_PORT"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 
 # Three tool outputs of 4,000 random lowercase letters, and 400 B user texts.
 python3 - "$PROJ" <<'PY'
