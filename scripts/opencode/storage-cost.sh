@@ -82,6 +82,8 @@ PY
 }
 SERVE="$(pgrep -f "^$BIN serve" | head -1)"
 [ -n "$SERVE" ] || { echo "no opencode serve process" >&2; exit 1; }
+# `timeout` may leave it behind once strace has attached and detached: stop it directly.
+PIDS+=("$SERVE")
 
 j() { curl -sf -m 300 -H 'content-type: application/json' "$@"; }
 user_text() { python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(''.join(r.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(400)))" "$1"; }
