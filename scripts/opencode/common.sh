@@ -26,3 +26,46 @@ cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+
+# Commits what PROJ holds as a git repository (opencode's snapshots need one).
+init_project() {
+  (cd "$PROJ" && git init -q . && git -c user.email=f@x -c user.name=f add . \
+    && git -c user.email=f@x -c user.name=f commit -qm init)
+}
+
+# Writes PROJ/opencode.json: the mock model on LLM_PORT with `limit` $1 and
+# `compaction` $2 (JSON objects), every tool allowed.
+write_config() {
+  cat > "$PROJ/opencode.json" <<JSON
+{
+  "\$schema": "https://opencode.ai/config.json",
+  "provider": {
+    "mock": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Mock",
+      "options": { "baseURL": "http://127.0.0.1:$LLM_PORT/v1", "apiKey": "mock-key" },
+      "models": { "mock-1": { "name": "Mock 1", "limit": $1, "cost": { "input": 1, "output": 2 } } }
+    }
+  },
+  "model": "mock/mock-1",
+  "small_model": "mock/mock-1",
+  "autoupdate": false,
+  "share": "disabled",
+  "permission": { "edit": "allow", "bash": "allow", "external_directory": "allow" },
+  "compaction": $2
+}
+JSON
+}
+
+# Starts mock-llm.mjs (logging the requests to $2 when given) and `opencode serve` on
+# OC_PORT for at most $1 seconds, and waits until the server answers.
+start_opencode() {
+  node "$HERE/mock-llm.mjs" "$LLM_PORT" ${2:+"$2"} > "$WORK/mock.log" 2>&1 &
+  PIDS+=($!)
+  (cd "$PROJ" && exec timeout "$1" "$BIN" serve --port "$OC_PORT" --hostname 127.0.0.1) \
+    > "$WORK/serve.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 60); do curl -sf -m 2 "$API/session" > /dev/null && break; sleep 0.5; done
+  curl -sf -m 2 "$API/session" > /dev/null \
+    || { echo "opencode serve did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1; }
+}

@@ -28,40 +28,10 @@ API="http://127.0.0.1:$OC_PORT"
 
 # The project: one file to read, a git repository (opencode snapshots need one).
 printf 'hello world\nsecond line\n' > "$PROJ/hello.txt"
-(cd "$PROJ" && git init -q . && git -c user.email=f@x -c user.name=f add hello.txt \
-  && git -c user.email=f@x -c user.name=f commit -qm init)
-cat > "$PROJ/opencode.json" <<JSON
-{
-  "\$schema": "https://opencode.ai/config.json",
-  "provider": {
-    "mock": {
-      "npm": "@ai-sdk/openai-compatible",
-      "name": "Mock",
-      "options": { "baseURL": "http://127.0.0.1:$LLM_PORT/v1", "apiKey": "mock-key" },
-      "models": {
-        "mock-1": {
-          "name": "Mock 1",
-          "limit": { "context": 8000, "output": 1000 },
-          "cost": { "input": 1, "output": 2 }
-        }
-      }
-    }
-  },
-  "model": "mock/mock-1",
-  "small_model": "mock/mock-1",
-  "autoupdate": false,
-  "share": "disabled",
-  "permission": { "edit": "allow", "bash": "allow", "external_directory": "allow" },
-  "compaction": { "auto": true, "tail_turns": 2, "preserve_recent_tokens": 4000 }
-}
-JSON
-
-node "$HERE/mock-llm.mjs" "$LLM_PORT" "$WORK/llm-requests.jsonl" > "$WORK/mock.log" 2>&1 &
-PIDS+=($!)
-(cd "$PROJ" && exec timeout 900 "$BIN" serve --port "$OC_PORT" --hostname 127.0.0.1) > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 60); do curl -sf -m 2 "$API/session" > /dev/null && break; sleep 0.5; done
-curl -sf -m 2 "$API/session" > /dev/null || { echo "opencode serve did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1; }
+init_project
+write_config '{ "context": 8000, "output": 1000 }' \
+  '{ "auto": true, "tail_turns": 2, "preserve_recent_tokens": 4000 }'
+start_opencode 900 "$WORK/llm-requests.jsonl"
 
 timeout 900 curl -sN "$API/event" > "$WORK/events.sse" &
 PIDS+=($!)

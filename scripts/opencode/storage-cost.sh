@@ -37,35 +37,10 @@ for n in (1, 2, 3):
     with open(f"{sys.argv[1]}/w1-out-{n}.txt", "w") as f:
         f.write("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4000)))
 PY
-(cd "$PROJ" && git init -q . && git -c user.email=f@x -c user.name=f add . \
-  && git -c user.email=f@x -c user.name=f commit -qm init)
-cat > "$PROJ/opencode.json" <<JSON
-{
-  "\$schema": "https://opencode.ai/config.json",
-  "provider": {
-    "mock": {
-      "npm": "@ai-sdk/openai-compatible",
-      "name": "Mock",
-      "options": { "baseURL": "http://127.0.0.1:$LLM_PORT/v1", "apiKey": "mock-key" },
-      "models": { "mock-1": { "name": "Mock 1", "limit": { "context": 200000, "output": 8000 },
-                              "cost": { "input": 1, "output": 2 } } }
-    }
-  },
-  "model": "mock/mock-1",
-  "small_model": "mock/mock-1",
-  "autoupdate": false,
-  "share": "disabled",
-  "permission": { "edit": "allow", "bash": "allow", "external_directory": "allow" },
-  "compaction": { "auto": false }
-}
-JSON
+init_project
+write_config '{ "context": 200000, "output": 8000 }' '{ "auto": false }'
+start_opencode 1800
 
-node "$HERE/mock-llm.mjs" "$LLM_PORT" > "$WORK/mock.log" 2>&1 &
-PIDS+=($!)
-(cd "$PROJ" && exec timeout 1800 "$BIN" serve --port "$OC_PORT" --hostname 127.0.0.1) > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 60); do curl -sf -m 2 "$API/session" > /dev/null && break; sleep 0.5; done
-curl -sf -m 2 "$API/session" > /dev/null || { echo "opencode serve did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1; }
 # Sums the bytes of write system calls to opencode's SQLite files in an strace log
 # (`-y` prints each descriptor's path).
 db_bytes() {
