@@ -191,6 +191,12 @@ pub enum Command {
         #[arg(long)]
         until_idle: bool,
     },
+    /// Serve the backend over HTTP: opencode's session API, live events (SSE with
+    /// Last-Event-ID resume), streaming uploads, and the inspector page at /.
+    Serve(crate::serve::ServeArgs),
+    /// Make a bearer token for --tenant: prints the token and the tokens-file line that
+    /// keeps its hash.
+    Token,
     /// Write a benchmark workload as a replay file with event times (JSONL on stdout).
     #[cfg(feature = "bench")]
     Gen(crate::gen::GenArgs),

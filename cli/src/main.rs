@@ -17,6 +17,7 @@ mod demo;
 mod gen;
 mod progress;
 mod project;
+mod serve;
 mod show;
 
 use std::io::{self, IsTerminal, Write};
@@ -92,7 +93,7 @@ fn init_logging(verbose: u8, quiet: bool) {
         EnvFilter::new(format!(
             "warn,forge_store={level},forge_core={level},forge_redb={level},\
              forge_sql={level},forge_redis={level},forge_conformance={level},\
-             forge_bench={level}"
+             forge_bench={level},forge_server={level},forge_store_cli={level}"
         ))
     });
     let _ = tracing_subscriber::fmt()
@@ -166,6 +167,15 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 until_idle,
             };
             project::run(opts, out).await
+        }
+        Command::Token => serve::token(&cli.tenant, out),
+        Command::Serve(args) => {
+            let options = forge_store::OpenOptions::new().projection(projection);
+            let forge = forge_store::open_with(&cli.backend, options).await?;
+            let result = serve::run(&forge, &cli.tenant, &args, out).await;
+            let flushed = forge.flush().await;
+            result?;
+            Ok(flushed?)
         }
         command => {
             // The command line reports what each command handed to the store.

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use forge_core::{SessionId, TenantId};
+use forge_core::{MessageId, SessionId, TenantId};
 
 use crate::clip::clip;
 
@@ -78,6 +78,14 @@ pub enum Error {
         tenant: TenantId,
         /// The session id.
         session: SessionId,
+    },
+    /// A message that was named does not exist in the session.
+    #[error("message {message} not found in session {session}")]
+    MessageNotFound {
+        /// The session searched.
+        session: SessionId,
+        /// The message id.
+        message: MessageId,
     },
     /// The store or the bus failed while doing `action`. The input was fine.
     #[error("{action}: {source}")]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use forge_core::store::MAX_PAGE_LIMIT;
 use forge_core::{
-    read_all, CompactedView, CountingStore, Cursor, Engine, MessageWithParts, OpenItems, Page,
-    RecoverReport, SessionId, SessionState, Store, TenantId, WriteCounts,
+    read_all, CompactedView, CountingStore, Cursor, Engine, MessageId, MessageWithParts, OpenItems,
+    Page, RecoverReport, Session, SessionId, SessionState, Store, SyncEvent, TenantId, WriteCounts,
 };
 use futures::Stream;
 use serde::Serialize;
@@ -188,6 +188,31 @@ impl Forge {
         self.replay_str(tenant, &text, opts).await
     }
 
+    /// Replays a recorded stream that arrives as text lines (an upload read as it
+    /// comes): each `Ok` item is one line of the replay format, processed before the
+    /// next is awaited, so subscribers see its deltas while the input is still
+    /// arriving. An `Err(message)` item (a line over a size limit, an input that broke
+    /// off) is an input error at that line: the replay stops there and the open answer
+    /// is closed as on any bad line. Errors name the item as `line N`.
+    ///
+    /// # Errors
+    /// As [`Forge::replay_str`].
+    pub async fn replay_lines<S>(
+        &self,
+        tenant: &TenantId,
+        lines: S,
+        opts: ReplayOptions,
+    ) -> Result<ReplayReport, ReplayError>
+    where
+        S: Stream<Item = std::result::Result<String, String>>,
+    {
+        let before = self.writes();
+        let outcome = Replayer::new(&self.engine, tenant, opts)
+            .run_lines(lines)
+            .await;
+        self.finish_replay(before, outcome).await
+    }
+
     /// Replays any stream of lines: framing lines and model stream events
     /// (`Line::from(StreamEvent)`). Errors name the item as `event N`.
     ///
@@ -300,6 +325,87 @@ impl Forge {
     /// [`Error::SessionNotFound`], or the store's error.
     pub async fn session(&self, tenant: &TenantId, session: &SessionId) -> Result<SessionState> {
         require_session(&self.engine, tenant, session).await
+    }
+
+    /// Creates a session (a fresh `ses_…` id unless `session.id` is given by the caller
+    /// and free) and returns it as stored.
+    ///
+    /// # Errors
+    /// [`Error::Conflict`]-kind [`Error::Store`] when a session with the id exists, or the
+    /// store's error.
+    pub async fn create_session(
+        &self,
+        tenant: &TenantId,
+        session: Session,
+    ) -> Result<SessionState> {
+        let id = session.id.clone();
+        id.check()
+            .map_err(|e| Error::input("session id", e.to_string()))?;
+        let exists = self
+            .engine
+            .store
+            .session(tenant, &id)
+            .await
+            .map_err(|e| Error::store(format!("reading session {id}"), e))?;
+        if exists.is_some() {
+            return Err(Error::store(
+                format!("creating session {id}"),
+                forge_core::Error::conflict(format!("session {id} exists already")),
+            ));
+        }
+        self.engine
+            .put_session(tenant, session)
+            .await
+            .map_err(|e| Error::store(format!("creating session {id}"), e))?;
+        self.flush().await?;
+        require_session(&self.engine, tenant, &id).await
+    }
+
+    /// Deletes a session with its messages and parts; subscribers see
+    /// `session.deleted`.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn delete_session(&self, tenant: &TenantId, session: &SessionId) -> Result<()> {
+        self.session(tenant, session).await?;
+        let scope = self
+            .engine
+            .scope(tenant, session)
+            .await
+            .map_err(|e| Error::store(format!("deleting session {session}"), e))?;
+        self.engine
+            .projector
+            .commit(
+                &scope,
+                vec![SyncEvent::SessionDeleted {
+                    session_id: session.clone(),
+                }],
+            )
+            .await
+            .map_err(|e| Error::store(format!("deleting session {session}"), e))?;
+        self.flush().await
+    }
+
+    /// One message of a session with its parts.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], [`Error::MessageNotFound`], or the store's error.
+    pub async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<MessageWithParts> {
+        self.session(tenant, session).await?;
+        self.engine
+            .store
+            .message(tenant, session, message)
+            .await
+            .map_err(|e| Error::store(format!("reading message {message}"), e))?
+            .ok_or_else(|| Error::MessageNotFound {
+                session: session.clone(),
+                message: message.clone(),
+            })
     }
 
     /// One page of a session's history: the newest page first, messages oldest to

@@ -129,6 +129,17 @@ impl<'a> Replayer<'a> {
         self.run(Unit::Line, futures::stream::iter(items)).await
     }
 
+    /// Replays text lines as they arrive; an `Err` item is an input error at its line
+    /// (a line too long, a body that broke off) and ends the replay there.
+    pub(crate) async fn run_lines<S>(self, lines: S) -> Result<ReplayReport, ReplayError>
+    where
+        S: Stream<Item = std::result::Result<String, String>>,
+    {
+        let items = lines
+            .map(|item| item.and_then(|raw| parse_line(&raw).map(|l| l.map(|(line, _t)| line))));
+        self.run(Unit::Line, items).await
+    }
+
     /// Replays the lines of `stream`.
     pub(crate) async fn run_stream<S>(self, stream: S) -> Result<ReplayReport, ReplayError>
     where

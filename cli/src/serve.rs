@@ -1,0 +1,131 @@
+//! `forge-store serve`: the HTTP API, live events and the inspector page; `forge-store
+//! token`: a new bearer token.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use forge_server::{Access, ServerOptions, Shutdown, Tokens};
+use forge_store::TenantId;
+
+/// `serve`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:4096", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Tokens file: one `TENANT SHA256-HEX` per line (`forge-store token` makes them).
+    #[arg(long, env = "FORGE_TOKENS_FILE", value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// No authentication: every request is the --tenant's. Loopback addresses only.
+    #[arg(long, conflicts_with = "tokens")]
+    pub no_auth: bool,
+    /// Largest request body (an import, one stream upload), in MiB.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub max_body_mib: usize,
+    /// Longest NDJSON line of a stream upload, in MiB.
+    #[arg(long, default_value_t = 8, value_name = "MIB")]
+    pub max_line_mib: usize,
+    /// Seconds between heartbeats on an idle SSE connection.
+    #[arg(long, default_value_t = 10, value_name = "S")]
+    pub heartbeat_secs: u64,
+}
+
+/// Who may call, from the arguments and `FORGE_TOKENS`.
+fn access(args: &ServeArgs, tenant: &TenantId) -> Result<Access> {
+    if args.no_auth {
+        if !args.listen.ip().is_loopback() {
+            bail!(
+                "--no-auth serves every caller as tenant {tenant}: only on a loopback address, \
+                 not {}",
+                args.listen
+            );
+        }
+        return Ok(Access::Open(tenant.clone()));
+    }
+    let mut tokens = Tokens::new();
+    if let Some(path) = &args.tokens {
+        tokens.extend(Tokens::from_file(path)?);
+    }
+    if let Ok(entries) = std::env::var("FORGE_TOKENS") {
+        tokens.extend(Tokens::from_entries(&entries, "FORGE_TOKENS")?);
+    }
+    if tokens.is_empty() {
+        bail!(
+            "no bearer tokens: give --tokens FILE (lines `TENANT SHA256-HEX`, made by \
+             `forge-store token --tenant T`) or FORGE_TOKENS, or --no-auth for a loopback \
+             development server"
+        );
+    }
+    Ok(Access::Tokens(tokens))
+}
+
+/// Serves until SIGTERM or Ctrl-C.
+pub async fn run(
+    forge: &forge_store::Forge,
+    tenant: &TenantId,
+    args: &ServeArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let access = access(args, tenant)?;
+    let who = match &access {
+        Access::Open(t) => format!("no authentication, tenant {t}"),
+        Access::Tokens(t) => format!("{} bearer token(s)", t.len()),
+    };
+    let mut options = ServerOptions::new(access);
+    options.max_body = args.max_body_mib.max(1) << 20;
+    options.max_line = args.max_line_mib.max(1) << 20;
+    options.heartbeat = Duration::from_secs(args.heartbeat_secs.max(1));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    writeln!(
+        out,
+        "forge-store serve: listening on http://{addr} ({}; {who})",
+        forge.url()
+    )?;
+    out.flush()?;
+    let shutdown = Shutdown::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        let signal = terminate().await;
+        tracing::warn!("{signal}: shutting down (closing open uploads, committing)");
+        trigger.trigger();
+    });
+    forge_server::serve(listener, forge.clone(), options, shutdown).await?;
+    writeln!(out, "forge-store serve: stopped")?;
+    Ok(())
+}
+
+/// Waits for SIGTERM or Ctrl-C and names it.
+async fn terminate() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => return "SIGTERM",
+                _ = tokio::signal::ctrl_c() => return "Ctrl-C",
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "Ctrl-C"
+}
+
+/// `forge-store token`: prints a new token and its tokens-file line.
+pub fn token(tenant: &TenantId, out: &mut dyn Write) -> Result<()> {
+    let (token, entry) = forge_server::new_token(tenant);
+    writeln!(
+        out,
+        "token (give it to the client; it is not kept): {token}"
+    )?;
+    writeln!(
+        out,
+        "tokens file line (keep it):                     {entry}"
+    )?;
+    Ok(())
+}

@@ -1,0 +1,487 @@
+//! The HTTP API on a real redb file: tokens and tenants, opencode's read shapes and
+//! paging, streaming uploads seen live, errors and their status codes, shutdown.
+
+mod common;
+
+use common::*;
+use forge_server::{Access, ServerOptions};
+use forge_store::OpenOptions;
+use futures::SinkExt;
+use serde_json::{json, Value};
+
+fn options() -> ServerOptions {
+    ServerOptions::new(two_tenants())
+}
+
+#[tokio::test]
+async fn tokens_name_the_tenant_and_other_tenants_ids_are_not_found() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    // No token, a wrong one, another scheme: 401 with a Bearer challenge.
+    for auth in [
+        None,
+        Some("Bearer nope"),
+        Some(&*format!("Basic {TOKEN_A}")),
+    ] {
+        let mut req = s.http.get(format!("{}/session", s.base));
+        if let Some(a) = auth {
+            req = req.header("Authorization", a);
+        }
+        let r = req.send().await.expect("request");
+        assert_eq!(r.status().as_u16(), 401, "{auth:?}");
+        assert_eq!(
+            r.headers()
+                .get("www-authenticate")
+                .map(reqwest::header::HeaderValue::as_bytes),
+            Some(&b"Bearer"[..])
+        );
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(body["name"], "Unauthorized");
+    }
+    s.create(TOKEN_A, "ses_shared_name").await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_shared_name", ndjson(&turn("hi", 3, "a ")))
+        .await;
+    assert_eq!(status, 200);
+    // Tenant B sees nothing of A's: not in its list, and every id is "not found".
+    assert_eq!(s.json("/session", TOKEN_B, 200).await, json!([]));
+    for path in [
+        "/session/ses_shared_name",
+        "/session/ses_shared_name/message",
+        "/session/ses_shared_name/view",
+        "/session/ses_shared_name/export",
+        "/session/ses_shared_name/event",
+    ] {
+        let body = s.json(path, TOKEN_B, 404).await;
+        assert_eq!(body["name"], "NotFoundError", "{path}");
+    }
+    let r = s
+        .delete("/session/ses_shared_name", TOKEN_B)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 404);
+    // B may use the same id for its own session; A's is untouched.
+    s.create(TOKEN_B, "ses_shared_name").await;
+    let a = s
+        .json("/session/ses_shared_name/message", TOKEN_A, 200)
+        .await;
+    let b = s
+        .json("/session/ses_shared_name/message", TOKEN_B, 200)
+        .await;
+    assert_eq!(a.as_array().map(Vec::len), Some(2));
+    assert_eq!(b, json!([]));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn messages_page_as_opencode_pages_them() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_paged").await;
+    let mut lines = Vec::new();
+    for i in 0..7 {
+        lines.extend(turn(&format!("question {i}"), 2, "x"));
+    }
+    let (status, report) = s.upload(TOKEN_A, "ses_paged", ndjson(&lines)).await;
+    assert_eq!(status, 200, "{report}");
+    let all = s.json("/session/ses_paged/message", TOKEN_A, 200).await;
+    let all = all.as_array().expect("array").clone();
+    assert_eq!(all.len(), 14);
+    assert_eq!(
+        s.json("/session/ses_paged/message?limit=0", TOKEN_A, 200)
+            .await,
+        json!(all)
+    );
+    // limit=3: the newest three, oldest first, and the cursor of the older ones.
+    let mut seen: Vec<Value> = Vec::new();
+    let mut path = "/session/ses_paged/message?limit=3".to_owned();
+    let mut pages = 0;
+    loop {
+        let r = s.get(&path, TOKEN_A).send().await.expect("request");
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        let next = r
+            .headers()
+            .get("x-next-cursor")
+            .map(|v| v.to_str().expect("ascii").to_owned());
+        let link = r
+            .headers()
+            .get("link")
+            .map(|v| v.to_str().expect("ascii").to_owned());
+        let page: Vec<Value> = r.json().await.expect("json");
+        assert!(page.len() <= 3);
+        let mut older = page;
+        older.append(&mut seen);
+        seen = older;
+        pages += 1;
+        let Some(next) = next else {
+            assert!(link.is_none());
+            break;
+        };
+        let link = link.expect("a Link with the next page");
+        assert!(
+            link.ends_with(">; rel=\"next\"") && link.contains("limit=3"),
+            "{link}"
+        );
+        // Follow the Link as a client would.
+        path = link
+            .trim_start_matches('<')
+            .split('>')
+            .next()
+            .expect("target")
+            .to_owned();
+        assert!(path.contains(&next) || path.contains("before="), "{path}");
+    }
+    assert_eq!(pages, 5);
+    assert_eq!(seen, all, "paging yields every message once, in order");
+    // One message; its parts are those of the listing.
+    let id = all[3]["info"]["id"].as_str().expect("id");
+    let one = s
+        .json(&format!("/session/ses_paged/message/{id}"), TOKEN_A, 200)
+        .await;
+    assert_eq!(one, all[3]);
+    let missing = s
+        .json("/session/ses_paged/message/msg_missing", TOKEN_A, 404)
+        .await;
+    assert_eq!(missing["name"], "NotFoundError");
+    let bad = s
+        .json(
+            "/session/ses_paged/message?limit=2&before=nonsense",
+            TOKEN_A,
+            400,
+        )
+        .await;
+    assert_eq!(bad["name"], "BadRequest");
+    // The export is the library's, in opencode's shape.
+    let export = s.json("/session/ses_paged/export", TOKEN_A, 200).await;
+    let lib = s
+        .forge
+        .export(&tenant("acme"), &"ses_paged".into())
+        .await
+        .expect("export");
+    assert_eq!(export, serde_json::to_value(&lib).expect("json"));
+    assert_eq!(export["messages"], json!(all));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn sessions_list_newest_first_with_filters_and_pages() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    for id in ["ses_1", "ses_2", "ses_3"] {
+        s.create(TOKEN_A, id).await;
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let r = s
+        .post("/session", TOKEN_A)
+        .json(&json!({"id": "ses_child", "title": "child of 1", "parentID": "ses_1"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .map(|s| s["id"].as_str().expect("id").to_owned())
+            .collect()
+    };
+    let all = s.json("/session", TOKEN_A, 200).await;
+    assert_eq!(ids(&all), ["ses_child", "ses_3", "ses_2", "ses_1"]);
+    let roots = s
+        .json("/session?roots=true&directory=%2Fignored", TOKEN_A, 200)
+        .await;
+    assert_eq!(ids(&roots), ["ses_3", "ses_2", "ses_1"]);
+    let found = s.json("/session?search=CHILD", TOKEN_A, 200).await;
+    assert_eq!(ids(&found), ["ses_child"]);
+    let r = s
+        .get("/session?limit=3", TOKEN_A)
+        .send()
+        .await
+        .expect("request");
+    let next = r
+        .headers()
+        .get("x-next-cursor")
+        .expect("more to come")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert_eq!(
+        ids(&r.json().await.expect("json")),
+        ["ses_child", "ses_3", "ses_2"]
+    );
+    let rest = s
+        .json(&format!("/session?limit=3&before={next}"), TOKEN_A, 200)
+        .await;
+    assert_eq!(ids(&rest), ["ses_1"]);
+    // Conflicts, bad ids, a missing parent.
+    let r = s
+        .post("/session", TOKEN_A)
+        .json(&json!({"id": "ses_1"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 409);
+    let r = s
+        .post("/session", TOKEN_A)
+        .json(&json!({"id": "bad id"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 400);
+    let r = s
+        .post("/session", TOKEN_A)
+        .json(&json!({"parentID": "ses_nowhere"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 404);
+    // Delete: gone from the list, its reads 404.
+    let r = s
+        .delete("/session/ses_2", TOKEN_A)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        ids(&s.json("/session?roots=true", TOKEN_A, 200).await),
+        ["ses_3", "ses_1"]
+    );
+    s.json("/session/ses_2", TOKEN_A, 404).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_upload_is_processed_while_it_arrives() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_live").await;
+    let mut sse = SseReader::connect(&s, "/session/ses_live/event", TOKEN_A, None).await;
+    assert_eq!(sse.status, 200);
+    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let lines = turn("stream it", 4, "word ");
+    let (head, tail) = lines.split_at(6); // through the second delta
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
+    let upload = {
+        let req = s
+            .post("/session/ses_live/stream", TOKEN_A)
+            .body(reqwest::Body::wrap_stream(rx));
+        tokio::spawn(async move { req.send().await })
+    };
+    for l in head {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+    }
+    // Both deltas reach the subscriber while the body is still open.
+    let mut deltas = Vec::new();
+    while deltas.len() < 2 {
+        let e = sse.expect().await;
+        if e.kind() == "message.part.delta" {
+            deltas.push(
+                e.data["properties"]["delta"]
+                    .as_str()
+                    .expect("delta")
+                    .to_owned(),
+            );
+        }
+    }
+    assert_eq!(deltas, ["word ", "word "]);
+    assert!(!upload.is_finished(), "the upload is still running");
+    for l in tail {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+    }
+    drop(tx);
+    let r = upload.await.expect("task").expect("response");
+    assert_eq!(r.status().as_u16(), 200);
+    let report: Value = r.json().await.expect("json");
+    assert_eq!(report["deltas"], 4);
+    let messages = s.json("/session/ses_live/message", TOKEN_A, 200).await;
+    let text = messages[1]["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p["type"] == "text")
+        .expect("text part")["text"]
+        .clone();
+    assert_eq!(text, "word word word word");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_its_status_and_stores_nothing_of_the_bad_line() {
+    let mut opts = options();
+    opts.max_line = 200;
+    opts.max_body = 4096;
+    let s = redb_server(opts, OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_bad").await;
+    // A malformed line: 400 naming it, the report of what was done, the answer closed.
+    let mut lines = turn("q", 2, "ok ");
+    lines.insert(5, "{\"type\":\"text-delta\",\"id\":\"t1\"}".to_owned());
+    let (status, body) = s.upload(TOKEN_A, "ses_bad", ndjson(&lines)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["name"], "BadRequest");
+    assert!(
+        body["message"]
+            .as_str()
+            .expect("message")
+            .starts_with("line 6:"),
+        "{body}"
+    );
+    assert_eq!(body["report"]["lines"], 6);
+    let open = s
+        .forge
+        .store()
+        .open_items(&tenant("acme"), None)
+        .await
+        .expect("open items");
+    assert!(
+        open.messages.is_empty() && open.parts.is_empty(),
+        "{open:?}"
+    );
+    // A line over the limit: 413.
+    let long = json!({"type": "user", "text": "x".repeat(300)}).to_string();
+    let (status, body) = s.upload(TOKEN_A, "ses_bad", format!("{long}\n")).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["name"], "PayloadTooLarge");
+    // A body over the limit: 413, for uploads and imports.
+    let many = ndjson(&turn("q", 200, "0123456789"));
+    let (status, body) = s.upload(TOKEN_A, "ses_bad", many).await;
+    assert_eq!(status, 413, "{body}");
+    let r = s
+        .post("/import", TOKEN_A)
+        .body("x".repeat(5000))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 413);
+    // An import that is not an export: 400, nothing stored.
+    let r = s
+        .post("/import", TOKEN_A)
+        .body("{\"info\": 3}")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        s.json("/session", TOKEN_A, 200)
+            .await
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn export_then_import_under_another_tenant_is_the_same_session() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_move").await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_move", ndjson(&turn("move me", 3, "b")))
+        .await;
+    assert_eq!(status, 200);
+    let export = s.json("/session/ses_move/export", TOKEN_A, 200).await;
+    let r = s
+        .post("/import", TOKEN_B)
+        .body(export.to_string())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        s.json("/session/ses_move/export", TOKEN_B, 200).await,
+        export
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_down").await;
+    let mut sse = SseReader::connect(&s, "/session/ses_down/event", TOKEN_A, None).await;
+    sse.expect().await;
+    let lines = turn("cut short", 3, "half ");
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
+    let upload = {
+        let req = s
+            .post("/session/ses_down/stream", TOKEN_A)
+            .body(reqwest::Body::wrap_stream(rx));
+        tokio::spawn(async move { req.send().await })
+    };
+    for l in &lines[..6] {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+    }
+    loop {
+        if sse.expect().await.kind() == "message.part.delta" {
+            break;
+        }
+    }
+    let forge = s.forge.clone();
+    s.shutdown.trigger();
+    let r = upload.await.expect("task").expect("response");
+    assert_eq!(r.status().as_u16(), 503);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["name"], "BackendUnavailable");
+    assert!(
+        body["message"]
+            .as_str()
+            .expect("message")
+            .contains("shutting down"),
+        "{body}"
+    );
+    // The SSE connection is cut, not ended: a client reconnects.
+    loop {
+        match sse.next().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the stream ended cleanly"),
+            Err(_) => break,
+        }
+    }
+    s.task.await.expect("task").expect("clean stop");
+    drop(tx);
+    // What was streamed is closed and stored: no open part or message.
+    let t = tenant("acme");
+    let open = forge
+        .store()
+        .open_items(&t, None)
+        .await
+        .expect("open items");
+    assert!(
+        open.messages.is_empty() && open.parts.is_empty(),
+        "{open:?}"
+    );
+    let history = forge
+        .history_all(&t, &"ses_down".into())
+        .await
+        .expect("history");
+    let answer = &history[1];
+    assert!(!answer.info.is_open(), "{:?}", answer.info);
+    let error = serde_json::to_value(&answer.info).expect("json")["error"].clone();
+    assert!(error.to_string().contains("ended early"), "{error}");
+}
+
+#[tokio::test]
+async fn open_access_serves_one_tenant_without_tokens() {
+    let s = redb_server(
+        ServerOptions::new(Access::Open(tenant("solo"))),
+        OpenOptions::new(),
+    )
+    .await;
+    let r = s
+        .http
+        .post(format!("{}/session", s.base))
+        .json(&json!({"id": "ses_open"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    let listed = s.forge.sessions(&tenant("solo")).await.expect("sessions");
+    assert_eq!(listed.len(), 1);
+    let health: Value = s
+        .http
+        .get(format!("{}/health", s.base))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(health["backend"], "redb");
+    s.stop().await;
+}
