@@ -1,0 +1,378 @@
+//! Live events over SSE: resume with `Last-Event-ID` gives exactly the events after it
+//! (redb with the in-process bus, Postgres, Redis streams), a gap that cannot be
+//! replayed is said, snapshot-then-live loses nothing, and a slow client is dropped
+//! without slowing anyone.
+
+mod common;
+
+use common::*;
+use forge_server::ServerOptions;
+use forge_store::OpenOptions;
+use futures::SinkExt;
+use serde_json::Value;
+
+fn options() -> ServerOptions {
+    ServerOptions::new(two_tenants())
+}
+
+/// Every event of a session stream until `session.idle`, with its id.
+async fn until_idle(sse: &mut SseReader) -> Vec<SseEvent> {
+    let mut out = Vec::new();
+    loop {
+        let e = sse.expect().await;
+        let idle = e.kind() == "session.idle";
+        out.push(e);
+        if idle {
+            return out;
+        }
+    }
+}
+
+/// Uploads a turn while a subscriber reads it whole, then reconnects from several
+/// points: each resume gives exactly the events after its `Last-Event-ID`.
+async fn resume_gives_exactly_the_rest(s: &TestServer, session: &str) {
+    s.create(TOKEN_A, session).await;
+    let path = format!("/session/{session}/event");
+    let mut sse = SseReader::connect(s, &path, TOKEN_A, None).await;
+    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let (status, body) = s.upload(TOKEN_A, session, ndjson(&turn("resume", 12, "tok "))).await;
+    assert_eq!(status, 200, "{body}");
+    let all = until_idle(&mut sse).await;
+    let ids: Vec<u64> = all
+        .iter()
+        .map(|e| e.id.as_deref().expect("an id").parse().expect("a seq"))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "seqs increase: {ids:?}");
+    let deltas = all.iter().filter(|e| e.kind() == "message.part.delta").count();
+    assert_eq!(deltas, 12);
+    for k in [0, 1, all.len() / 2, all.len() - 2] {
+        let last = ids[k].to_string();
+        let mut again = SseReader::connect(s, &path, TOKEN_A, Some(&last)).await;
+        assert_eq!(again.expect().await.kind(), "server.connected");
+        let rest = until_idle(&mut again).await;
+        let want: Vec<&Value> = all[k + 1..].iter().map(|e| &e.data).collect();
+        let got: Vec<&Value> = rest.iter().map(|e| &e.data).collect();
+        assert_eq!(got, want, "resume after {last}");
+    }
+}
+
+#[tokio::test]
+async fn resume_on_redb_gives_exactly_the_events_after_last_event_id() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    resume_gives_exactly_the_rest(&s, "ses_resume").await;
+    // A Last-Event-ID that is no seq is bad input.
+    let r = s
+        .get("/session/ses_resume/event", TOKEN_A)
+        .header("Last-Event-ID", "abc")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 400);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn resume_on_postgres_gives_exactly_the_events_after_last_event_id() {
+    let Some(url) = forge_conformance::service_url(
+        "FORGE_TEST_POSTGRES_URL",
+        "serve over Postgres",
+    ) else {
+        return;
+    };
+    let forge = forge_store::open(&url).await.expect("open postgres");
+    let s = start(forge, options()).await;
+    let session = format!("ses_pg_{}", forge_store::core::id::now_ms());
+    resume_gives_exactly_the_rest(&s, &session).await;
+    // Row-level security under the other tenant's token: not found.
+    s.json(&format!("/session/{session}/message"), TOKEN_B, 404).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn resume_on_redis_gives_exactly_the_events_after_last_event_id() {
+    let Some(url) =
+        forge_conformance::service_url("FORGE_TEST_REDIS_URL", "serve over Redis")
+    else {
+        return;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let prefix = format!("forge-serve-test-{}", forge_store::core::id::now_ms());
+    let forge = forge_store::open(&format!("{url}{sep}prefix={prefix}"))
+        .await
+        .expect("open redis");
+    let s = start(forge, options()).await;
+    resume_gives_exactly_the_rest(&s, "ses_redis").await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
+    let mut open = OpenOptions::new();
+    open.replay_per_session = 8;
+    let s = redb_server(options(), open).await;
+    s.create(TOKEN_A, "ses_gap").await;
+    let (status, _) = s.upload(TOKEN_A, "ses_gap", ndjson(&turn("long", 30, "z"))).await;
+    assert_eq!(status, 200);
+    let mut sse = SseReader::connect(&s, "/session/ses_gap/event", TOKEN_A, Some("2")).await;
+    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let reload = sse.expect().await;
+    assert_eq!(reload.kind(), "session.reload", "{:?}", reload.data);
+    let seq = reload.data["properties"]["seq"].as_u64().expect("seq");
+    assert_eq!(reload.id.as_deref(), Some(&*seq.to_string()));
+    assert!(
+        reload.data["properties"]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("no longer retained"),
+        "{:?}",
+        reload.data
+    );
+    // After the reload, the stream continues with events after that seq only.
+    let (status, _) = s.upload(TOKEN_A, "ses_gap", ndjson(&turn("next", 2, "y"))).await;
+    assert_eq!(status, 200);
+    let next = until_idle(&mut sse).await;
+    assert!(next
+        .iter()
+        .all(|e| e.id.as_deref().expect("id").parse::<u64>().expect("seq") > seq));
+    s.stop().await;
+}
+
+/// What a client builds from a snapshot and the events after it: messages by id, each
+/// with its parts by id; deltas appended to their part's field.
+#[derive(Default)]
+struct ClientView {
+    messages: std::collections::BTreeMap<String, (Value, std::collections::BTreeMap<String, Value>)>,
+}
+
+impl ClientView {
+    fn from_snapshot(snapshot: &[Value]) -> Self {
+        let mut v = Self::default();
+        for m in snapshot {
+            let parts = m["parts"]
+                .as_array()
+                .expect("parts")
+                .iter()
+                .map(|p| (p["id"].as_str().expect("id").to_owned(), p.clone()))
+                .collect();
+            v.messages.insert(
+                m["info"]["id"].as_str().expect("id").to_owned(),
+                (m["info"].clone(), parts),
+            );
+        }
+        v
+    }
+
+    fn apply(&mut self, e: &SseEvent) {
+        let p = &e.data["properties"];
+        match e.kind() {
+            "message.updated" => {
+                let id = p["info"]["id"].as_str().expect("id").to_owned();
+                self.messages.entry(id).or_default().0 = p["info"].clone();
+            }
+            "message.part.updated" => {
+                let part = &p["part"];
+                let m = part["messageID"].as_str().expect("message").to_owned();
+                let id = part["id"].as_str().expect("id").to_owned();
+                self.messages.entry(m).or_default().1.insert(id, part.clone());
+            }
+            "message.part.delta" => {
+                let m = p["messageID"].as_str().expect("message");
+                let id = p["partID"].as_str().expect("part");
+                let field = p["field"].as_str().expect("field");
+                let part = self
+                    .messages
+                    .get_mut(m)
+                    .and_then(|(_, parts)| parts.get_mut(id))
+                    .unwrap_or_else(|| panic!("a delta for part {id} the client never saw"));
+                let text = format!(
+                    "{}{}",
+                    part[field].as_str().unwrap_or(""),
+                    p["delta"].as_str().expect("delta")
+                );
+                part[field] = Value::String(text);
+            }
+            _ => {}
+        }
+    }
+
+    fn into_json(self) -> Vec<Value> {
+        self.messages
+            .into_values()
+            .map(|(info, parts)| {
+                serde_json::json!({"info": info, "parts": parts.into_values().collect::<Vec<_>>()})
+            })
+            .collect()
+    }
+}
+
+/// A client reads the history while a turn streams, then subscribes with the seq the
+/// snapshot reported: the snapshot plus the events after it rebuild exactly what is
+/// stored at the end, and every streamed delta after the snapshot arrives once.
+async fn snapshot_then_live(open: OpenOptions) {
+    let s = redb_server(options(), open).await;
+    s.create(TOKEN_A, "ses_snap").await;
+    let lines = turn("snapshot", 6, "ab ");
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
+    let upload = {
+        let req = s
+            .post("/session/ses_snap/stream", TOKEN_A)
+            .body(reqwest::Body::wrap_stream(rx));
+        tokio::spawn(async move { req.send().await })
+    };
+    // Three of the six deltas go out before the snapshot is read.
+    for l in &lines[..7] {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+    }
+    let mut watcher = SseReader::connect(&s, "/session/ses_snap/event", TOKEN_A, Some("0")).await;
+    let mut seen = 0;
+    while seen < 3 {
+        if watcher.expect().await.kind() == "message.part.delta" {
+            seen += 1;
+        }
+    }
+    let r = s
+        .get("/session/ses_snap/message", TOKEN_A)
+        .send()
+        .await
+        .expect("request");
+    let seq = r
+        .headers()
+        .get("x-forge-seq")
+        .expect("the snapshot's seq")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let snapshot: Vec<Value> = r.json().await.expect("json");
+    let mut view = ClientView::from_snapshot(&snapshot);
+    let mut sse = SseReader::connect(&s, "/session/ses_snap/event", TOKEN_A, Some(&seq)).await;
+    for l in &lines[7..] {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+    }
+    drop(tx);
+    let r = upload.await.expect("task").expect("response");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let events = until_idle(&mut sse).await;
+    let streamed: String = events
+        .iter()
+        .filter(|e| e.kind() == "message.part.delta")
+        .map(|e| e.data["properties"]["delta"].as_str().expect("delta"))
+        .collect();
+    // The store holds no streamed text before text-end, so all six come after it.
+    assert_eq!(streamed, "ab ab ab ab ab ab ", "every delta after the snapshot, once");
+    for e in &events {
+        view.apply(e);
+    }
+    let stored = s.json("/session/ses_snap/message", TOKEN_A, 200).await;
+    assert_eq!(Value::Array(view.into_json()), stored);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_snapshot_then_its_seq_loses_nothing_and_repeats_nothing() {
+    snapshot_then_live(OpenOptions::new()).await;
+}
+
+#[tokio::test]
+async fn a_snapshot_then_its_seq_loses_nothing_with_a_commit_per_boundary() {
+    snapshot_then_live(OpenOptions::new().projection(forge_store::Projection::Direct)).await;
+}
+
+#[tokio::test]
+async fn the_tenant_stream_resumes_from_its_own_ids() {
+    let mut opts = options();
+    opts.event_replay = 20;
+    let s = redb_server(opts, OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_t1").await;
+    let mut sse = SseReader::connect(&s, "/event", TOKEN_A, None).await;
+    assert_eq!(sse.expect().await.kind(), "server.connected");
+    // Another tenant's events never show.
+    let mut other = SseReader::connect(&s, "/event", TOKEN_B, None).await;
+    other.expect().await;
+    s.upload(TOKEN_A, "ses_t1", ndjson(&turn("t", 3, "q"))).await;
+    let all = until_idle(&mut sse).await;
+    assert!(all.iter().all(|e| e.data["properties"]["sessionID"] == "ses_t1"));
+    let k = 4;
+    let last = all[k].id.clone().expect("id");
+    let mut again = SseReader::connect(&s, "/event", TOKEN_A, Some(&last)).await;
+    again.expect().await;
+    let rest = until_idle(&mut again).await;
+    let want: Vec<&Value> = all[k + 1..].iter().map(|e| &e.data).collect();
+    assert_eq!(rest.iter().map(|e| &e.data).collect::<Vec<_>>(), want);
+    // An id of another server: reload first.
+    let mut foreign = SseReader::connect(&s, "/event", TOKEN_A, Some("elsewhere.0-3")).await;
+    foreign.expect().await;
+    assert_eq!(foreign.expect().await.kind(), "server.reload");
+    // An id older than what is kept: reload, saying so.
+    s.upload(TOKEN_A, "ses_t1", ndjson(&turn("t2", 30, "q"))).await;
+    let mut old = SseReader::connect(&s, "/event", TOKEN_A, Some(&last)).await;
+    old.expect().await;
+    let reload = old.expect().await;
+    assert_eq!(reload.kind(), "server.reload");
+    assert!(reload.data["properties"]["reason"]
+        .as_str()
+        .expect("reason")
+        .contains("no longer kept"));
+    // Tenant B's stream saw nothing of A's.
+    s.create(TOKEN_B, "ses_b").await;
+    let first = other.expect().await;
+    assert_eq!(first.data["properties"]["sessionID"], "ses_b", "{:?}", first.data);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
+    let mut opts = options();
+    opts.client_buffer = 16;
+    let s = redb_server(opts, OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_slow").await;
+    let mut slow = SseReader::connect(&s, "/event", TOKEN_A, None).await;
+    assert_eq!(slow.expect().await.kind(), "server.connected");
+    let mut fast = SseReader::connect(&s, "/event", TOKEN_A, None).await;
+    assert_eq!(fast.expect().await.kind(), "server.connected");
+    // 400 deltas of 64 KiB: far more than the socket buffers hold.
+    let chunk = "x".repeat(64 << 10);
+    let lines = turn("flood", 400, &chunk);
+    let fast_reader = tokio::spawn(async move {
+        let mut deltas = 0;
+        loop {
+            let e = fast.expect().await;
+            if e.kind() == "message.part.delta" {
+                deltas += 1;
+            }
+            if e.kind() == "session.idle" {
+                return deltas;
+            }
+        }
+    });
+    // The writer paces itself a little so that a client that reads keeps up.
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(4);
+    let upload = {
+        let req = s
+            .post("/session/ses_slow/stream", TOKEN_A)
+            .body(reqwest::Body::wrap_stream(rx));
+        tokio::spawn(async move { req.send().await })
+    };
+    for l in &lines {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    drop(tx);
+    let r = upload.await.expect("task").expect("response");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(fast_reader.await.expect("reader"), 400, "the reading client got every delta");
+    // The slow client reads now: what was buffered, then a cut — never all of it.
+    let mut deltas = 0;
+    let end = loop {
+        match slow.next().await {
+            Ok(Some(e)) if e.kind() == "message.part.delta" => deltas += 1,
+            Ok(Some(e)) if e.kind() == "session.idle" => break "idle",
+            Ok(Some(_)) => {}
+            Ok(None) => break "ended",
+            Err(_) => break "cut",
+        }
+    };
+    assert_eq!(end, "cut", "after {deltas} deltas");
+    assert!(deltas < 400, "{deltas}");
+    s.stop().await;
+}
