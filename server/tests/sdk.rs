@@ -1,0 +1,139 @@
+//! A real client written by someone else: opencode's `@opencode-ai/sdk` (pinned in
+//! `tests/sdk/package.json`) reads sessions and messages from the server and consumes
+//! `/event`; a proxy cuts its connection mid-turn, the SDK reconnects with
+//! `Last-Event-ID`, and every delta arrives exactly once.
+//!
+//! Needs `node` and `npm ci` in `server/tests/sdk` (`.ci/run` does it). Without them the
+//! test prints `SKIPPED` — and fails under `FORGE_TEST_REQUIRE_NODE=1`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use forge_server::ServerOptions;
+use forge_store::OpenOptions;
+use futures::SinkExt;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn sdk_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
+    let installed = dir.join("node_modules/@opencode-ai/sdk/package.json").is_file();
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if installed && node {
+        return Some(dir);
+    }
+    let why = if node {
+        "the SDK is not installed (npm ci in server/tests/sdk)"
+    } else {
+        "node is not installed"
+    };
+    assert!(
+        std::env::var("FORGE_TEST_REQUIRE_NODE").as_deref() != Ok("1"),
+        "FORGE_TEST_REQUIRE_NODE=1 but {why}"
+    );
+    eprintln!("SKIPPED: opencode SDK client test: {why}");
+    None
+}
+
+#[tokio::test]
+async fn the_opencode_sdk_reads_the_api_and_resumes_events_after_a_cut() {
+    let Some(dir) = sdk_dir() else {
+        return;
+    };
+    let s = redb_server(ServerOptions::new(two_tenants()), OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_sdk").await;
+    s.create(TOKEN_B, "ses_elsewhere").await;
+    const DELTAS: usize = 60;
+    let mut node = tokio::process::Command::new("node")
+        .arg("client.mjs")
+        .current_dir(&dir)
+        .env("FORGE_URL", &s.base)
+        .env("TOKEN", TOKEN_A)
+        .env("SESSION", "ses_sdk")
+        .env("DELTAS", DELTAS.to_string())
+        .env("CUT_AFTER", "20")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let mut out = BufReader::new(node.stdout.take().expect("stdout")).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("the client subscribes within 30 s")
+        .expect("stdout")
+        .expect("a line");
+    assert_eq!(serde_json::from_str::<Value>(&ready).expect("json"), json!({"ready": true}));
+
+    // A turn with distinct deltas, paced so that some are published while the client
+    // is cut off; another tenant streams at the same time.
+    let mut lines = vec![
+        json!({"type": "user", "text": "count"}).to_string(),
+        r#"{"type":"start-step"}"#.to_owned(),
+        r#"{"type":"text-start","id":"t"}"#.to_owned(),
+    ];
+    let expected: String = (0..DELTAS).map(|i| format!("d{i};")).collect();
+    for i in 0..DELTAS {
+        lines.push(json!({"type": "text-delta", "id": "t", "text": format!("d{i};")}).to_string());
+    }
+    lines.push(r#"{"type":"text-end","id":"t"}"#.to_owned());
+    lines.push(r#"{"type":"finish-step","finishReason":"stop","usage":{"inputTokens":1,"outputTokens":60}}"#.to_owned());
+    lines.push(r#"{"type":"finish","finishReason":"stop"}"#.to_owned());
+    let (status, _) = s
+        .upload(TOKEN_B, "ses_elsewhere", ndjson(&turn("noise", 5, "n")))
+        .await;
+    assert_eq!(status, 200);
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(4);
+    let upload = {
+        let req = s
+            .post("/session/ses_sdk/stream", TOKEN_A)
+            .body(reqwest::Body::wrap_stream(rx));
+        tokio::spawn(async move { req.send().await })
+    };
+    for l in &lines {
+        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    drop(tx);
+    let r = upload.await.expect("task").expect("response");
+    assert_eq!(r.status().as_u16(), 200);
+
+    let result = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+        .await
+        .expect("the client finishes within 60 s")
+        .expect("stdout")
+        .expect("a result line");
+    let status = node.wait().await.expect("node exits");
+    assert!(status.success(), "{status}");
+    let r: Value = serde_json::from_str(&result).expect("json result");
+    assert_eq!(r["sessions"], json!(["ses_sdk"]), "{r}");
+    assert_eq!(r["title"], "ses_sdk");
+    assert_eq!(r["missing"]["status"], 404);
+    assert_eq!(r["missing"]["error"]["name"], "NotFoundError");
+    assert_eq!(r["deltas"], DELTAS, "{r}");
+    assert_eq!(r["text"], expected, "every delta once, in order");
+    assert_eq!(r["reloads"], 0, "the gap was replayed, not announced: {r}");
+    assert_eq!(r["otherSessions"], 0, "another tenant's events never reach the client");
+    let ids = r["lastEventIds"].as_array().expect("ids");
+    assert!(ids.len() >= 2, "the client reconnected: {r}");
+    assert_eq!(ids[0], Value::Null, "the first connection has no Last-Event-ID");
+    assert!(
+        ids[1].as_str().is_some_and(|id| id.contains('-')),
+        "the reconnection sent the id it last saw: {r}"
+    );
+    assert_eq!(
+        r["messages"],
+        json!([
+            {"role": "user", "parts": ["text"]},
+            {"role": "assistant", "parts": ["step-start", "text", "step-finish"]},
+        ])
+    );
+    s.stop().await;
+}
