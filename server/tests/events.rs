@@ -35,15 +35,23 @@ async fn resume_gives_exactly_the_rest(s: &TestServer, session: &str) {
     let path = format!("/session/{session}/event");
     let mut sse = SseReader::connect(s, &path, TOKEN_A, None).await;
     assert_eq!(sse.expect().await.kind(), "server.connected");
-    let (status, body) = s.upload(TOKEN_A, session, ndjson(&turn("resume", 12, "tok "))).await;
+    let (status, body) = s
+        .upload(TOKEN_A, session, ndjson(&turn("resume", 12, "tok ")))
+        .await;
     assert_eq!(status, 200, "{body}");
     let all = until_idle(&mut sse).await;
     let ids: Vec<u64> = all
         .iter()
         .map(|e| e.id.as_deref().expect("an id").parse().expect("a seq"))
         .collect();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "seqs increase: {ids:?}");
-    let deltas = all.iter().filter(|e| e.kind() == "message.part.delta").count();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "seqs increase: {ids:?}"
+    );
+    let deltas = all
+        .iter()
+        .filter(|e| e.kind() == "message.part.delta")
+        .count();
     assert_eq!(deltas, 12);
     for k in [0, 1, all.len() / 2, all.len() - 2] {
         let last = ids[k].to_string();
@@ -73,10 +81,9 @@ async fn resume_on_redb_gives_exactly_the_events_after_last_event_id() {
 
 #[tokio::test]
 async fn resume_on_postgres_gives_exactly_the_events_after_last_event_id() {
-    let Some(url) = forge_conformance::service_url(
-        "FORGE_TEST_POSTGRES_URL",
-        "serve over Postgres",
-    ) else {
+    let Some(url) =
+        forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", "serve over Postgres")
+    else {
         return;
     };
     let forge = forge_store::open(&url).await.expect("open postgres");
@@ -84,14 +91,14 @@ async fn resume_on_postgres_gives_exactly_the_events_after_last_event_id() {
     let session = format!("ses_pg_{}", forge_store::core::id::now_ms());
     resume_gives_exactly_the_rest(&s, &session).await;
     // Row-level security under the other tenant's token: not found.
-    s.json(&format!("/session/{session}/message"), TOKEN_B, 404).await;
+    s.json(&format!("/session/{session}/message"), TOKEN_B, 404)
+        .await;
     s.stop().await;
 }
 
 #[tokio::test]
 async fn resume_on_redis_gives_exactly_the_events_after_last_event_id() {
-    let Some(url) =
-        forge_conformance::service_url("FORGE_TEST_REDIS_URL", "serve over Redis")
+    let Some(url) = forge_conformance::service_url("FORGE_TEST_REDIS_URL", "serve over Redis")
     else {
         return;
     };
@@ -111,7 +118,9 @@ async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
     open.replay_per_session = 8;
     let s = redb_server(options(), open).await;
     s.create(TOKEN_A, "ses_gap").await;
-    let (status, _) = s.upload(TOKEN_A, "ses_gap", ndjson(&turn("long", 30, "z"))).await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_gap", ndjson(&turn("long", 30, "z")))
+        .await;
     assert_eq!(status, 200);
     let mut sse = SseReader::connect(&s, "/session/ses_gap/event", TOKEN_A, Some("2")).await;
     assert_eq!(sse.expect().await.kind(), "server.connected");
@@ -128,7 +137,9 @@ async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
         reload.data
     );
     // After the reload, the stream continues with events after that seq only.
-    let (status, _) = s.upload(TOKEN_A, "ses_gap", ndjson(&turn("next", 2, "y"))).await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_gap", ndjson(&turn("next", 2, "y")))
+        .await;
     assert_eq!(status, 200);
     let next = until_idle(&mut sse).await;
     assert!(next
@@ -141,7 +152,8 @@ async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
 /// with its parts by id; deltas appended to their part's field.
 #[derive(Default)]
 struct ClientView {
-    messages: std::collections::BTreeMap<String, (Value, std::collections::BTreeMap<String, Value>)>,
+    messages:
+        std::collections::BTreeMap<String, (Value, std::collections::BTreeMap<String, Value>)>,
 }
 
 impl ClientView {
@@ -173,7 +185,11 @@ impl ClientView {
                 let part = &p["part"];
                 let m = part["messageID"].as_str().expect("message").to_owned();
                 let id = part["id"].as_str().expect("id").to_owned();
-                self.messages.entry(m).or_default().1.insert(id, part.clone());
+                self.messages
+                    .entry(m)
+                    .or_default()
+                    .1
+                    .insert(id, part.clone());
             }
             "message.part.delta" => {
                 let m = p["messageID"].as_str().expect("message");
@@ -259,7 +275,10 @@ async fn snapshot_then_live(open: OpenOptions) {
         .map(|e| e.data["properties"]["delta"].as_str().expect("delta"))
         .collect();
     // The store holds no streamed text before text-end, so all six come after it.
-    assert_eq!(streamed, "ab ab ab ab ab ab ", "every delta after the snapshot, once");
+    assert_eq!(
+        streamed, "ab ab ab ab ab ab ",
+        "every delta after the snapshot, once"
+    );
     for e in &events {
         view.apply(e);
     }
@@ -289,9 +308,12 @@ async fn the_tenant_stream_resumes_from_its_own_ids() {
     // Another tenant's events never show.
     let mut other = SseReader::connect(&s, "/event", TOKEN_B, None).await;
     other.expect().await;
-    s.upload(TOKEN_A, "ses_t1", ndjson(&turn("t", 3, "q"))).await;
+    s.upload(TOKEN_A, "ses_t1", ndjson(&turn("t", 3, "q")))
+        .await;
     let all = until_idle(&mut sse).await;
-    assert!(all.iter().all(|e| e.data["properties"]["sessionID"] == "ses_t1"));
+    assert!(all
+        .iter()
+        .all(|e| e.data["properties"]["sessionID"] == "ses_t1"));
     let k = 4;
     let last = all[k].id.clone().expect("id");
     let mut again = SseReader::connect(&s, "/event", TOKEN_A, Some(&last)).await;
@@ -304,7 +326,8 @@ async fn the_tenant_stream_resumes_from_its_own_ids() {
     foreign.expect().await;
     assert_eq!(foreign.expect().await.kind(), "server.reload");
     // An id older than what is kept: reload, saying so.
-    s.upload(TOKEN_A, "ses_t1", ndjson(&turn("t2", 30, "q"))).await;
+    s.upload(TOKEN_A, "ses_t1", ndjson(&turn("t2", 30, "q")))
+        .await;
     let mut old = SseReader::connect(&s, "/event", TOKEN_A, Some(&last)).await;
     old.expect().await;
     let reload = old.expect().await;
@@ -316,7 +339,11 @@ async fn the_tenant_stream_resumes_from_its_own_ids() {
     // Tenant B's stream saw nothing of A's.
     s.create(TOKEN_B, "ses_b").await;
     let first = other.expect().await;
-    assert_eq!(first.data["properties"]["sessionID"], "ses_b", "{:?}", first.data);
+    assert_eq!(
+        first.data["properties"]["sessionID"], "ses_b",
+        "{:?}",
+        first.data
+    );
     s.stop().await;
 }
 
@@ -360,7 +387,11 @@ async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
     drop(tx);
     let r = upload.await.expect("task").expect("response");
     assert_eq!(r.status().as_u16(), 200);
-    assert_eq!(fast_reader.await.expect("reader"), 400, "the reading client got every delta");
+    assert_eq!(
+        fast_reader.await.expect("reader"),
+        400,
+        "the reading client got every delta"
+    );
     // The slow client reads now: what was buffered, then a cut — never all of it.
     let mut deltas = 0;
     let end = loop {
