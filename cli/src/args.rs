@@ -194,6 +194,10 @@ pub enum Command {
     /// Serve the backend over HTTP: opencode's session API, live events (SSE with
     /// Last-Event-ID resume), streaming uploads, and the inspector page at /.
     Serve(crate::serve::ServeArgs),
+    /// Store what a running opencode does, live: its /event stream and a backfill from
+    /// its session API into the backend (deltas go to the bus only); reconnects by
+    /// itself. Runs until Ctrl-C.
+    Follow(crate::serve::FollowArgs),
     /// Make a bearer token for --tenant: prints the token and the tokens-file line that
     /// keeps its hash.
     Token,

@@ -169,6 +169,14 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             project::run(opts, out).await
         }
         Command::Token => serve::token(&cli.tenant, out),
+        Command::Follow(args) => {
+            let options = forge_store::OpenOptions::new().projection(projection);
+            let forge = forge_store::open_with(&cli.backend, options).await?;
+            let result = serve::follow(&forge, &cli.tenant, &args, out).await;
+            let flushed = forge.flush().await;
+            result?;
+            Ok(flushed?)
+        }
         Command::Serve(args) => {
             let options = forge_store::OpenOptions::new().projection(projection);
             let forge = forge_store::open_with(&cli.backend, options).await?;

@@ -129,3 +129,87 @@ pub fn token(tenant: &TenantId, out: &mut dyn Write) -> Result<()> {
     )?;
     Ok(())
 }
+
+/// `follow`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct FollowArgs {
+    /// opencode's server, e.g. http://127.0.0.1:4096 (`opencode serve`).
+    pub url: String,
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// opencode's project directory, when the server serves several.
+    #[arg(long)]
+    pub directory: Option<String>,
+    /// opencode's server password (OPENCODE_SERVER_PASSWORD: Basic auth).
+    #[arg(long, env = "OPENCODE_SERVER_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+}
+
+/// Follows until SIGTERM or Ctrl-C, then prints what it did.
+pub async fn follow(
+    forge: &forge_store::Forge,
+    tenant: &TenantId,
+    args: &FollowArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut opts = forge_server::FollowOptions::new(&args.url);
+    if let Some(id) = &args.session {
+        let id = forge_store::SessionId::from(id.as_str());
+        id.check().context("--session")?;
+        opts.session = Some(id);
+    }
+    opts.directory.clone_from(&args.directory);
+    opts.authorization = args
+        .password
+        .as_ref()
+        .map(|p| format!("Basic {}", base64(format!("opencode:{p}").as_bytes())));
+    writeln!(
+        out,
+        "forge-store follow: {} into {} (tenant {tenant}); Ctrl-C stops",
+        opts.url,
+        forge.url()
+    )?;
+    out.flush()?;
+    let shutdown = Shutdown::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        let signal = terminate().await;
+        tracing::warn!("{signal}: stopping");
+        trigger.trigger();
+    });
+    let mut report = forge_server::FollowReport::default();
+    let result =
+        forge_server::follow(forge, tenant, &opts, shutdown.subscribe(), &mut report).await;
+    writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    Ok(result?)
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_is_standard() {
+        assert_eq!(super::base64(b"opencode:pw"), "b3BlbmNvZGU6cHc=");
+        assert_eq!(super::base64(b"ab"), "YWI=");
+        assert_eq!(super::base64(b"abc"), "YWJj");
+    }
+}

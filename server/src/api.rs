@@ -207,7 +207,7 @@ fn paged(
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).
-fn encode_query(s: &str) -> String {
+pub(crate) fn encode_query(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {

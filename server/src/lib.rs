@@ -21,6 +21,7 @@ mod api;
 pub mod auth;
 mod error;
 mod events;
+pub mod follow;
 mod ingest;
 mod inspector;
 
@@ -35,6 +36,7 @@ use tokio::sync::watch;
 
 pub use auth::{new_token, Tokens};
 pub use error::ApiError;
+pub use follow::{follow, FollowOptions, FollowReport};
 
 /// Who may call the API.
 #[derive(Clone, Debug)]
@@ -107,7 +109,8 @@ impl Shutdown {
         self.0.send_replace(true);
     }
 
-    fn subscribe(&self) -> watch::Receiver<bool> {
+    /// A receiver that sees the shutdown (for [`follow`]).
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.0.subscribe()
     }
 }
