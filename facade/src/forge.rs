@@ -331,8 +331,8 @@ impl Forge {
     /// and free) and returns it as stored.
     ///
     /// # Errors
-    /// [`Error::Conflict`]-kind [`Error::Store`] when a session with the id exists, or the
-    /// store's error.
+    /// [`Error::Store`] with a `Conflict` source when a session with the id exists,
+    /// [`Error::Input`] for an id that breaks the id rules, or the store's error.
     pub async fn create_session(
         &self,
         tenant: &TenantId,

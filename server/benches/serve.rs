@@ -36,7 +36,12 @@ async fn start() -> anyhow::Result<Server> {
     let mut options = ServerOptions::new(Access::Open(TenantId::new("bench")?));
     options.max_body = 1 << 30;
     let shutdown = Shutdown::new();
-    let task = tokio::spawn(forge_server::serve(listener, forge, options, shutdown.clone()));
+    let task = tokio::spawn(forge_server::serve(
+        listener,
+        forge,
+        options,
+        shutdown.clone(),
+    ));
     Ok(Server {
         base,
         shutdown,
@@ -63,10 +68,7 @@ fn tail() -> Vec<String> {
 }
 
 /// Reads SSE frames and calls `f` with each `data:` payload; stops when `f` says so.
-async fn read_sse(
-    resp: reqwest::Response,
-    mut f: impl FnMut(&str) -> bool,
-) -> anyhow::Result<()> {
+async fn read_sse(resp: reqwest::Response, mut f: impl FnMut(&str) -> bool) -> anyhow::Result<()> {
     let mut body = resp.bytes_stream();
     let mut buf = String::new();
     while let Some(chunk) = body.next().await {
@@ -105,7 +107,9 @@ async fn throughput(deltas: usize) -> anyhow::Result<()> {
         .await?;
     let mut lines = head("throughput");
     lines.extend(
-        (0..deltas).map(|i| json!({"type": "text-delta", "id": "t", "text": format!("{i:08}")}).to_string()),
+        (0..deltas).map(|i| {
+            json!({"type": "text-delta", "id": "t", "text": format!("{i:08}")}).to_string()
+        }),
     );
     lines.extend(tail());
     let body = lines.join("\n") + "\n";
@@ -209,7 +213,10 @@ async fn latency(clients: usize, deltas: usize, pace: Duration) -> anyhow::Resul
     anyhow::ensure!(r.status().is_success(), "upload: {}", r.status());
     let mut dropped = 0;
     for r in readers {
-        if tokio::time::timeout(Duration::from_secs(60), r).await.map_or(true, |r| r.map_or(true, |r| r.is_err())) {
+        if tokio::time::timeout(Duration::from_mins(1), r)
+            .await
+            .map_or(true, |r| r.map_or(true, |r| r.is_err()))
+        {
             dropped += 1;
         }
     }

@@ -111,14 +111,11 @@ pub async fn follow(
             r = bridge.connection() => r,
             () = &mut down => return Ok(()),
         };
-        match outcome {
-            Ok(()) => {
-                tracing::warn!(url = %opts.url, "opencode's event stream ended; reconnecting")
-            }
-            Err(Retry(e)) => {
-                tracing::warn!(url = %opts.url, error = %e, "following opencode: reconnecting");
-            }
-        }
+        let why = match outcome {
+            Ok(()) => "opencode's event stream ended".to_owned(),
+            Err(Retry(e)) => e,
+        };
+        tracing::warn!(url = %opts.url, %why, "following opencode: reconnecting");
         bridge.forge.flush().await.map_err(fail)?;
         tokio::select! {
             () = tokio::time::sleep(opts.reconnect_delay) => {}

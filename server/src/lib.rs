@@ -109,7 +109,7 @@ impl Shutdown {
         self.0.send_replace(true);
     }
 
-    /// A receiver that sees the shutdown (for [`follow`]).
+    /// A receiver that sees the shutdown (for [`follow()`]).
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.0.subscribe()
     }
