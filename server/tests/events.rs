@@ -407,3 +407,22 @@ async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
     assert!(deltas < 400, "{deltas}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_idle_stream_gets_heartbeats() {
+    let mut opts = options();
+    opts.heartbeat = std::time::Duration::from_millis(200);
+    let s = redb_server(opts, OpenOptions::new()).await;
+    s.create(TOKEN_A, "ses_idle").await;
+    for path in ["/event", "/session/ses_idle/event"] {
+        let mut sse = SseReader::connect(&s, path, TOKEN_A, None).await;
+        assert_eq!(sse.expect().await.kind(), "server.connected");
+        let mut beats = 0;
+        while beats < 2 {
+            let e = sse.next().await.expect("open").expect("an event");
+            assert_eq!(e.kind(), "server.heartbeat", "{path}: {:?}", e.data);
+            beats += 1;
+        }
+    }
+    s.stop().await;
+}
