@@ -21,6 +21,23 @@ pub struct BusCapabilities {
     /// Published events can be replayed from a `seq` (within retention), so a subscriber
     /// can resume and `recover` can rebuild interrupted text.
     pub durable: bool,
+    /// The bus outlives the process that publishes on it, and other processes follow it
+    /// (Redis). `recover` then brings the bus up to the store (a writer killed between
+    /// its commit and its publish leaves the followers behind). A process-local bus
+    /// starts empty in every process, so there is nothing to bring up to date.
+    pub shared: bool,
+}
+
+impl BusCapabilities {
+    /// The capabilities of a bus named `name` (`durable` and `shared` as documented on
+    /// the fields).
+    pub fn new(name: &'static str, durable: bool, shared: bool) -> Self {
+        Self {
+            name,
+            durable,
+            shared,
+        }
+    }
 }
 
 /// What a subscription receives.

@@ -94,15 +94,7 @@ pub fn decode<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T> {
             }
             match flags {
                 PLAIN => from_bincode(body),
-                ZSTD => {
-                    let plain = zstd::stream::decode_all(body).map_err(|e| {
-                        Error::corrupted_with("value", "zstd body does not decompress", e)
-                    })?;
-                    if plain.len() > MAX_BODY {
-                        return Err(Error::corrupted("value", "decompresses past 2 GiB"));
-                    }
-                    from_bincode(&plain)
-                }
+                ZSTD => from_bincode(&decompress(body, MAX_BODY)?),
                 other => Err(Error::Codec {
                     message: format!("value has flags {other}; this release knows 0 and 1"),
                     source: None,
@@ -119,9 +111,61 @@ pub fn decode<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T> {
     }
 }
 
+/// Decompresses a zstd body, stopping past `max` bytes: the check happens while
+/// decompressing, so a body that expands without end is refused before it fills memory.
+fn decompress(body: &[u8], max: usize) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let corrupt = |e| Error::corrupted_with("value", "zstd body does not decompress", e);
+    let mut plain = Vec::new();
+    zstd::stream::read::Decoder::new(body)
+        .map_err(corrupt)?
+        .take(max as u64 + 1)
+        .read_to_end(&mut plain)
+        .map_err(corrupt)?;
+    if plain.len() > max {
+        return Err(Error::corrupted(
+            "value",
+            format!("decompresses past {max} bytes"),
+        ));
+    }
+    Ok(plain)
+}
+
+/// How much more than its encoded size a value's containers may claim while decoding.
+/// bincode reserves `len × size_of::<T>()` for a container before reading its items; a
+/// valid row's items each take at least a few bytes, so its claims stay far below this.
+const CLAIM_FACTOR: usize = 64;
+
+/// Decodes a bincode body with a limit proportional to its size: a damaged length (a
+/// version 1 value has no checksum) would otherwise make bincode reserve up to 2^64
+/// bytes, a panic ("capacity overflow") or an abort of the process when the allocation
+/// fails.
 fn from_bincode<T: bincode::Decode<()>>(body: &[u8]) -> Result<T> {
-    let (value, used) = bincode::decode_from_slice(body, bincode::config::standard())
-        .map_err(|e| Error::codec("bincode decode", e))?;
+    let need = body.len().saturating_mul(CLAIM_FACTOR);
+    // bincode's limit is a const generic: pick the smallest tier that fits.
+    macro_rules! tiers {
+        ($($bits:literal)*) => {$(
+            if need <= 1usize << $bits {
+                return limited::<T, { 1usize << $bits }>(body);
+            }
+        )*};
+    }
+    tiers!(16 20 24 28);
+    limited::<T, { u32::MAX as usize }>(body)
+}
+
+fn limited<T: bincode::Decode<()>, const LIMIT: usize>(body: &[u8]) -> Result<T> {
+    let config = bincode::config::standard().with_limit::<LIMIT>();
+    let (value, used) = bincode::decode_from_slice(body, config).map_err(|e| match e {
+        bincode::error::DecodeError::LimitExceeded => Error::Codec {
+            message: format!(
+                "a length inside the value is larger than its {} bytes can hold",
+                body.len()
+            ),
+            source: None,
+        },
+        e => Error::codec("bincode decode", e),
+    })?;
     if used != body.len() {
         return Err(Error::Codec {
             message: format!("{} trailing bytes after the value", body.len() - used),
@@ -190,6 +234,36 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("trailing"));
+    }
+
+    #[test]
+    fn a_damaged_length_is_an_error_not_a_huge_allocation() {
+        // Found by fuzzing: a version 1 value (no checksum) whose string length says
+        // 2^62 bytes made bincode panic with "capacity overflow"; 2^40 aborted the
+        // process when the allocation failed.
+        for len in [1u64 << 62, 1 << 40, 1 << 20] {
+            let mut v1 = vec![V1, 7, 0xfd];
+            v1.extend_from_slice(&len.to_le_bytes());
+            v1.extend_from_slice(b"{}");
+            let err = decode::<Row>(&v1).unwrap_err().to_string();
+            assert!(err.contains("length inside the value"), "{len}: {err}");
+        }
+        // A long row of many small items still decodes.
+        let many: Vec<(String, u64)> = (0..10_000).map(|i| (String::new(), i)).collect();
+        assert_eq!(
+            decode::<Vec<(String, u64)>>(&encode(&many).unwrap()).unwrap(),
+            many
+        );
+    }
+
+    #[test]
+    fn decompression_stops_at_its_bound() {
+        let zeros = zstd::bulk::compress(&vec![0u8; 1 << 20], LEVEL).unwrap();
+        assert!(zeros.len() < 1_000);
+        assert_eq!(decompress(&zeros, 1 << 20).unwrap().len(), 1 << 20);
+        let err = decompress(&zeros, 4_096).unwrap_err();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+        assert!(err.to_string().contains("past 4096 bytes"), "{err}");
     }
 
     #[test]

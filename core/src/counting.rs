@@ -136,4 +136,8 @@ impl Store for CountingStore {
     ) -> Result<OpenItems> {
         self.inner.open_items(tenant, session).await
     }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
 }

@@ -7,6 +7,7 @@ pub mod counting;
 pub mod engine;
 pub mod error;
 pub mod event;
+pub mod files;
 pub mod group;
 pub mod id;
 pub mod local_bus;
@@ -15,7 +16,9 @@ pub mod model;
 pub mod processor;
 pub mod projector;
 pub mod read;
+mod reconcile;
 pub mod recover;
+pub mod retry;
 pub mod store;
 pub mod stream;
 pub mod tenant;
@@ -28,13 +31,14 @@ pub use error::{BoxError, Error, Result, SharedError};
 pub use event::{BusEvent, Envelope, Event, PartDelta, SyncEvent};
 pub use group::{FlushMode, GroupCommitOptions, GroupCommitProjector, GroupCommitStats};
 pub use id::{MessageId, PartId, SessionId};
-pub use local_bus::LocalBus;
+pub use local_bus::{LocalBus, DEFAULT_REPLAY_TOTAL};
 pub use memory::MemoryStore;
 pub use model::{Message, MessageWithParts, Part, Session};
 pub use processor::{Flow, Outcome, Processor, ProcessorOptions, ProcessorStats};
 pub use projector::{DirectProjector, Projector, Scope, Scopes};
 pub use read::{filter_compacted, filter_compacted_reference, read_all, CompactedView};
 pub use recover::{recover, RecoverReport};
+pub use retry::{RetryPolicy, RetryStore, DEFAULT_RETRY_DEADLINE};
 pub use store::{
     Capabilities, Cursor, OpenItems, Page, SessionState, Store, Tenancy, DEFAULT_PAGE_LIMIT,
     MAX_PAGE_LIMIT,

@@ -33,24 +33,36 @@ pub struct RecoverReport {
     /// [`GroupCommitProjector`](crate::group::GroupCommitProjector) publishes
     /// non-terminal writes before their commit) and applied before closing.
     pub events_replayed: usize,
+    /// Sync events committed again and published because the durable bus lacked them:
+    /// the writer died (or its bus gave up) between a commit and its publish. Every
+    /// projector following the bus then ends equal to the store.
+    pub events_republished: usize,
 }
 
 impl RecoverReport {
     /// Whether anything was closed.
     pub fn is_empty(&self) -> bool {
-        self.sessions == 0 && self.events_replayed == 0
+        self.sessions == 0 && self.events_replayed == 0 && self.events_republished == 0
     }
 }
 
-/// Rebuilds a part's text from retained bus events: the concatenation of its deltas
-/// after its creation event. `None` when the creation event is no longer retained (the
-/// deltas may be incomplete), so the caller keeps what the store has.
+/// Rebuilds a part's text from retained bus events: the text of the part's last
+/// `message.part.updated` (empty at its creation; the stored text when recover
+/// republished it) followed by the deltas after it. `None` when no update of the part
+/// is retained (the deltas may be incomplete), so the caller keeps what the store has.
 fn text_from_events(events: &[crate::event::BusEvent], part: &PartId) -> Option<String> {
-    let created = events.iter().position(
-        |e| matches!(&e.event, Event::Sync(SyncEvent::PartUpdated { part: p }) if &p.id == part),
-    )?;
-    let mut text = String::new();
-    for e in &events[created..] {
+    let (last, base) = events
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, e)| match &e.event {
+            Event::Sync(SyncEvent::PartUpdated { part: p }) if &p.id == part => {
+                Some((i, block_text(p).unwrap_or_default().to_owned()))
+            }
+            _ => None,
+        })?;
+    let mut text = base;
+    for e in &events[last..] {
         if let Event::PartDelta(d) = &e.event {
             if &d.part_id == part {
                 text.push_str(&d.delta);
@@ -58,6 +70,15 @@ fn text_from_events(events: &[crate::event::BusEvent], part: &PartId) -> Option<
         }
     }
     Some(text)
+}
+
+/// The text of a text or reasoning part.
+fn block_text(p: &Part) -> Option<&str> {
+    match &p.body {
+        crate::model::PartBody::Text(t) => Some(&t.text),
+        crate::model::PartBody::Reasoning(r) => Some(&r.text),
+        _ => None,
+    }
 }
 
 /// Closes every open part and message of `tenant` (or only of `session`) as finalize
@@ -69,6 +90,13 @@ fn text_from_events(events: &[crate::event::BusEvent], part: &PartId) -> Option<
 /// `time.completed` and a `MessageAbortedError` unless they already carry an error.
 /// One commit per session. Idempotent: a second run finds nothing open and writes
 /// nothing.
+///
+/// On a durable bus, recover first brings store and bus together: events the bus holds
+/// beyond the store's `seq` are applied to the store, and when the store is ahead of
+/// the bus (a commit whose publish never happened), what the bus lacks is committed
+/// and published again (see `reconcile`). Everything recover writes is committed
+/// through `projector` and so published like any other event: every projector that
+/// follows the bus sees it.
 pub async fn recover(
     projector: &dyn Projector,
     tenant: &TenantId,
@@ -92,6 +120,7 @@ pub async fn recover(
                 tools_closed = report.tools_closed,
                 messages_closed = report.messages_closed,
                 events_replayed = report.events_replayed,
+                events_republished = report.events_republished,
                 "recover closed what a crash left open",
             );
         });
@@ -107,8 +136,13 @@ async fn close_open(
     now: i64,
 ) -> Result<RecoverReport> {
     let mut report = RecoverReport::default();
-    if projector.bus().capabilities().durable {
+    let caps = projector.bus().capabilities();
+    if caps.durable {
         report.events_replayed = replay_uncommitted(projector, tenant, session).await?;
+        if caps.shared {
+            report.events_republished =
+                crate::reconcile::republish_missing(projector, tenant, session).await?;
+        }
     }
     let open = projector.store().open_items(tenant, session).await?;
     let mut by_session: BTreeMap<SessionId, (Vec<_>, Vec<Part>)> = BTreeMap::new();
@@ -175,19 +209,7 @@ async fn replay_uncommitted(
 ) -> Result<usize> {
     let store = projector.store();
     let bus = projector.bus();
-    let sessions: Vec<(SessionId, u64)> = match session {
-        Some(sid) => store
-            .session(tenant, sid)
-            .await?
-            .map(|s| vec![(sid.clone(), s.seq)])
-            .unwrap_or_default(),
-        None => store
-            .sessions(tenant)
-            .await?
-            .into_iter()
-            .map(|s| (s.info.id.clone(), s.seq))
-            .collect(),
-    };
+    let sessions = stored_seqs(store.as_ref(), tenant, session).await?;
     let mut applied = 0;
     for (sid, stored) in sessions {
         let ahead = bus
@@ -232,4 +254,25 @@ fn is_block(p: &Part) -> bool {
         p.body,
         crate::model::PartBody::Text(_) | crate::model::PartBody::Reasoning(_)
     )
+}
+
+/// Every session of `tenant` (or only `session`, when it exists) with its stored `seq`.
+pub(crate) async fn stored_seqs(
+    store: &dyn crate::store::Store,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+) -> Result<Vec<(SessionId, u64)>> {
+    Ok(match session {
+        Some(sid) => store
+            .session(tenant, sid)
+            .await?
+            .map(|s| vec![(sid.clone(), s.seq)])
+            .unwrap_or_default(),
+        None => store
+            .sessions(tenant)
+            .await?
+            .into_iter()
+            .map(|s| (s.info.id.clone(), s.seq))
+            .collect(),
+    })
 }

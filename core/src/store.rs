@@ -110,7 +110,13 @@ impl fmt::Debug for Cursor {
 impl FromStr for Cursor {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::invalid(format!("malformed page cursor {s:?}"));
+        let bad = || {
+            // Quoted short: a cursor comes from a command line or a query string and
+            // may be anything, also megabytes.
+            let shown: String = s.chars().take(40).collect();
+            let more = if shown.len() < s.len() { "…" } else { "" };
+            Error::invalid(format!("malformed page cursor {shown:?}{more}"))
+        };
         let hex = s.strip_prefix("c1.").ok_or_else(bad)?;
         if hex.is_empty() || hex.len() % 2 != 0 {
             return Err(bad());
@@ -245,4 +251,23 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// - Exactly the rows for which [`Message::is_open`] / [`Part::is_open`] hold.
     async fn open_items(&self, tenant: &TenantId, session: Option<&SessionId>)
         -> Result<OpenItems>;
+
+    /// Ends the use of this handle before the process lets go of the backend: what was
+    /// committed is made complete in the backend's own files (redb checkpoints its
+    /// journal into the database file; SQLite's last connection checkpoints and removes
+    /// its `-wal`), and connections are closed. Calls after it may fail.
+    ///
+    /// Nothing committed depends on it: a process that dies without it loses nothing
+    /// (the next open replays the journal or the WAL). What it changes is that the
+    /// database file alone, copied after a clean exit, holds everything.
+    ///
+    /// # Behavior
+    /// - The default does nothing (backends with nothing to settle).
+    /// - Wrappers forward it to the store they wrap.
+    ///
+    /// # Errors
+    /// The backend's error when it cannot settle its files.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
 }

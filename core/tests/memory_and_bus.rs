@@ -279,7 +279,7 @@ async fn a_subscriber_that_falls_behind_is_told() {
         .subscribe(&t, Topic::Session(s.clone()), None)
         .await
         .unwrap();
-    for seq in 1..=(forge_core::local_bus::DEFAULT_CHANNEL_CAPACITY as u64 + 10) {
+    for seq in 1..=(forge_core::local_bus::DEFAULT_SESSION_CHANNEL_CAPACITY as u64 + 10) {
         bus.publish(delta(&t, &s, seq)).unwrap();
     }
     let first = sub.next().await.unwrap();
@@ -316,4 +316,83 @@ async fn a_deleted_session_ends_its_subscriptions_and_frees_its_channel() {
     );
     assert_eq!(bus.last_seq(&t, &s).await.unwrap(), None);
     assert!(bus.replay(&t, &s, 1).await.unwrap().events.is_empty());
+}
+
+#[tokio::test]
+async fn the_replay_buffers_of_all_sessions_share_one_budget_and_report_what_they_trimmed() {
+    let bus = LocalBus::with_replay_budget(100, 50);
+    let t = TenantId::default();
+    let sessions: Vec<SessionId> = (0..10).map(|_| SessionId::generate()).collect();
+    // 10 sessions × 20 events, interleaved: 200 events for a budget of 50.
+    for seq in 1..=20 {
+        for s in &sessions {
+            bus.publish(delta(&t, s, seq)).unwrap();
+        }
+    }
+    assert_eq!(bus.retained_events(), 50, "the budget is not kept");
+    // The oldest went first: every session keeps its last 5 events.
+    for s in &sessions {
+        let r = bus.replay(&t, s, 1).await.unwrap();
+        assert!(r.truncated, "a trimmed buffer says so");
+        assert_eq!(
+            r.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (16..=20).collect::<Vec<_>>()
+        );
+        assert_eq!(bus.last_seq(&t, s).await.unwrap(), Some(20));
+        let err = bus
+            .subscribe(&t, Topic::Session(s.clone()), Some(15))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("through seq 15"), "{err}");
+    }
+    // A session past its own limit leaves the budget to the others: 120 events of one
+    // session keep 100 of it, and what is left of the budget holds the newest others.
+    let long = SessionId::generate();
+    for seq in 1..=120 {
+        bus.publish(delta(&t, &long, seq)).unwrap();
+    }
+    assert!(bus.retained_events() <= 50);
+    let r = bus.replay(&t, &long, 1).await.unwrap();
+    assert_eq!(r.events.first().map(|e| e.seq), Some(71));
+    assert_eq!(r.events.len(), 50);
+}
+
+#[tokio::test]
+async fn a_session_has_a_live_channel_only_while_someone_subscribes() {
+    let bus = LocalBus::with_replay(100);
+    let t = TenantId::default();
+    for _ in 0..1_000 {
+        bus.publish(delta(&t, &SessionId::generate(), 1)).unwrap();
+    }
+    assert_eq!(bus.live_channels(), 0, "publishing alone opened channels");
+    let s = SessionId::generate();
+    let mut sub = bus
+        .subscribe(&t, Topic::Session(s.clone()), None)
+        .await
+        .unwrap();
+    assert_eq!(bus.live_channels(), 1);
+    bus.publish(delta(&t, &s, 1)).unwrap();
+    assert_eq!(sub.next().await.unwrap().unwrap().seq, 1);
+    let second = bus
+        .subscribe(&t, Topic::Session(s.clone()), None)
+        .await
+        .unwrap();
+    drop(sub);
+    assert_eq!(
+        bus.live_channels(),
+        1,
+        "the channel went with a subscriber left"
+    );
+    // The last subscription takes the channel with it; a new subscriber gets a new one
+    // and misses nothing published after it subscribed.
+    drop(second);
+    assert_eq!(bus.live_channels(), 0);
+    bus.publish(delta(&t, &s, 2)).unwrap();
+    let mut again = bus
+        .subscribe(&t, Topic::Session(s.clone()), Some(2))
+        .await
+        .unwrap();
+    bus.publish(delta(&t, &s, 3)).unwrap();
+    assert_eq!(again.next().await.unwrap().unwrap().seq, 2);
+    assert_eq!(again.next().await.unwrap().unwrap().seq, 3);
 }

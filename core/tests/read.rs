@@ -399,4 +399,11 @@ fn limits_are_capped_and_cursors_are_opaque_but_checked() {
         let err = bad.parse::<Cursor>().unwrap_err().to_string();
         assert!(err.contains("malformed page cursor"), "{bad}: {err}");
     }
+    // Found by fuzzing: the error quoted the whole input, megabytes for a huge one.
+    let huge = format!("c1.{}", "{\"a\":".repeat(100_000));
+    let err = huge.parse::<Cursor>().unwrap_err().to_string();
+    assert!(
+        err.contains("malformed page cursor") && err.len() < 200,
+        "{err}"
+    );
 }

@@ -28,9 +28,10 @@ impl GroupCommitProjector {
     /// committed at its deadline, as a timer would have fired then.
     ///
     /// # Errors
-    /// When the group and a session's retry fail: an [`Error::Conflict`] naming the
-    /// first failed session, with the store's error as its source. Each failed session
-    /// also reports its own store error on its next call ([`Error::Shared`]).
+    /// When the group and a session's retry fail: the store's error of the first failed
+    /// session ([`Error::Shared`]: its kind and retryability are the store's, so a lost
+    /// connection is never mistaken for bad input). Each failed session also reports its
+    /// own store error on its next call.
     pub async fn advance(&self, now_ms: i64) -> Result<()> {
         let due = {
             let mut state = self.state.lock();
@@ -47,8 +48,7 @@ impl GroupCommitProjector {
     }
 
     /// Commits and publishes the open group when `how` says so. Each failed session
-    /// keeps its own error for its next call; the returned error names the first and
-    /// keeps its error as the source.
+    /// keeps its own error for its next call; the returned error is the first one.
     pub(super) async fn flush(&self, how: Flush) -> Option<Error> {
         let _flushing = self.flushing.lock().await;
         let (at, all, batches) = {
@@ -172,10 +172,7 @@ impl GroupCommitProjector {
                         let e = SharedError::new(e);
                         o.fail(through, &e);
                         if first_error.is_none() {
-                            first_error = Some(Error::conflict_with(
-                                format!("group commit of session {} failed", key.1),
-                                e,
-                            ));
+                            first_error = Some(Error::Shared(e));
                         }
                     }
                 }

@@ -73,12 +73,14 @@ impl Outbox {
         self.failed.take().map(Error::Shared)
     }
 
-    /// The error for a call waiting on `seq`, which a failed commit dropped.
+    /// The error for a call waiting on `seq`, which a failed commit dropped: the
+    /// commit's own error, so its kind (a backend failure, retryable or not) is kept.
     pub(super) fn lost_error(&self, session: &SessionId, seq: u64) -> Error {
-        let message = format!("the commit of session {session} holding seq {seq} failed");
         match &self.lost_error {
-            Some(e) => Error::conflict_with(message, e.clone()),
-            None => Error::conflict(message),
+            Some(e) => Error::Shared(e.clone()),
+            None => Error::conflict(format!(
+                "the commit of session {session} holding seq {seq} failed"
+            )),
         }
     }
     pub(super) fn push_pending(&mut self, env: Envelope<SyncEvent>, coalesced: &mut u64) {
