@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use forge_core::{Error, Result};
 
@@ -73,7 +74,23 @@ pub struct RedbOptions {
     /// and holds more uncheckpointed pages in memory; opening after a crash replays at
     /// most this much.
     pub checkpoint_bytes: u64,
+    /// How long opening waits for another process that has the file open (retrying
+    /// every 50 ms) before it fails with a retryable error naming the situation.
+    /// Default: no wait.
+    pub wait: Duration,
+    /// Verify the checksum of every page of the committed trees when the file is
+    /// opened (`true`, the default): a damaged file then fails to open with
+    /// `Error::Corrupted`. It reads the whole file once per open; `false` skips it,
+    /// and damage shows (if at all) when a read reaches it.
+    pub check: bool,
+    /// redb's page cache, in bytes (default [`DEFAULT_CACHE_BYTES`], redb's own
+    /// default). The cache fills as the file grows, so this bounds the memory a
+    /// long-running process spends on it.
+    pub cache_bytes: usize,
 }
+
+/// redb's own default page cache: 1 GiB.
+pub const DEFAULT_CACHE_BYTES: usize = 1024 * 1024 * 1024;
 
 impl Default for RedbOptions {
     fn default() -> Self {
@@ -81,6 +98,9 @@ impl Default for RedbOptions {
             durability: Durability::Immediate,
             journal: true,
             checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            wait: Duration::ZERO,
+            check: true,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -106,8 +126,10 @@ impl RedbOptions {
     /// Parses the query part of a `redb://` URL, e.g. `durability=none`.
     ///
     /// A leading `?` is allowed and an empty query gives the defaults. Keys are
-    /// `durability` (`immediate` | `none`), `journal` (`on` | `off`) and
-    /// `checkpoint_bytes` (a positive number of bytes).
+    /// `durability` (`immediate` | `none`), `journal` (`on` | `off`),
+    /// `checkpoint_bytes` (a positive number of bytes), `wait_ms` (see
+    /// [`RedbOptions::wait`]), `check` (`on` | `off`, see [`RedbOptions::check`]) and
+    /// `cache_mib` (see [`RedbOptions::cache_bytes`]).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the unknown key, the unknown value, a pair without
@@ -141,10 +163,34 @@ impl RedbOptions {
                         }
                     }
                 }
+                "check" => out.check = parse_bool(key, value)?,
+                "cache_mib" => {
+                    out.cache_bytes = value
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|mib| mib.checked_mul(1024 * 1024))
+                        .ok_or_else(|| {
+                            Error::invalid(format!(
+                                "redb option cache_mib={value:?} is not a whole number of \
+                                 MiB"
+                            ))
+                        })?;
+                }
+                "wait_ms" => {
+                    out.wait = value
+                        .parse::<u64>()
+                        .map(Duration::from_millis)
+                        .map_err(|_| {
+                            Error::invalid(format!(
+                                "redb option wait_ms={value:?} is not a whole number of \
+                             milliseconds"
+                            ))
+                        })?;
+                }
                 _ => {
                     return Err(Error::invalid(format!(
                         "redb option {key:?} is not known; the known options are \
-                         durability, journal and checkpoint_bytes"
+                         durability, journal, checkpoint_bytes, wait_ms, check and cache_mib"
                     )))
                 }
             }
@@ -166,6 +212,16 @@ mod tests {
         let o = RedbOptions::from_query("journal=off&checkpoint_bytes=4096").unwrap();
         assert!(!o.journal && !o.journaled());
         assert_eq!(o.checkpoint_bytes, 4096);
+        assert_eq!(
+            RedbOptions::from_query("wait_ms=1500").unwrap().wait,
+            Duration::from_millis(1500)
+        );
+        assert!(RedbOptions::default().check);
+        assert!(!RedbOptions::from_query("check=off").unwrap().check);
+        assert_eq!(
+            RedbOptions::from_query("cache_mib=64").unwrap().cache_bytes,
+            64 << 20
+        );
         assert!(!RedbOptions::from_query("durability=none")
             .unwrap()
             .journaled());
@@ -189,6 +245,9 @@ mod tests {
             ("journal=maybe", "\"maybe\""),
             ("checkpoint_bytes=0", "positive"),
             ("checkpoint_bytes=-1", "positive"),
+            ("wait_ms=soon", "milliseconds"),
+            ("cache_mib=lots", "MiB"),
+            ("cache_mib=99999999999999999", "MiB"),
         ] {
             let err = RedbOptions::from_query(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");

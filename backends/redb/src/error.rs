@@ -39,6 +39,17 @@ pub(crate) fn open<E: Into<redb::Error>>(path: &Path, err: E) -> Error {
         // A cut file says "File truncated below stored layout".
         return Error::corrupted(path.display(), msg);
     }
+    if matches!(err, redb::Error::DatabaseAlreadyOpen) {
+        return Error::backend(
+            BACKEND,
+            true,
+            AlreadyOpen {
+                path: path.to_path_buf(),
+                pid: holder(path),
+                source: err,
+            },
+        );
+    }
     let retryable = is_retryable(&err);
     Error::backend(
         BACKEND,
@@ -48,6 +59,122 @@ pub(crate) fn open<E: Into<redb::Error>>(path: &Path, err: E) -> Error {
             source: err,
         },
     )
+}
+
+/// The file is open in another process (redb locks it for one writer).
+#[derive(Debug)]
+pub(crate) struct AlreadyOpen {
+    path: PathBuf,
+    pid: Option<u32>,
+    source: redb::Error,
+}
+
+impl fmt::Display for AlreadyOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pid = self.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        write!(
+            f,
+            "{} is open in another process{pid}: redb lets one process at a time use a \
+             file; wait for it to close (redb URL option wait_ms=MS, or --wait SECS on \
+             the command line), or let one process serve it to the others \
+             (`forge-store serve`)",
+            self.path.display()
+        )
+    }
+}
+
+impl std::error::Error for AlreadyOpen {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The process holding the lock on `path`, from `/proc/locks` (Linux; `None` elsewhere
+/// or when it cannot be told).
+fn holder(path: &Path) -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let inode = std::fs::metadata(path).ok()?.ino();
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        let me = std::process::id();
+        locks.lines().find_map(|line| {
+            // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at = fields.iter().position(|f| f.matches(':').count() == 2)?;
+            let ino: u64 = fields[at].rsplit(':').next()?.parse().ok()?;
+            let pid: u32 = fields.get(at.checked_sub(1)?)?.parse().ok()?;
+            (ino == inode && pid != me).then_some(pid)
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// A failed write's error from redb, with the file named, and with redb's "previous I/O
+/// error" (what every write says after one failed, until the file is opened again)
+/// replaced by what that first failure was. `first` keeps it for the store.
+pub(crate) fn in_write(
+    err: Error,
+    path: &Path,
+    first: &parking_lot::Mutex<Option<String>>,
+) -> Error {
+    let Error::Backend {
+        backend,
+        retryable,
+        source,
+    } = err
+    else {
+        return err;
+    };
+    let Some(redb_err) = source.downcast_ref::<redb::Error>() else {
+        return Error::Backend {
+            backend,
+            retryable,
+            source,
+        };
+    };
+    let text = match redb_err {
+        redb::Error::PreviousIo => {
+            let earlier = first
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "an earlier write failed".to_owned());
+            format!(
+                "{}: an earlier write failed ({earlier}); nothing more is written until \
+                 the store is opened again",
+                path.display()
+            )
+        }
+        redb::Error::Io(io) => {
+            first.lock().get_or_insert_with(|| io.to_string());
+            format!("{}: {redb_err}", path.display())
+        }
+        _ => format!("{}: {redb_err}", path.display()),
+    };
+    Error::backend(backend, retryable, Named { text, source })
+}
+
+/// An error with the text a user needs, keeping the native error as its source.
+#[derive(Debug)]
+struct Named {
+    text: String,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl fmt::Display for Named {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Named {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
 }
 
 /// Opening a redb file failed.

@@ -13,7 +13,7 @@
 //! `<database>-journal`, next to the database file:
 //!
 //! ```text
-//! header   b"FORGEJNL" · u32 format version (1) · u32 zero            16 bytes
+//! header   b"FORGEJNL" · u32 format version (1) · u32 checkpoint mark   16 bytes
 //! record   u32 payload length · u32 crc32c · u64 generation · payload, padded to 8
 //! ```
 //!
@@ -25,6 +25,20 @@
 //! older generation's record beyond the current end. A record is acknowledged only after
 //! its `fdatasync`, so everything acknowledged is replayed, and nothing after a record
 //! that fails to verify was ever acknowledged.
+//!
+//! # Damage
+//!
+//! A record that fails to verify while a later record of generation `G` verifies was
+//! not torn by a crash (a crash tears only the last append): recovery refuses the
+//! journal with [`Error::Corrupted`] instead of dropping the batches after it. The
+//! header's checkpoint mark (the low 32 bits of the generation a checkpoint started,
+//! written after that checkpoint's durable commit; 0 in files of older releases: no
+//! mark) catches a database file older than its journal: the mark must equal the
+//! database's generation or the one before it (a crash between the commit and the mark),
+//! anything else is [`Error::Corrupted`]. What cannot be told from a crash: damage inside
+//! the last record, or a file cut inside its records, drops the batches from there on,
+//! as a crash in the middle of their append would (a warning names a dropped tail that
+//! is not all zeros).
 //!
 //! The file is overwritten in place, never truncated: after the first checkpoint its size
 //! stays put, and a sync writes the data pages only.
@@ -66,7 +80,9 @@ pub(crate) struct Journal {
     /// Set by a failed write or sync: what reached the disk is then unknown (a failed
     /// `fdatasync` may have dropped dirty pages), so nothing more is appended until the
     /// store is opened again and recovery reads the file as it is.
-    failed: bool,
+    failed: Option<String>,
+    /// The file's length: it only grows.
+    size: u64,
 }
 
 /// The journal's file name for the database at `db`: `<db>-journal`.
@@ -92,11 +108,35 @@ impl Journal {
     /// # Errors
     /// [`Error::Corrupted`] when the file exists but is not a forge-store journal (bad
     /// magic, a format this release does not read); [`Error::Backend`] on I/O errors.
+    #[cfg(test)]
     pub(crate) fn open(
         path: PathBuf,
         generation: u64,
         counters: Option<IoCounters>,
     ) -> Result<(Self, Vec<Record>)> {
+        Self::open_checked(path, generation, 0, counters)
+    }
+
+    /// As [`Journal::open`], refusing a journal shorter than `min_len` (its length at the
+    /// last checkpoint: the file never shrinks) with [`Error::Corrupted`]. A missing
+    /// journal is created (moving it away is how a user opens the database as of its
+    /// last checkpoint), with a warning when it held records.
+    ///
+    /// # Errors
+    /// As [`Journal::open`].
+    pub(crate) fn open_checked(
+        path: PathBuf,
+        generation: u64,
+        min_len: u64,
+        counters: Option<IoCounters>,
+    ) -> Result<(Self, Vec<Record>)> {
+        let existed = path.exists();
+        if !existed && min_len > HEADER {
+            tracing::warn!(
+                journal = %path.display(),
+                "the journal is missing; the database opens as of its last checkpoint"
+            );
+        }
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -105,6 +145,17 @@ impl Journal {
             .open(&path)
             .map_err(|e| io(&path, "open", e))?;
         let len = file.metadata().map_err(|e| io(&path, "stat", e))?.len();
+        if existed && len < min_len {
+            return Err(Error::corrupted(
+                format!("journal {}", path.display()),
+                format!(
+                    "it is {len} bytes long, and was {min_len} at the last checkpoint (a \
+                     journal never shrinks): it was cut, and opening would drop the \
+                     batches it held beyond byte {len}; restore it from a backup, or move \
+                     it away to open the database as of its last checkpoint"
+                ),
+            ));
+        }
         let mut records = Vec::new();
         if len == 0 {
             let mut header = [0u8; HEADER as usize];
@@ -117,8 +168,27 @@ impl Journal {
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes)
                 .map_err(|e| io(&path, "read", e))?;
-            check_header(&path, &bytes)?;
-            records = scan(&bytes, generation);
+            check_header(&path, &bytes, generation)?;
+            let (found, damaged) = scan(&bytes, generation);
+            if let Some((bad, later)) = damaged {
+                return Err(Error::corrupted(
+                    format!("journal {}", path.display()),
+                    format!(
+                        "the record at byte {bad} fails its checksum while a later record                          (at byte {later}) verifies: the journal is damaged, and opening would                          drop the batches after byte {bad}; restore it from a backup, or move                          it away to open the database as of its last checkpoint"
+                    ),
+                ));
+            }
+            let end = found.last().map_or(HEADER as usize, |(e, _)| *e as usize);
+            if torn_record_at(&bytes, end, generation) {
+                tracing::warn!(
+                    journal = %path.display(),
+                    at = end,
+                    "the journal's last record does not verify: dropped as an append cut \
+                     by a crash (its batch was never acknowledged, unless the file was \
+                     damaged there)"
+                );
+            }
+            records = found;
         }
         let mut journal = Self {
             file,
@@ -127,7 +197,8 @@ impl Journal {
             tail: HEADER,
             counters,
             buf: Vec::new(),
-            failed: false,
+            failed: None,
+            size: len.max(HEADER),
         };
         // New records go after these until a checkpoint restarts the journal.
         journal.tail = records.last().map_or(HEADER, |(end, _)| *end);
@@ -148,6 +219,11 @@ impl Journal {
     /// batch of the last record.
     pub(crate) fn tail(&self) -> u64 {
         self.tail
+    }
+
+    /// The file's length (it never shrinks).
+    pub(crate) fn size(&self) -> u64 {
+        self.size
     }
 
     /// The generation records are written with.
@@ -178,31 +254,34 @@ impl Journal {
 
     /// Writes `self.buf[..n]` at `at` and syncs, counting the pages a sync writes.
     fn write_at(&mut self, at: u64, n: usize) -> Result<()> {
-        if self.failed {
+        if let Some(first) = &self.failed {
             return Err(Error::backend(
                 crate::error::BACKEND,
                 false,
                 std::io::Error::other(format!(
-                    "journal {}: an earlier write or sync failed; open the store again",
+                    "journal {}: an earlier write failed ({first}); nothing more is written \
+                     to it until the store is opened again",
                     self.path.display()
                 )),
             ));
         }
-        self.failed = true;
         let path = &self.path;
-        self.file
+        let written = self
+            .file
             .seek(SeekFrom::Start(at))
             .and_then(|_| self.file.write_all(&self.buf[..n]))
-            .map_err(|e| io(path, "write", e))?;
-        self.file
-            .sync_data()
-            .map_err(|e| io(path, "fdatasync", e))?;
+            .map_err(|e| ("write", e))
+            .and_then(|()| self.file.sync_data().map_err(|e| ("fdatasync", e)));
+        if let Err((what, e)) = written {
+            self.failed = Some(format!("{what}: {e}"));
+            return Err(io(path, what, e));
+        }
+        self.size = self.size.max(at + n as u64);
         if let Some(c) = &self.counters {
             let end = at + n as u64;
             let pages = end.div_ceil(PAGE) - at / PAGE;
             c.add_journal(pages * PAGE);
         }
-        self.failed = false;
         Ok(())
     }
 
@@ -224,15 +303,43 @@ impl Journal {
     pub(crate) const START: u64 = HEADER;
 
     /// Starts `generation` after a checkpoint made everything journaled durable: the
-    /// next record goes to the start of the file. Writes nothing: the old records no
-    /// longer verify against the new generation.
+    /// next record goes to the start of the file (the old records no longer verify
+    /// against the new generation), and the header's checkpoint mark is set to it (one
+    /// small write and `fdatasync` per checkpoint). A mark that fails to be written is
+    /// only logged: the mark of the generation before is still valid.
     pub(crate) fn restart(&mut self, generation: u64) {
         self.generation = generation;
         self.tail = HEADER;
+        let written = self
+            .file
+            .seek(SeekFrom::Start(MARK_AT))
+            .and_then(|_| self.file.write_all(&mark(generation).to_le_bytes()))
+            .and_then(|()| self.file.sync_data());
+        match written {
+            Ok(()) => {
+                if let Some(c) = &self.counters {
+                    c.add_journal(PAGE);
+                }
+            }
+            Err(e) => tracing::warn!(
+                journal = %self.path.display(),
+                error = %e,
+                "could not write the journal's checkpoint mark"
+            ),
+        }
     }
 }
 
-fn check_header(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Where the header keeps the checkpoint mark.
+const MARK_AT: u64 = 12;
+
+/// The checkpoint mark of `generation`: its low 32 bits (truncation intended).
+#[allow(clippy::cast_possible_truncation)]
+fn mark(generation: u64) -> u32 {
+    generation as u32
+}
+
+fn check_header(path: &Path, bytes: &[u8], generation: u64) -> Result<()> {
     let at = || format!("journal {}", path.display());
     if bytes.len() < HEADER as usize || &bytes[..8] != MAGIC {
         return Err(Error::corrupted(
@@ -247,6 +354,16 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<()> {
             "{} has journal format {format}; this release reads format {FORMAT}",
             at()
         )));
+    }
+    let found = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+    let ok = [mark(generation), mark(generation.wrapping_sub(1))];
+    if found != 0 && !ok.contains(&found) {
+        return Err(Error::corrupted(
+            at(),
+            format!(
+                "its header says checkpoint {found}, the database file checkpoint                  {generation}: the database file is older than its journal (replaced by                  an older copy, or damaged) or the journal header is damaged"
+            ),
+        ));
     }
     Ok(())
 }
@@ -273,31 +390,50 @@ fn encode_record(out: &mut Vec<u8>, generation: u64, payload: &[u8]) {
     out.resize(out.len() - payload.len() - RECORD_HEADER + padded, 0);
 }
 
+/// The record of `generation` at `at`, if one verifies there: its payload.
+fn record_at(bytes: &[u8], at: usize, generation: u64) -> Option<&[u8]> {
+    let header = bytes.get(at..at.checked_add(RECORD_HEADER)?)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let mut g = [0u8; 8];
+    g.copy_from_slice(&header[8..16]);
+    let g = u64::from_le_bytes(g);
+    let n = len as usize;
+    if g != generation || n > MAX_RECORD {
+        return None;
+    }
+    let payload = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + n)?;
+    (checksum(len, g, payload) == crc).then_some(payload)
+}
+
+/// Whether a record header of `generation` starts at `at` (its record then failed to
+/// verify: a torn or damaged last record).
+fn torn_record_at(bytes: &[u8], at: usize, generation: u64) -> bool {
+    bytes
+        .get(at + 8..at + RECORD_HEADER)
+        .is_some_and(|g| g == generation.to_le_bytes())
+}
+
+/// Where a scan stopped at a record that does not verify although a later one does:
+/// the offsets of both.
+type Damaged = Option<(usize, usize)>;
+
 /// The records of `generation` from the first record on, up to the first one that does
-/// not verify: each with the offset where it ends and its payload.
-fn scan(bytes: &[u8], generation: u64) -> Vec<Record> {
+/// not verify: each with the offset where it ends and its payload; and whether a record
+/// of `generation` verifies beyond that point (damage, not a torn last write).
+fn scan(bytes: &[u8], generation: u64) -> (Vec<Record>, Damaged) {
     let mut out = Vec::new();
     let mut at = HEADER as usize;
-    while let Some(header) = bytes.get(at..at + RECORD_HEADER) {
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let mut g = [0u8; 8];
-        g.copy_from_slice(&header[8..16]);
-        let g = u64::from_le_bytes(g);
-        let n = len as usize;
-        if g != generation || n > MAX_RECORD {
-            break;
-        }
-        let Some(payload) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + n) else {
-            break;
-        };
-        if checksum(len, g, payload) != crc {
-            break;
-        }
-        at += record_len(n) as usize;
+    while let Some(payload) = record_at(bytes, at, generation) {
+        at += record_len(payload.len()) as usize;
         out.push((at as u64, payload.to_vec()));
     }
-    out
+    // Records start at multiples of 8; a torn last write leaves nothing of this
+    // generation that verifies after it.
+    let later = (at + 8..bytes.len())
+        .step_by(8)
+        .find(|&off| record_at(bytes, off, generation).is_some());
+    (out, later.map(|l| (at, l)))
 }
 
 #[cfg(test)]
@@ -342,6 +478,12 @@ mod tests {
         drop(j);
         let (_, found) = journal(dir.path(), 2);
         assert_eq!(found, vec![b"new".to_vec()]);
+        // The header marks checkpoint 2: a database of generation 3 (a crash before its
+        // mark) opens; one of generation 1 is older than the journal.
+        journal(dir.path(), 3);
+        let err = Journal::open(dir.path().join("j"), 1, None).err().unwrap();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+        assert!(err.to_string().contains("older than its journal"), "{err}");
     }
 
     #[test]
@@ -353,11 +495,21 @@ mod tests {
         j.append(b"third").unwrap();
         drop(j);
         let path = dir.path().join("j");
+        let third = second + record_len(b"second".len());
         let mut bytes = std::fs::read(&path).unwrap();
+        // The last record flipped: as if its append was cut by a crash.
+        let mut last = bytes.clone();
+        last[third as usize + RECORD_HEADER + 2] ^= 0x40;
+        std::fs::write(&path, &last).unwrap();
+        let (_, found) = journal(dir.path(), 1);
+        assert_eq!(found, vec![b"first".to_vec(), b"second".to_vec()]);
+        // A record before the last flipped: damage, refused rather than dropping the
+        // third record.
         bytes[second as usize + RECORD_HEADER + 2] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        let (_, found) = journal(dir.path(), 1);
-        assert_eq!(found, vec![b"first".to_vec()]);
+        let err = Journal::open(path.clone(), 1, None).err().unwrap();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+        assert!(err.to_string().contains("later record"), "{err}");
         // Cut in the middle of the first record.
         std::fs::write(&path, &bytes[..HEADER as usize + 10]).unwrap();
         let (_, found) = journal(dir.path(), 1);

@@ -9,6 +9,6 @@ mod schema;
 mod store;
 mod write;
 
-pub use config::{Durability, RedbOptions, DEFAULT_CHECKPOINT_BYTES};
+pub use config::{Durability, RedbOptions, DEFAULT_CACHE_BYTES, DEFAULT_CHECKPOINT_BYTES};
 pub use counting::{CountingBackend, IoCounters, IoCounts};
 pub use store::RedbStore;

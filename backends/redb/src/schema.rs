@@ -42,6 +42,10 @@ pub(crate) const JOURNAL_GENERATION_KEY: &str = "journal_generation";
 /// flush on drop).
 pub(crate) const JOURNAL_APPLIED_KEY: &str = "journal_applied";
 
+/// Key in [`META`] of the journal file's length at the last checkpoint: the file never
+/// shrinks, so a shorter journal was cut (see the `journal` module).
+pub(crate) const JOURNAL_SIZE_KEY: &str = "journal_size";
+
 /// Key of a session.
 pub(crate) type SessionKey = (&'static str, &'static str);
 /// Key of a message.

@@ -16,11 +16,11 @@ use redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableError};
 
 use crate::config::{Durability, RedbOptions};
 use crate::counting::{CountingBackend, IoCounters};
-use crate::error::{join, map, open as open_error, BACKEND};
+use crate::error::{in_write, join, map, open as open_error, BACKEND};
 use crate::journal::{self, Journal};
 use crate::schema::{
-    JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS,
-    PART_MESSAGES, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
+    JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL_SIZE_KEY, MESSAGES, META, OPEN_MESSAGES,
+    OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
 };
 use crate::{read, write};
 
@@ -40,6 +40,9 @@ pub struct RedbStore {
     journal: Option<Arc<Mutex<Journal>>>,
     path: PathBuf,
     options: RedbOptions,
+    /// The first I/O error a write met, named again when redb later only says "a
+    /// previous I/O error occurred".
+    first_io: Arc<Mutex<Option<String>>>,
 }
 
 impl fmt::Debug for RedbStore {
@@ -72,9 +75,14 @@ impl RedbStore {
     /// As [`RedbStore::open`].
     pub fn open_with(path: impl AsRef<Path>, options: RedbOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        if let Some(db) = guarded(&path, || create_whole(&path, &options))? {
+            return guarded(&path, || {
+                Self::from_database(db, path.clone(), options, None)
+            });
+        }
         check_not_empty(&path)?;
         guarded(&path, || {
-            let db = Database::create(&path).map_err(|e| open_error(&path, e))?;
+            let db = create_waiting(&path, options)?;
             Self::from_database(db, path.clone(), options, None)
         })
     }
@@ -92,7 +100,8 @@ impl RedbStore {
     ) -> Result<(Self, IoCounters)> {
         let path = path.as_ref().to_path_buf();
         check_not_empty(&path)?;
-        // The same file opening as `redb::Builder::create`.
+        // The same file opening as `redb::Builder::create` (a new file is created in
+        // place: its header and schema are counted).
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -104,7 +113,7 @@ impl RedbStore {
             CountingBackend::new(FileBackend::new(file).map_err(|e| open_error(&path, e))?);
         let counters = backend.counters();
         let store = guarded(&path, || {
-            let db = Builder::new()
+            let db = builder(&options)
                 .create_with_backend(backend)
                 .map_err(|e| open_error(&path, e))?;
             Self::from_database(db, path.clone(), options, Some(counters.clone()))
@@ -134,6 +143,7 @@ impl RedbStore {
             journal,
             path,
             options,
+            first_io: Arc::default(),
         })
     }
 
@@ -199,6 +209,11 @@ impl RedbStore {
             .map_err(map)
     }
 
+    /// A failed write's error, naming the file (see [`crate::error::in_write`]).
+    fn write_error(&self, err: Error) -> Error {
+        in_write(in_file(err, &self.path), &self.path, &self.first_io)
+    }
+
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -213,6 +228,82 @@ impl RedbStore {
         .map_err(join)?
         .map_err(|e| in_file(e, &self.path))
     }
+}
+
+/// How every file is opened: with `check` (the default, [`RedbOptions::check`]) redb
+/// verifies the checksum of every page of the committed trees on open, so a file
+/// damaged since it was written fails to open with [`Error::Corrupted`] instead of being
+/// read (where redb would return whatever the damaged pages hold, or panic). The cost
+/// is one read of the live pages of the file and one small commit per open.
+fn builder(options: &RedbOptions) -> Builder {
+    let mut b = Builder::new();
+    b.set_check_integrity_on_open(options.check);
+    b.set_cache_size(options.cache_bytes);
+    b
+}
+
+/// Opens (or creates) the file, waiting up to `wait` for another process that has it
+/// open.
+fn create_waiting(path: &Path, options: RedbOptions) -> Result<Database> {
+    let deadline = std::time::Instant::now() + options.wait;
+    loop {
+        match builder(&options).create(path) {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            opened => return opened.map_err(|e| open_error(path, e)),
+        }
+    }
+}
+
+/// A write transaction whose commit, when durable, is a two-phase commit: a damaged
+/// newest commit is then an error on open, where a one-phase commit lets redb fall back
+/// to the previous commit without a word (losing what the newest one held). Only durable
+/// commits pay for it (one more `fsync`): checkpoints, schema changes and, without the
+/// journal, every batch.
+pub(crate) fn begin_durable(db: &Database) -> Result<redb::WriteTransaction> {
+    let mut txn = db.begin_write().map_err(map)?;
+    txn.set_two_phase_commit(true);
+    Ok(txn)
+}
+
+/// Creates a missing store file whole: redb and the schema are set up in a file beside
+/// it, which is then linked to `path` (never replacing a file that appeared there
+/// meanwhile) and used from there. A process killed while it creates a store leaves no
+/// file at `path`, instead of an empty or half-written one that no later open accepts;
+/// what it leaves beside `path` is removed by a later open
+/// ([`forge_core::files::remove_abandoned_creations`]). `None` when `path` exists (or
+/// appeared meanwhile), or where hard links are not supported (some network and FUSE
+/// file systems): the caller opens it in place.
+fn create_whole(path: &Path, options: &RedbOptions) -> Result<Option<Database>> {
+    forge_core::files::remove_abandoned_creations(path);
+    if path.exists() {
+        return Ok(None);
+    }
+    let Some(tmp) = forge_core::files::creation_path(path) else {
+        return Ok(None); // redb's own error names the path
+    };
+    let made = builder(&RedbOptions {
+        check: false,
+        ..*options
+    })
+    .create(&tmp)
+    .map_err(|e| open_error(path, e))
+    .and_then(|db| init_schema(&db, path).map(|()| db));
+    let linked = made.map(|db| std::fs::hard_link(&tmp, path).ok().map(|()| db));
+    let _ = std::fs::remove_file(&tmp);
+    let db = linked?;
+    if db.is_some() {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The link is durable with its directory.
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+    }
+    Ok(db)
 }
 
 /// A file that exists and is empty is not a store: redb would make it a new, empty one,
@@ -323,12 +414,13 @@ fn retract(journal: &mut Journal, at: u64) {
 /// then in the database file, and the journal's records are no longer needed.
 fn checkpoint(db: &Database, journal: &mut Journal) -> Result<()> {
     let next = journal.generation() + 1;
-    let txn = db.begin_write().map_err(map)?;
+    let txn = begin_durable(db)?;
     {
         let mut meta = txn.open_table(META).map_err(map)?;
         meta.insert(JOURNAL_GENERATION_KEY, next).map_err(map)?;
         meta.insert(JOURNAL_APPLIED_KEY, Journal::START)
             .map_err(map)?;
+        meta.insert(JOURNAL_SIZE_KEY, journal.size()).map_err(map)?;
     }
     txn.commit().map_err(map)?;
     journal.restart(next);
@@ -338,7 +430,7 @@ fn checkpoint(db: &Database, journal: &mut Journal) -> Result<()> {
 /// Opens the journal of `db` and applies the records the database does not hold yet,
 /// then checkpoints.
 fn recover_journal(db: &Database, path: PathBuf, counters: Option<IoCounters>) -> Result<Journal> {
-    let (generation, applied) = {
+    let (generation, applied, size) = {
         let txn = db.begin_read().map_err(map)?;
         let meta = txn.open_table(META).map_err(map)?;
         let get =
@@ -346,15 +438,21 @@ fn recover_journal(db: &Database, path: PathBuf, counters: Option<IoCounters>) -
         (
             get(JOURNAL_GENERATION_KEY)?.unwrap_or(0),
             get(JOURNAL_APPLIED_KEY)?,
+            get(JOURNAL_SIZE_KEY)?.unwrap_or(0),
         )
     };
     let applied = applied.unwrap_or(Journal::START);
-    let (mut journal, records) = Journal::open(path, generation, counters)?;
+    let (mut journal, records) = Journal::open_checked(path, generation, size, counters)?;
     let pending: Vec<_> = records
         .into_iter()
         .filter(|(end, _)| *end > applied)
         .collect();
     if pending.is_empty() {
+        if journal.size() < size {
+            // The journal was missing and has been created anew: record its length, or
+            // the next open would take it for a journal that was cut.
+            checkpoint(db, &mut journal)?;
+        }
         return Ok(journal);
     }
     let at = |end: u64| {
@@ -433,7 +531,7 @@ fn init_schema(db: &Database, path: &Path) -> Result<()> {
     }
     drop(txn);
 
-    let txn = db.begin_write().map_err(map)?;
+    let txn = begin_durable(db)?;
     {
         txn.open_table(META)
             .map_err(map)?
@@ -493,7 +591,7 @@ fn keep_copy(path: &Path, from: u64) -> Result<PathBuf> {
 /// journal's `meta` keys start absent: generation 0, nothing applied).
 fn upgrade(db: &Database, from: u64) -> Result<()> {
     use redb::ReadableTable;
-    let txn = db.begin_write().map_err(map)?;
+    let txn = begin_durable(db)?;
     {
         if from == 1 {
             let parts = txn.open_table(PARTS).map_err(map)?;
@@ -533,11 +631,11 @@ impl Store for RedbStore {
             })
             .await
             .map_err(join)?
-            .map_err(|e| in_file(e, &self.path));
+            .map_err(|e| self.write_error(e));
         }
         let durability = self.options.durability.to_redb();
         tokio::task::spawn_blocking(move || {
-            let mut txn = db.begin_write().map_err(map)?;
+            let mut txn = begin_durable(&db)?;
             txn.set_durability(durability).map_err(map)?;
             match write::apply(&txn, ops) {
                 Ok(()) => txn.commit().map_err(map),
@@ -551,7 +649,7 @@ impl Store for RedbStore {
         })
         .await
         .map_err(join)?
-        .map_err(|e| in_file(e, &self.path))
+        .map_err(|e| self.write_error(e))
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
@@ -595,5 +693,25 @@ impl Store for RedbStore {
         let (tenant, session) = (tenant.clone(), session.cloned());
         self.read(move |txn| read::open_items(txn, &tenant, session.as_ref()))
             .await
+    }
+
+    /// Checkpoints when the journal holds batches the database file lacks, so the file
+    /// alone holds everything (a read-only use writes nothing). The file itself closes
+    /// when the last handle is dropped ([`RedbStore::close`] waits for that).
+    async fn close(&self) -> Result<()> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(());
+        };
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let mut journal = journal.lock();
+            if journal.len() == 0 {
+                return Ok(());
+            }
+            checkpoint(&db, &mut journal)
+        })
+        .await
+        .map_err(join)?
+        .map_err(|e| self.write_error(e))
     }
 }

@@ -135,6 +135,51 @@ mod raw {
         TableDefinition::new("parts");
 }
 
+/// A new store's file appears at its path only whole (created beside it, then linked),
+/// so a process killed while creating it leaves no half-written file there (the kill
+/// campaign, `cli/tests/kill`, kills `replay` while it creates the file). What a killed
+/// creation leaves is its temporary file, which a later open ignores.
+#[test]
+fn a_new_file_appears_whole_and_a_killed_creation_leaves_nothing_in_the_way() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    // What a creation killed half-way leaves: its temporary file, half-written. Of a
+    // process that still runs (pid 1), it stays; of one that is gone (a pid above any
+    // pid_max), untouched for two minutes, the open removes it.
+    let left = dir.path().join(".forge.redb.creating-1");
+    std::fs::write(&left, vec![0u8; 73_728]).unwrap();
+    let abandoned = dir.path().join(".forge.redb.creating-4194399");
+    std::fs::write(&abandoned, vec![0u8; 73_728]).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&abandoned)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_mins(2))
+        .unwrap();
+    let history = sample_history();
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        apply_all(&store, &history).await;
+    });
+    assert!(!abandoned.exists(), "an abandoned creation is removed");
+    assert!(left.exists(), "a running process's creation is left alone");
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains(&format!("creating-{}", std::process::id()))),
+        "the creating file is removed: {names:?}"
+    );
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        assert_matches_reference(&store, &history).await;
+    });
+}
+
 fn with_raw_db(path: &Path, f: impl FnOnce(&redb::WriteTransaction)) {
     let db = redb::Database::create(path).unwrap();
     let txn = db.begin_write().unwrap();

@@ -225,16 +225,7 @@ fn a_store_dropped_without_close_is_not_replayed_onto_itself() {
             store.apply(&batch(i)).await.unwrap();
         }
         drop(store);
-        // Let the blocking pool finish closing the file.
-        let store = loop {
-            match RedbStore::open(&path) {
-                Ok(s) => break s,
-                Err(e) if e.is_retryable() => {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-                Err(e) => panic!("reopening after a drop: {e}"),
-            }
-        };
+        let store = reopen(&path, "reopening after a drop").await;
         let mem = MemoryStore::new();
         mem.apply(&[put_session("a", "ses_base", 1)]).await.unwrap();
         mem.apply(&[gone()]).await.unwrap();
@@ -259,6 +250,48 @@ fn a_file_next_to_the_database_that_is_not_a_journal_is_refused() {
         "{err:?}"
     );
     assert!(err.to_string().contains("forge.redb-journal"), "{err}");
+}
+
+#[test]
+fn a_journal_moved_away_opens_as_of_the_checkpoint_and_again_after() {
+    // Moving the journal away is the documented way to open a database as of its last
+    // checkpoint (or to copy the file alone after a clean close). The journal created
+    // in its place is shorter than the one the checkpoint recorded: the next open must
+    // not take it for a cut journal.
+    const N: u64 = 30;
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        for i in 0..N {
+            store.apply(&batch(i)).await.unwrap();
+        }
+        store.close().await.unwrap();
+        std::fs::remove_file(dir.path().join("forge.redb-journal")).unwrap();
+        let mem = expected(N).await;
+        for open in ["first", "second", "third"] {
+            // Each use only reads, and ends as a command's does (`Store::close`, which
+            // checkpoints only a journal holding batches).
+            let store = reopen(&path, &format!("the {open} open without the old journal")).await;
+            assert_same_reads(&mem, &store).await.unwrap();
+            Store::close(&store).await.unwrap();
+        }
+    });
+}
+
+/// Opens `path` again once the blocking pool has finished closing the file that a
+/// dropped store held (a retryable "already open" until then).
+async fn reopen(path: &Path, what: &str) -> RedbStore {
+    loop {
+        match RedbStore::open(path) {
+            Ok(s) => return s,
+            Err(e) if e.is_retryable() => {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
