@@ -152,6 +152,9 @@ pub(crate) trait Dialect: SqlDb {
     /// Whether a row with a NULL `checksum` is read unverified: rows written before the
     /// column existed, which the migration could not reach to fill in.
     const UNCHECKED_ROWS: bool;
+    /// Whether a read also checks that a row's id column is the id in its JSON (a key
+    /// damaged in the file would otherwise show the row under another id).
+    const KEY_CHECKED: bool = false;
 
     /// Whether a database error (not a unique or foreign-key violation) may go away on
     /// a retry.
@@ -274,6 +277,12 @@ pub(crate) trait Backend: Send + Sync {
 
     /// The database, as errors name it (`SQLite database PATH`, `Postgres schema NAME`).
     fn place(&self) -> &str;
+
+    /// A failed write's error, with the database named where the error does not say
+    /// which it is (an embedded file: "no space left" must say on which file).
+    fn name_place(&self, err: Error) -> Error {
+        err
+    }
 }
 
 /// Implements [`forge_core::Store`] for a [`Backend`] through the shared read and write
@@ -290,7 +299,9 @@ macro_rules! impl_store {
                 &self,
                 batch: &[forge_core::Envelope<forge_core::SyncEvent>],
             ) -> forge_core::Result<()> {
-                crate::write::apply(self, batch).await
+                crate::write::apply(self, batch)
+                    .await
+                    .map_err(|e| crate::dialect::Backend::name_place(self, e))
             }
 
             async fn session(
@@ -333,6 +344,13 @@ macro_rules! impl_store {
                 session: Option<&forge_core::SessionId>,
             ) -> forge_core::Result<forge_core::OpenItems> {
                 crate::read::open_items(self, tenant, session).await
+            }
+
+            /// Closes the pools (SQLite: the last connection checkpoints the WAL into
+            /// the database file and removes it).
+            async fn close(&self) -> forge_core::Result<()> {
+                <$store>::close(self).await;
+                Ok(())
             }
         }
     };

@@ -56,10 +56,10 @@ pub(crate) fn map<D: Dialect>(err: sqlx::Error) -> Error {
     Error::backend(D::BACKEND, retryable, err)
 }
 
-/// Maps a SQLite error.
+/// Maps a SQLite error (corruption included: see the SQLite dialect's `map`).
 #[cfg(feature = "sqlite")]
 pub(crate) fn sqlite(err: sqlx::Error) -> Error {
-    map::<sqlx::Sqlite>(err)
+    <sqlx::Sqlite as Dialect>::map(err)
 }
 
 /// Maps a Postgres error.

@@ -45,6 +45,7 @@ fn origin<'a, D: Dialect>(place: &'a str, table: &'a str, tenant: &'a TenantId) 
         table,
         tenant: tenant.as_str(),
         unchecked_ok: D::UNCHECKED_ROWS,
+        key_checked: D::KEY_CHECKED,
     }
 }
 

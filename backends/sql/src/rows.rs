@@ -37,6 +37,8 @@ pub(crate) struct Origin<'a> {
     /// Whether a row without a checksum is accepted unverified (rows written before the
     /// column existed, where they could not be given one).
     pub unchecked_ok: bool,
+    /// Whether the row's id column must be the `id` in its JSON.
+    pub key_checked: bool,
 }
 
 /// Checks `body` against its row's `checksum` (`None`: SQL NULL); `key` names the row
@@ -82,7 +84,27 @@ pub(crate) fn verify(body: &str, check: Option<i64>, key: &[u8], at: &Origin<'_>
             ),
         ));
     }
+    if at.key_checked && !names_key(body, key) {
+        return Err(Error::corrupted(
+            what(),
+            "its value is of another id: the row's key was damaged or changed behind the \
+             store's back",
+        ));
+    }
     Ok(())
+}
+
+/// Whether the JSON `body` (compact, as written) has `"id":<key>` in it. A nested
+/// `"id"` of the same value would pass too: the check only ever errs towards accepting.
+fn names_key(body: &str, key: &[u8]) -> bool {
+    let Ok(key) = std::str::from_utf8(key) else {
+        return false;
+    };
+    let Ok(quoted) = serde_json::to_string(key) else {
+        return false;
+    };
+    let needle = format!("\"id\":{quoted}");
+    body.contains(&needle)
 }
 
 /// A session row: its JSON and `seq` (stored as the `i64` of the same bits).

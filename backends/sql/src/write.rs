@@ -104,6 +104,7 @@ impl<D: Dialect> Writer<'_, D> {
                     table: "sessions",
                     tenant: tenant.as_str(),
                     unchecked_ok: D::UNCHECKED_ROWS,
+                    key_checked: D::KEY_CHECKED,
                 };
                 for row in self.fetch(q).await? {
                     let id = D::bytes(&row, 0).map_err(D::map)?;

@@ -96,6 +96,38 @@ fn batches_see_their_own_earlier_events() {
 }
 
 #[test]
+fn an_abandoned_creation_beside_the_file_is_removed_by_the_next_open() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    // What a creation killed half-way leaves, by a process that is gone (a pid above
+    // any pid_max), untouched for two minutes: the database and its WAL.
+    let left: Vec<_> = ["", "-wal"]
+        .iter()
+        .map(|suffix| {
+            let p = dir
+                .path()
+                .join(format!(".forge.db.creating-4194399{suffix}"));
+            std::fs::write(&p, b"half-written").unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - std::time::Duration::from_mins(2))
+                .unwrap();
+            p
+        })
+        .collect();
+    rt.block_on(async {
+        let store = open(dir.path()).await;
+        apply_all(&store, &sample_history()).await;
+        store.close().await;
+    });
+    for p in &left {
+        assert!(!p.exists(), "{} is left", p.display());
+    }
+}
+
+#[test]
 fn history_survives_closing_and_reopening_the_file() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,38 @@ pub struct PostgresStore {
     place: Arc<str>,
 }
 
+/// How long taking a connection from the pool may wait (sqlx's default is 30 s, longer
+/// than a caller's default retry deadline). A pool timeout is retryable, so the
+/// caller's retry takes over; while the server is away, each timeout is followed by
+/// one direct attempt that names why.
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long that direct attempt may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl PostgresStore {
+    /// A failure to take a connection from the pool. sqlx reports a server that cannot
+    /// be reached as "pool timed out"; one direct connection attempt names the cause
+    /// instead (`Connection refused`, `the database system is starting up`).
+    async fn acquire_failed(&self, err: sqlx::Error) -> forge_core::Error {
+        if !matches!(err, sqlx::Error::PoolTimedOut) {
+            return map(err);
+        }
+        match tokio::time::timeout(
+            PROBE_TIMEOUT,
+            PgConnection::connect_with(&self.options.connect),
+        )
+        .await
+        {
+            // Retryable (refused, starting up) or not (a bad password): as it is.
+            Ok(Err(cause)) => map(cause),
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                map(err)
+            }
+            Err(_) => map(err),
+        }
+    }
+
     /// Connects to `postgres://user@host:port/database[?schema=NAME&app_role=NAME&…]`,
     /// creating the schema, the tables and the application role if missing. See
     /// [`PostgresOptions::from_url`].
@@ -71,6 +102,9 @@ impl PostgresStore {
         let session_sql: Arc<str> = session_sql.into();
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
+            // Short, so a caller's retry deadline (not the pool's) decides how long a
+            // server restart is waited out, and a failed wait names its cause.
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(move |conn, _meta| {
                 let sql = Arc::clone(&session_sql);
                 Box::pin(async move {
@@ -132,11 +166,14 @@ impl Backend for PostgresStore {
     /// COMMITTED` each statement would see a newer snapshot). A read-only transaction
     /// never fails to serialize.
     async fn reader(&self, tenant: &TenantId, _snapshot: bool) -> Result<Reader<Postgres>> {
-        let mut tx = self
+        let mut tx = match self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
-            .map_err(map)?;
+        {
+            Ok(tx) => tx,
+            Err(e) => return Err(self.acquire_failed(e).await),
+        };
         Postgres::set_tenant(&mut tx, tenant).await?;
         Ok(Reader::Transaction(tx))
     }
@@ -144,7 +181,10 @@ impl Backend for PostgresStore {
     /// `READ COMMITTED`: batches on one session are serialized by the session locks
     /// ([`Backend::before_load`]), so what a batch reads stays true until it writes.
     async fn begin_write(&self) -> Result<Transaction<'static, Postgres>> {
-        self.pool.begin().await.map_err(map)
+        match self.pool.begin().await {
+            Ok(tx) => Ok(tx),
+            Err(e) => Err(self.acquire_failed(e).await),
+        }
     }
 
     async fn before_load(

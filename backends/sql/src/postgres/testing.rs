@@ -68,6 +68,36 @@ impl TestSchema {
         })
     }
 
+    /// Takes charge of a schema named `forge_test_<suffix>` that does not exist yet: the
+    /// process under test creates it (its first migration). It is dropped, if it exists
+    /// by then, like one made by [`TestSchema::create`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL, one that already names a schema, or
+    /// a suffix that is not lowercase ASCII letters, digits and `_`.
+    pub fn to_be_made(base_url: &str, suffix: &str) -> Result<Self> {
+        PostgresOptions::from_url(base_url)?;
+        if base_url.contains("schema=") {
+            return Err(Error::invalid(
+                "the base URL of a test schema must not name a schema",
+            ));
+        }
+        if suffix.is_empty()
+            || !suffix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(Error::invalid(format!(
+                "test schema suffix {suffix:?} is not lowercase letters, digits and _"
+            )));
+        }
+        Ok(Self {
+            base_url: base_url.to_owned(),
+            name: format!("forge_test_{suffix}"),
+            dropped: false,
+        })
+    }
+
     /// The schema's name.
     pub fn name(&self) -> &str {
         &self.name

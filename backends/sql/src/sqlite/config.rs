@@ -55,6 +55,50 @@ impl FromStr for Synchronous {
     }
 }
 
+/// What [`crate::SqliteStore::open`] verifies of an existing file before using it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Check {
+    /// `PRAGMA quick_check`: the structure of every page of every b-tree (cells, free
+    /// lists, records well-formed), reading the whole file once; then `PRAGMA
+    /// foreign_key_check`: every message has its session and every part its message (a
+    /// damaged key moves a row away from its parent). Not the agreement of indexes with
+    /// their tables: a damaged index entry can hide its row from the reads that go
+    /// through the index, without a word.
+    Quick,
+    /// `PRAGMA integrity_check` and `PRAGMA foreign_key_check` (the default): as
+    /// `Quick`, and every index entry against its row. About twice `Quick`'s time (0.10
+    /// s against 0.05 s on a 37 MB file, from the page cache).
+    #[default]
+    Full,
+    /// No check: a damaged page is found when a read reaches it.
+    Off,
+}
+
+impl Check {
+    /// The URL value: `quick`, `full` or `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Quick => "quick",
+            Self::Full => "full",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl FromStr for Check {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "quick" => Ok(Self::Quick),
+            "full" => Ok(Self::Full),
+            "off" => Ok(Self::Off),
+            _ => Err(Error::invalid(format!(
+                "sqlite option check={s:?} is not known; use check=quick, check=full or check=off"
+            ))),
+        }
+    }
+}
+
 /// How a [`crate::SqliteStore`] is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -77,6 +121,8 @@ pub struct SqliteOptions {
     /// to the database once, so a larger value writes less, for a larger WAL file and
     /// a longer recovery after a crash.
     pub wal_autocheckpoint: u32,
+    /// What is verified of an existing file on open. Default [`Check::Full`].
+    pub check: Check,
 }
 
 /// Page size of new SQLite files: 1 KiB.
@@ -90,6 +136,11 @@ pub struct SqliteOptions {
 /// reads walk more pages; `page_size=512` is there for who wants the fewest bytes.
 pub const DEFAULT_PAGE_SIZE: u32 = 1024;
 
+/// `url` as an error may quote it: password hidden, at most 200 characters.
+fn shown(url: &str) -> String {
+    forge_core::url::quoted(url)
+}
+
 impl SqliteOptions {
     /// Default options for the file at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
@@ -100,6 +151,7 @@ impl SqliteOptions {
             readers: 4,
             page_size: DEFAULT_PAGE_SIZE,
             wal_autocheckpoint: 1000,
+            check: Check::default(),
         }
     }
 
@@ -107,7 +159,9 @@ impl SqliteOptions {
     ///
     /// `PATH` is taken literally: `sqlite://forge.db` is relative to the working
     /// directory, `sqlite:///var/lib/forge.db` absolute. Keys: `synchronous`
-    /// (`normal` | `full`), `busy_timeout_ms`, `readers`, `page_size` (new files only), `wal_autocheckpoint` (pages; 0 = off).
+    /// (`normal` | `full`), `busy_timeout_ms`, `readers`, `page_size` (new files only),
+    /// `wal_autocheckpoint` (pages; 0 = off), `check` (`quick` | `full` | `off`, see
+    /// [`Check`]).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming what is wrong: another scheme, an empty path, an
@@ -116,16 +170,21 @@ impl SqliteOptions {
     pub fn from_url(url: &str) -> Result<Self> {
         let rest = url.strip_prefix("sqlite://").ok_or_else(|| {
             Error::invalid(format!(
-                "{url:?} is not a sqlite URL; expected sqlite://PATH[?synchronous=normal|full]"
+                "{} is not a sqlite URL; expected sqlite://PATH[?synchronous=normal|full]",
+                shown(url)
             ))
         })?;
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {
-            return Err(Error::invalid(format!("{url:?} names no database file")));
+            return Err(Error::invalid(format!(
+                "{} names no database file",
+                shown(url)
+            )));
         }
         if path == ":memory:" || path.starts_with("file:") {
             return Err(Error::invalid(format!(
-                "{url:?}: in-memory and URI databases are not supported; name a file"
+                "{}: in-memory and URI databases are not supported; name a file",
+                shown(url)
             )));
         }
         let mut out = Self::new(path);
@@ -151,6 +210,7 @@ impl SqliteOptions {
             };
             match key {
                 "synchronous" => out.synchronous = value.parse()?,
+                "check" => out.check = value.parse()?,
                 "busy_timeout_ms" => {
                     out.busy_timeout = Duration::from_millis(number(key)?);
                 }
@@ -183,7 +243,8 @@ impl SqliteOptions {
                 _ => {
                     return Err(Error::invalid(format!(
                         "sqlite option {key:?} is not known; the known options are \
-                         synchronous, busy_timeout_ms, readers, page_size and wal_autocheckpoint"
+                         synchronous, busy_timeout_ms, readers, page_size, wal_autocheckpoint \
+                         and check"
                     )))
                 }
             }
@@ -212,8 +273,20 @@ mod tests {
         assert_eq!(o.wal_autocheckpoint, 1000);
         let o = SqliteOptions::from_url("sqlite://x?wal_autocheckpoint=0").unwrap();
         assert_eq!(o.wal_autocheckpoint, 0);
+        assert_eq!(o.check, Check::Full);
+        let o = SqliteOptions::from_url("sqlite://x?check=off").unwrap();
+        assert_eq!(o.check, Check::Off);
         for (bad, needle) in [
             ("redb://x", "not a sqlite URL"),
+            // Another backend's URL is quoted without its password.
+            (
+                "postgres://u:***@h/d",
+                "\"postgres://u:***@h/d\" is not a sqlite URL",
+            ),
+            (
+                "postgres://u:pw@h/d",
+                "\"postgres://u:***@h/d\" is not a sqlite URL",
+            ),
             ("sqlite://", "no database file"),
             ("sqlite://:memory:", "in-memory"),
             ("sqlite://x?synchronous=off", "\"off\""),
@@ -223,11 +296,16 @@ mod tests {
             ("sqlite://x?wal_autocheckpoint=-1", "whole number"),
             ("sqlite://x?wal_autocheckpoint=99999999999", "too large"),
             ("sqlite://x?busy_timeout_ms=soon", "whole number"),
+            ("sqlite://x?check=maybe", "check=quick"),
             ("sqlite://x?synchronous=full&synchronous=full", "twice"),
         ] {
             let err = SqliteOptions::from_url(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");
             assert!(err.to_string().contains(needle), "{bad}: {err}");
         }
+        // A huge URL is quoted short.
+        let huge = format!("redb://{}", "[".repeat(70_000));
+        let err = SqliteOptions::from_url(&huge).unwrap_err().to_string();
+        assert!(err.len() < 400, "{} bytes", err.len());
     }
 }

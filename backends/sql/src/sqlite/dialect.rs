@@ -1,12 +1,34 @@
 //! SQLite's side of [`crate::dialect`]: JSON rows are `TEXT`, and the tenant is a key
 //! column only.
 
-use forge_core::Tenancy;
+use forge_core::{Error, Tenancy};
 use sqlx::error::DatabaseError;
 use sqlx::sqlite::SqliteQueryResult;
 use sqlx::Sqlite;
 
 use crate::dialect::Dialect;
+
+/// `SQLITE_FULL`, in the words the user looks for.
+#[derive(Debug)]
+struct DiskFull {
+    source: sqlx::Error,
+}
+
+impl std::fmt::Display for DiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no space left on the device, or the file is too large (SQLite: {})",
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for DiskFull {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
 
 impl Dialect for Sqlite {
     const BACKEND: &'static str = "sqlite";
@@ -15,6 +37,8 @@ impl Dialect for Sqlite {
     const JSON_CAST: &'static str = "";
     /// The migration to schema 3 computes every checksum: a NULL is never valid.
     const UNCHECKED_ROWS: bool = false;
+    /// SQLite keeps the key in the file next to the value, with no checksum of its own.
+    const KEY_CHECKED: bool = true;
 
     /// `SQLITE_BUSY` / `SQLITE_LOCKED` (and their extended codes): another process holds
     /// the file's write lock longer than the busy timeout.
@@ -25,6 +49,39 @@ impl Dialect for Sqlite {
             .and_then(|c| c.parse::<i32>().ok())
             .map(|c| c & 0xff);
         matches!(primary, Some(5 | 6))
+    }
+
+    /// As [`crate::error::map`], except that `SQLITE_CORRUPT` ("database disk image is
+    /// malformed") and `SQLITE_NOTADB` ("file is not a database") are
+    /// [`Error::Corrupted`], keeping SQLite's error as the source.
+    fn map(err: sqlx::Error) -> Error {
+        if let sqlx::Error::ColumnDecode { .. } = &err {
+            // Every value in the file was written by this backend as what the read
+            // expects (e.g. UTF-8 text): one that does not decode was damaged.
+            return Error::corrupted_with(
+                "SQLite database",
+                "a stored value does not decode: the file is damaged",
+                err,
+            );
+        }
+        if let sqlx::Error::Database(db) = &err {
+            let primary = db
+                .code()
+                .and_then(|c| c.parse::<i32>().ok())
+                .map(|c| c & 0xff);
+            if primary == Some(13) {
+                return Error::backend(Self::BACKEND, false, DiskFull { source: err });
+            }
+            let what = match primary {
+                Some(11) => {
+                    "the database file is damaged (SQLite: database disk image is malformed)"
+                }
+                Some(26) => "not a forge-store SQLite database (SQLite: file is not a database)",
+                _ => return crate::error::map::<Self>(err),
+            };
+            return Error::corrupted_with("SQLite database", what, err);
+        }
+        crate::error::map::<Self>(err)
     }
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {

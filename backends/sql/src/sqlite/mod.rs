@@ -2,9 +2,10 @@
 
 mod config;
 mod dialect;
+mod files;
 mod schema;
 mod store;
 
-pub use config::{SqliteOptions, Synchronous, DEFAULT_PAGE_SIZE};
+pub use config::{Check, SqliteOptions, Synchronous, DEFAULT_PAGE_SIZE};
 pub use schema::SCHEMA_VERSION;
 pub use store::{SqliteSettings, SqliteStore};

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_core::{Result, TenantId};
+use forge_core::{Error, Result, TenantId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Connection, Row, Sqlite, Transaction};
 
-use super::config::SqliteOptions;
-use super::schema;
+use super::config::{Check, SqliteOptions};
+use super::{files, schema};
 use crate::dialect::{impl_store, Backend, Reader};
 use crate::error::sqlite as map;
 use crate::stats::{Counters, WriteStats};
@@ -66,6 +66,9 @@ impl SqliteStore {
     /// # Errors
     /// As [`SqliteStore::open`].
     pub async fn open_with(options: SqliteOptions) -> Result<Self> {
+        create_whole(&options).await;
+        files::check_not_empty(&options.path)?;
+        files::check_wal(&options.path)?;
         // sqlx leaves journal_mode alone and synchronous at FULL: both are set here.
         let base = SqliteConnectOptions::new()
             .filename(&options.path)
@@ -89,18 +92,28 @@ impl SqliteStore {
             .max_lifetime(None)
             .connect_with(writer_options)
             .await
-            .map_err(map)?;
+            .map_err(|e| in_file(map(e), &options.path))?;
         {
-            let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(map)?;
-            schema::migrate(&mut tx, &options.path).await?;
-            tx.commit().await.map_err(map)?;
+            let mut tx = writer
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(|e| in_file(map(e), &options.path))?;
+            schema::migrate(&mut tx, &options.path)
+                .await
+                .map_err(|e| in_file(e, &options.path))?;
+            tx.commit()
+                .await
+                .map_err(|e| in_file(map(e), &options.path))?;
         }
+        check(&writer, &options)
+            .await
+            .map_err(|e| in_file(e, &options.path))?;
         // The file is in WAL mode now (a persistent setting); readers need not set it.
         let readers = SqlitePoolOptions::new()
             .max_connections(options.readers)
             .connect_with(base)
             .await
-            .map_err(map)?;
+            .map_err(|e| in_file(map(e), &options.path))?;
         Ok(Self {
             writer,
             readers,
@@ -170,6 +183,151 @@ impl SqliteStore {
     }
 }
 
+/// Creates a missing database whole: SQLite and the schema are set up in a file beside
+/// it, checkpointed, and the file is then linked to the store's path (never replacing
+/// a file that appeared there meanwhile). A process killed while it creates a store
+/// leaves no file at the path, where SQLite's own creation leaves an empty file that no
+/// later open accepts (see [`files::check_not_empty`]); what it leaves beside the path
+/// is removed by a later open ([`forge_core::files::remove_abandoned_creations`]).
+/// Where this cannot be done (the path exists, its directory is not writable, hard
+/// links are not supported) the store is opened in place, and any error is reported by
+/// that open.
+async fn create_whole(options: &SqliteOptions) {
+    let path = &options.path;
+    forge_core::files::remove_abandoned_creations(path);
+    if path.exists() {
+        return;
+    }
+    let Some(tmp) = forge_core::files::creation_path(path) else {
+        return;
+    };
+    let linked = match make(&tmp, options).await {
+        Ok(()) => std::fs::hard_link(&tmp, path).is_ok(),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e,
+                "could not create the store beside its path; creating it in place");
+            false
+        }
+    };
+    for leftover in [tmp.clone(), files::wal_path(&tmp), files::shm_path(&tmp)] {
+        let _ = std::fs::remove_file(leftover);
+    }
+    if linked {
+        // The link is durable with its directory.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+    }
+}
+
+/// A new database at `tmp` with the store's page size, WAL mode and schema, everything
+/// checkpointed into the file.
+async fn make(tmp: &std::path::Path, options: &SqliteOptions) -> Result<()> {
+    let connect = SqliteConnectOptions::new()
+        .filename(tmp)
+        .create_if_missing(true)
+        .page_size(options.page_size)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
+        .foreign_keys(true);
+    let mut conn = sqlx::SqliteConnection::connect_with(&connect)
+        .await
+        .map_err(map)?;
+    let mut tx = conn.begin().await.map_err(map)?;
+    schema::migrate(&mut tx, &options.path).await?;
+    tx.commit().await.map_err(map)?;
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut conn)
+        .await
+        .map_err(map)?;
+    conn.close().await.map_err(map)
+}
+
+/// Runs the check `options.check` asks for on `pool`.
+async fn check(pool: &SqlitePool, options: &SqliteOptions) -> Result<()> {
+    let sql = match options.check {
+        Check::Quick => "PRAGMA quick_check(8)",
+        Check::Full => "PRAGMA integrity_check(8)",
+        Check::Off => return Ok(()),
+    };
+    let rows = sqlx::query(sql).fetch_all(pool).await.map_err(map)?;
+    let found: Vec<String> = rows
+        .iter()
+        .map(|r| r.try_get::<String, _>(0))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(map)?;
+    if found.len() == 1 && found[0] == "ok" {
+        // A key damaged in a row moves the row away from its parent's: the messages
+        // of a session and the parts of a message are tied by foreign keys.
+        let orphans = sqlx::query("PRAGMA foreign_key_check")
+            .fetch_all(pool)
+            .await
+            .map_err(map)?;
+        let Some(first) = orphans.first() else {
+            return Ok(());
+        };
+        let table: String = first.try_get(0).map_err(map)?;
+        return Err(Error::corrupted(
+            "SQLite database",
+            format!(
+                "the file is damaged: {} row(s) of {table} and others have no parent row \
+                 (foreign_key_check)",
+                orphans.len()
+            ),
+        ));
+    }
+    Err(Error::corrupted(
+        "SQLite database",
+        format!(
+            "the file is damaged ({} found: {})",
+            sql.trim_start_matches("PRAGMA ").trim_end_matches("(8)"),
+            found.join("; ").replace(['\n', '\r'], " ")
+        ),
+    ))
+}
+
+/// An error of the SQLite database at `place`.
+#[derive(Debug)]
+struct InFile {
+    place: Arc<str>,
+    /// What SQLite's "disk I/O error" was, where it can be told.
+    why: Option<String>,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl std::fmt::Display for InFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.why {
+            Some(why) => write!(f, "{}: {why} ({})", self.place, self.source),
+            None => write!(f, "{}: {}", self.place, self.source),
+        }
+    }
+}
+
+impl std::error::Error for InFile {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+/// Names the file in an [`Error::Corrupted`] about the SQLite database.
+fn in_file(err: Error, path: &std::path::Path) -> Error {
+    match err {
+        Error::Corrupted {
+            at,
+            message,
+            source,
+        } if at == "SQLite database" => Error::Corrupted {
+            at: format!("SQLite database {}", path.display()),
+            message,
+            source,
+        },
+        other => other,
+    }
+}
+
 #[async_trait]
 impl Backend for SqliteStore {
     type Db = Sqlite;
@@ -185,8 +343,44 @@ impl Backend for SqliteStore {
 
     /// `BEGIN IMMEDIATE` takes the write lock at once: a batch never has to upgrade a
     /// read lock halfway, which another process could refuse (`SQLITE_BUSY`).
+    ///
+    /// A `COMMIT` that failed (a full disk) leaves SQLite without a transaction, which
+    /// it rolled back by itself, while sqlx still counts one open on the connection and
+    /// refuses every later `BEGIN` on it: such a connection is closed here, and the pool
+    /// opens a fresh one.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
+        let conn = self.writer.acquire().await.map_err(map)?;
+        if conn.is_in_transaction() {
+            tracing::warn!(
+                file = %self.options.path.display(),
+                "replacing the writer connection left in a failed transaction"
+            );
+            // The close error is of the connection being dropped; the next acquire opens
+            // a new one or reports what is wrong.
+            let _ = conn.close().await;
+        } else {
+            drop(conn);
+        }
         self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(map)
+    }
+
+    fn name_place(&self, err: Error) -> Error {
+        match err {
+            Error::Backend {
+                backend,
+                retryable,
+                source,
+            } => Error::backend(
+                backend,
+                retryable,
+                InFile {
+                    place: Arc::clone(&self.place),
+                    why: files::why_write_failed(&self.options.path, source.as_ref()),
+                    source,
+                },
+            ),
+            other => in_file(other, &self.options.path),
+        }
     }
 
     fn counters(&self) -> &Counters {
