@@ -3,7 +3,15 @@
 //! One stream per (tenant, session) holds its events with entry id `seq-0`, so replay
 //! and resume by seq are exact range reads. A per-tenant stream carries every event of
 //! the tenant for live tenant subscriptions. `publish` only queues: a background task
-//! drains the queue and writes each drained batch as one pipeline, in order.
+//! drains the queue and writes each drained batch as one script (atomic on the
+//! server), in order.
+//!
+//! A batch that fails with a retryable error (the server restarted, the connection
+//! broke) is sent again with bounded backoff until [`RedisOptions::retry`]'s deadline;
+//! a resent batch that the server did write before the connection broke is recognised
+//! entry by entry and not written twice. Past the deadline the batch is dropped and the
+//! next [`Bus::flush`] reports the error, naming the server; `recover` then republishes
+//! what the store holds and the stream lacks (see `forge_core::recover`).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -16,7 +24,7 @@ use forge_core::{
 };
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
-use redis::Value;
+use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::RedisOptions;
@@ -95,7 +103,7 @@ impl RedisBus {
             .map_err(map)?;
         let keys = opts.keys();
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer(conn.clone(), keys.clone(), opts.maxlen, rx));
+        tokio::spawn(writer(conn.clone(), keys.clone(), opts.clone(), rx));
         Ok(Self {
             opts,
             keys,
@@ -297,14 +305,17 @@ impl Follow {
     }
 }
 
-/// Drains the queue: each drained batch is one pipeline; flushes are answered after
-/// everything queued before them was written.
+/// Drains the queue: each drained batch is one script, retried as
+/// [`RedisOptions::retry`] says; flushes are answered after everything queued before
+/// them was written (or given up on).
 async fn writer(
-    mut conn: ConnectionManager,
+    conn: ConnectionManager,
     keys: Keys,
-    maxlen: usize,
+    opts: RedisOptions,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
 ) {
+    let script = Script::new(include_str!("publish.lua"));
+    let server = opts.server_label();
     let mut failed: Option<Error> = None;
     let mut events = Vec::new();
     let mut flushes = Vec::new();
@@ -322,7 +333,20 @@ async fn writer(
             };
         }
         if !events.is_empty() {
-            if let Err(e) = write(&mut conn, &keys, maxlen, &events).await {
+            let mut sent = false;
+            let outcome = opts
+                .retry
+                .run(crate::error::BACKEND, &server, "publish", || {
+                    let retry = std::mem::replace(&mut sent, true);
+                    write(conn.clone(), &script, &keys, opts.maxlen, &events, retry)
+                })
+                .await;
+            if let Err(e) = outcome {
+                tracing::warn!(
+                    events = events.len(),
+                    error = &e as &(dyn std::error::Error + 'static),
+                    "publishing to the redis streams failed; the events are not on the bus",
+                );
                 failed.get_or_insert(e);
             }
             events.clear();
@@ -338,54 +362,48 @@ async fn writer(
     }
 }
 
+/// Writes `events` with the publish script; `retry`: the batch was sent before and
+/// its answer lost.
 async fn write(
-    conn: &mut impl ConnectionLike,
+    mut conn: ConnectionManager,
+    script: &Script,
     keys: &Keys,
     maxlen: usize,
     events: &[BusEvent],
+    retry: bool,
 ) -> Result<()> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
+    let mut invocation = script.prepare_invoke();
+    invocation.arg(maxlen).arg(if retry { "1" } else { "0" });
     for ev in events {
         let json = serde_json::to_vec(&**ev)?;
-        let seq = ev.seq.to_string();
-        pipe.cmd("XADD")
+        invocation
             .arg(keys.session_stream(&ev.tenant, &ev.session_id))
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(maxlen)
-            .arg(stream_id(ev.seq))
-            .arg("seq")
-            .arg(&seq)
-            .arg("e")
-            .arg(&json);
-        pipe.cmd("XADD")
             .arg(keys.tenant_stream(&ev.tenant))
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(maxlen)
-            .arg("*")
-            .arg("seq")
-            .arg(&seq)
-            .arg("e")
-            .arg(&json);
+            .arg(ev.seq)
+            .arg(json);
     }
-    // Every XADD runs even when one fails (e.g. a seq at or below the stream's last
-    // id); the first failure is reported to the next flush.
-    let replies: Vec<redis::RedisResult<Value>> = pipe.query_async(conn).await.map_err(map)?;
-    replies
-        .into_iter()
-        .find_map(Result::err)
-        .map_or(Ok(()), |e| Err(map(e)))
+    // Every event is tried even when one fails (e.g. a seq at or below the stream's
+    // last id); the failures are reported to the next flush.
+    let failed: Vec<String> = invocation.invoke_async(&mut conn).await.map_err(map)?;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::backend(
+            crate::error::BACKEND,
+            false,
+            format!(
+                "the streams refused {} event(s): {}",
+                failed.len(),
+                failed.join("; ")
+            ),
+        ))
+    }
 }
 
 #[async_trait]
 impl Bus for RedisBus {
     fn capabilities(&self) -> BusCapabilities {
-        let mut caps = forge_core::LocalBus::with_replay(1).capabilities();
-        caps.name = "redis";
-        caps.durable = true;
-        caps
+        BusCapabilities::new("redis", true, true)
     }
 
     fn publish(&self, event: BusEvent) -> Result<()> {

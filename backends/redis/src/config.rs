@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use forge_core::{Error, Result};
+use forge_core::{Error, Result, RetryPolicy};
 
 use crate::keys::Keys;
 
@@ -11,8 +11,8 @@ pub const DEFAULT_PREFIX: &str = "forge";
 /// Default approximate retention of each stream, in entries.
 pub const DEFAULT_MAXLEN: usize = 100_000;
 
-/// Options of a Redis backend, parsed from its URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Options of a Redis backend, parsed from its URL. `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisOptions {
     /// The server URL without forge's own query parameters, handed to the redis client.
     pub server: String,
@@ -24,6 +24,28 @@ pub struct RedisOptions {
     pub response_timeout: Duration,
     /// How long one blocking `XREAD` of a subscription waits before asking again.
     pub block: Duration,
+    /// How the bus's publishing task and the projector worker ride out a restart of
+    /// the server (the store is wrapped by the facade's
+    /// [`RetryStore`](forge_core::RetryStore)).
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("server", &forge_core::url::redact(&self.server))
+            .field("prefix", &self.prefix)
+            .field("maxlen", &self.maxlen)
+            .field("response_timeout", &self.response_timeout)
+            .field("block", &self.block)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// `url` as an error may quote it: password hidden, at most 200 characters.
+fn shown(url: &str) -> String {
+    forge_core::url::quoted(url)
 }
 
 impl RedisOptions {
@@ -40,7 +62,8 @@ impl RedisOptions {
             .any(|s| url.starts_with(s))
         {
             return Err(Error::invalid(format!(
-                "not a redis URL: {url:?} (expected redis://host:port[/db][?prefix=…&maxlen=…])"
+                "not a redis URL: {} (expected redis://host:port[/db][?prefix=…&maxlen=…])",
+                shown(url)
             )));
         }
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -50,6 +73,7 @@ impl RedisOptions {
             maxlen: DEFAULT_MAXLEN,
             response_timeout: Duration::from_secs(10),
             block: Duration::from_secs(2),
+            retry: RetryPolicy::default(),
         };
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -58,7 +82,10 @@ impl RedisOptions {
                 "prefix" => v.clone_into(&mut opts.prefix),
                 "maxlen" => {
                     opts.maxlen = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        Error::invalid(format!("maxlen={v:?} in {url:?} is not a positive number"))
+                        Error::invalid(format!(
+                            "maxlen={v:?} in {} is not a positive number",
+                            shown(url)
+                        ))
                     })?;
                 }
                 _ => passed.push(pair),
@@ -69,6 +96,18 @@ impl RedisOptions {
             opts.server = format!("{base}?{}", passed.join("&"));
         }
         Ok(opts)
+    }
+
+    /// These options with `retry`.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// `server HOST:PORT`, for errors (never the password).
+    pub fn server_label(&self) -> String {
+        forge_core::url::server_label(&self.server)
     }
 
     /// The keys of these options.
@@ -125,5 +164,22 @@ mod tests {
         assert!(RedisOptions::from_url("http://h").is_err());
         assert!(RedisOptions::from_url("redis://h?maxlen=0").is_err());
         assert!(RedisOptions::from_url("redis://h?prefix=a*b").is_err());
+    }
+
+    #[test]
+    fn errors_and_debug_output_hide_the_password() {
+        // Found by fuzzing: both errors quoted the URL as given, password included, and
+        // the derived `Debug` showed it too.
+        for url in [
+            "redis://:s3cretPw@h:6379?maxlen=x",
+            "postgres://u:s3cretPw@h/db",
+        ] {
+            let err = RedisOptions::from_url(url).unwrap_err().to_string();
+            assert!(!err.contains("s3cretPw") && err.contains("***"), "{err}");
+        }
+        let o = RedisOptions::from_url("redis://:s3cretPw@h:6379/0").unwrap();
+        assert!(!format!("{o:?}").contains("s3cretPw"), "{o:?}");
+        let long = format!("redis://h?maxlen=x&{}", "a".repeat(10_000));
+        assert!(RedisOptions::from_url(&long).unwrap_err().to_string().len() < 400);
     }
 }

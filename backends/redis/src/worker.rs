@@ -9,12 +9,19 @@
 //!   order therefore stays the stream order even with several replicas running workers.
 //! - Idempotent: an event whose `seq` is not above the seq the store recorded for its
 //!   session was already applied and is skipped, so redelivery changes nothing.
+//! - Reconnecting: a round that fails with a retryable error (Redis or the target store
+//!   restarted, a connection broke) drops the worker's connections; the next round
+//!   connects again and resumes from the consumer group — its own pending entries
+//!   first, so nothing read before the failure is skipped. [`ProjectorWorker::run_until`]
+//!   keeps retrying with bounded backoff for as long as it runs;
+//!   [`ProjectorWorker::run_until_idle`] gives up after [`RedisOptions::retry`]'s
+//!   deadline of failing rounds, with an error naming the server.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use forge_core::{Envelope, Error, Event, Result, SessionId, Store, TenantId};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
@@ -71,8 +78,12 @@ impl Default for WorkerOptions {
 
 /// Projects one tenant's events from Redis into a store. See the module docs.
 pub struct ProjectorWorker {
+    opts: RedisOptions,
+    server: String,
     conn: ConnectionManager,
-    reader: MultiplexedConnection,
+    /// The connection of blocking reads; `None` after a failure, connected again on
+    /// the next read.
+    reader: Option<MultiplexedConnection>,
     keys: Keys,
     store: Arc<dyn Store>,
     tenant: TenantId,
@@ -107,16 +118,40 @@ impl ProjectorWorker {
         consumer: &str,
         options: WorkerOptions,
     ) -> Result<Self> {
+        Self::with_options(
+            RedisOptions::from_url(url)?,
+            store,
+            tenant,
+            group,
+            consumer,
+            options,
+        )
+        .await
+    }
+
+    /// As [`ProjectorWorker::connect`], with parsed options (their
+    /// [`RedisOptions::retry`] bounds [`ProjectorWorker::run_until_idle`]).
+    pub async fn with_options(
+        opts: RedisOptions,
+        store: Arc<dyn Store>,
+        tenant: TenantId,
+        group: &str,
+        consumer: &str,
+        options: WorkerOptions,
+    ) -> Result<Self> {
         if group.is_empty() || consumer.is_empty() {
             return Err(Error::invalid(
                 "worker group and consumer names must not be empty",
             ));
         }
-        let opts = RedisOptions::from_url(url)?;
+        let server = opts.server_label();
+        let at = |e| forge_core::retry::at_server(e, &server, None);
         Ok(Self {
-            conn: opts.manager().await?,
-            reader: opts.dedicated().await?,
+            conn: opts.manager().await.map_err(at)?,
+            reader: Some(opts.dedicated().await.map_err(at)?),
             keys: opts.keys(),
+            server: server.clone(),
+            opts,
             store,
             tenant,
             group: group.to_owned(),
@@ -151,20 +186,99 @@ impl ProjectorWorker {
         )
     }
 
-    /// Runs rounds until `stop` completes or a round fails.
+    /// Runs rounds until `stop` completes or a round fails with an error that is not
+    /// retryable. Retryable failures (a restart of Redis or of the target store) are
+    /// logged and retried with bounded backoff for as long as it runs: the worker
+    /// reconnects and resumes from its consumer group by itself.
     pub async fn run_until(&mut self, stop: impl Future<Output = ()>) -> Result<WorkerStats> {
         tokio::pin!(stop);
+        let mut backoff = self.opts.retry.first_backoff;
         loop {
             tokio::select! {
                 () = &mut stop => return Ok(self.stats),
-                r = self.step() => { r?; }
+                r = self.step() => match r {
+                    Ok(_) => backoff = self.opts.retry.first_backoff,
+                    Err(e) if e.is_retryable() => {
+                        self.log_retry(&e, backoff);
+                        tokio::select! {
+                            () = &mut stop => return Ok(self.stats),
+                            () = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(self.opts.retry.max_backoff);
+                    }
+                    Err(e) => return Err(e),
+                },
             }
         }
     }
 
+    /// Runs rounds until two in a row find nothing to do, and returns what it did.
+    /// Retryable failures are retried with bounded backoff until they have gone on for
+    /// [`RedisOptions::retry`]'s deadline; then the last error is returned, naming the
+    /// server.
+    pub async fn run_until_idle(&mut self) -> Result<WorkerStats> {
+        let mut idle = 0;
+        let mut failing: Option<(Instant, u32)> = None;
+        let mut backoff = self.opts.retry.first_backoff;
+        while idle < 2 {
+            match self.step().await {
+                Ok(n) => {
+                    idle = if n == 0 { idle + 1 } else { 0 };
+                    failing = None;
+                    backoff = self.opts.retry.first_backoff;
+                }
+                Err(e) if e.is_retryable() => {
+                    let (since, attempts) = failing.get_or_insert((Instant::now(), 0));
+                    *attempts += 1;
+                    if since.elapsed() + backoff >= self.opts.retry.deadline {
+                        return Err(forge_core::retry::at_server(
+                            strip_server(e),
+                            &self.server,
+                            Some((*attempts, since.elapsed())),
+                        ));
+                    }
+                    self.log_retry(&e, backoff);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.opts.retry.max_backoff);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.stats)
+    }
+
+    fn log_retry(&self, e: &Error, backoff: Duration) {
+        tracing::warn!(
+            tenant = %self.tenant,
+            group = %self.group,
+            consumer = %self.consumer,
+            retry_in_ms = backoff.as_millis() as u64,
+            error = e as &(dyn std::error::Error + 'static),
+            "projector worker round failed; reconnecting and resuming from the consumer group",
+        );
+    }
+
     /// One round: keep (or wait for) the lease, claim what dead workers left pending,
     /// read, apply, ACK. Returns the number of stream entries handled.
+    ///
+    /// After a retryable failure the worker's blocking connection is dropped and the
+    /// next round connects again (and checks the consumer group and the lease anew).
     pub async fn step(&mut self) -> Result<usize> {
+        match self.round().await {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                if e.is_retryable() {
+                    // The lease decides anew next round (and a worker that got it back
+                    // after another held it claims what that one left pending).
+                    self.reader = None;
+                    self.group_ready = false;
+                }
+                Err(forge_core::retry::at_server(e, &self.server, None))
+            }
+        }
+    }
+
+    async fn round(&mut self) -> Result<usize> {
         let key = self.stream();
         if !self.group_ready {
             let created: redis::RedisResult<()> = redis::cmd("XGROUP")
@@ -296,7 +410,12 @@ impl ProjectorWorker {
         }
         cmd.arg("STREAMS").arg(key).arg(from);
         let conn = if block_ms.is_some() {
-            &mut self.reader
+            if self.reader.is_none() {
+                self.reader = Some(self.opts.dedicated().await?);
+            }
+            self.reader.as_mut().ok_or_else(|| {
+                Error::backend(crate::error::BACKEND, true, "no connection for reading")
+            })?
         } else {
             // Non-blocking: the shared connection is fine.
             let reply: Option<StreamReadReply> =
@@ -371,6 +490,29 @@ impl ProjectorWorker {
             Err(e) => return Err(e),
         }
         Ok(())
+    }
+}
+
+/// A backend error without the server it names (to name it again with the attempts).
+fn strip_server(e: Error) -> Error {
+    match e {
+        Error::Backend {
+            backend,
+            retryable,
+            source,
+        } => match source.downcast::<forge_core::retry::ServerError>() {
+            Ok(named) => Error::Backend {
+                backend,
+                retryable,
+                source: named.into_source(),
+            },
+            Err(source) => Error::Backend {
+                backend,
+                retryable,
+                source,
+            },
+        },
+        other => other,
     }
 }
 
