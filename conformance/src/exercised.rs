@@ -172,4 +172,8 @@ impl Store for Measured {
         self.stats.listing(open.messages.len() + open.parts.len());
         Ok(open)
     }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
 }

@@ -479,4 +479,8 @@ impl Store for Guarded {
     ) -> Result<OpenItems> {
         self.store.open_items(tenant, session).await
     }
+
+    async fn close(&self) -> Result<()> {
+        self.store.close().await
+    }
 }

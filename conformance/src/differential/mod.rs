@@ -9,6 +9,7 @@
 
 #![allow(missing_docs, clippy::missing_panics_doc)]
 
+pub mod damage;
 pub mod random;
 
 use forge_core::{

@@ -5,6 +5,10 @@
 //! - a text or reasoning part is written at most twice (start, end / finalize / recover);
 //! - a sync event is published only after its commit: in the write log every publish
 //!   follows its commit, and a subscriber that reads the store on receipt sees the row.
+//!
+//! Large cases open the stream with a text block of thousands of deltas (and a
+//! reasoning block of a quarter as many), checked after every one of them: past any
+//! "save every N tokens" threshold a design might use.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,10 +21,14 @@ use forge_core::{
 };
 use parking_lot::Mutex;
 
+use proptest::prelude::*;
+
 use super::crash::{case, Case, End};
 use super::turn::{stored_answer, Turn};
 use crate::harness::{ctx_err, same, CaseRun, Ctx};
 use crate::strategies::model::T0;
+use crate::strategies::scaled::Sizes;
+use crate::strategies::stream::BlockSpec;
 use crate::Property;
 
 #[derive(Debug, Default)]
@@ -144,10 +152,33 @@ impl Bus for RecordingBus {
     }
 }
 
+/// Large cases: a text block of `n` deltas (`n` a long listing's size) and a reasoning
+/// block of `n / 4` open the first step; at least nine tenths of the stream is fed
+/// before its end.
+pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
+    (case(false), sizes.listing(), 900u16..=1000).prop_map(|(mut c, n, cut)| {
+        let deltas =
+            |tag: &str, n: u16| -> Vec<String> { (0..n).map(|i| format!("{tag}{i} ")).collect() };
+        if let Some(step) = c.stream.steps.first_mut() {
+            step.blocks
+                .insert(0, BlockSpec::Reasoning(deltas("r", n / 4)));
+            step.blocks.insert(0, BlockSpec::Text(deltas("w", n)));
+        }
+        c.cut = cut;
+        c.cut_after_tool = None;
+        c
+    })
+}
+
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
-    let run = crate::harness::run_cases(ctx, Property::WriteDiscipline, case(false), |c| {
-        check(ctx, c)
-    });
+    let sizes = Sizes::new(ctx.config.scale);
+    let run = crate::harness::run_scaled(
+        ctx,
+        Property::WriteDiscipline,
+        case(false),
+        large_case(sizes),
+        |c| check(ctx, c),
+    );
     if ctx.caps.bus.is_none() {
         run.note("store-only backend: run over a live-only LocalBus")
     } else {

@@ -1,6 +1,7 @@
 //! Deliberately broken wrappers of `LocalBus`, and factories that pair broken parts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -22,6 +23,30 @@ pub enum BusBug {
     /// Every text delta is also written into the store (the naive write-every-token
     /// design): the store receives deltas.
     PersistsDeltas(Arc<dyn Store>),
+    /// Every 1,000th delta is written into the store (a "save every N tokens"
+    /// compromise).
+    PersistsEvery1000thDelta(Arc<dyn Store>),
+    /// Each session subscriber has a queue of 1,024 events filled at publish time; when
+    /// it is full the event is dropped without a word (a bounded channel's `try_send`
+    /// with its error ignored).
+    SubscriberQueueDrops1024,
+    /// Replay keeps only the newest 1,024 events of a session and does not say it is
+    /// truncated (a stream capped with `MAXLEN` read as if it were whole).
+    ReplayTrimsSilently1024,
+}
+
+/// What [`BusBug::SubscriberQueueDrops1024`] and [`BusBug::ReplayTrimsSilently1024`]
+/// keep.
+const BOUND: usize = 1_024;
+
+/// The queues of a session's subscribers.
+type Queues = Vec<Arc<Queue>>;
+
+/// One subscriber's bounded queue.
+#[derive(Debug, Default)]
+struct Queue {
+    events: Mutex<VecDeque<BusEvent>>,
+    ready: tokio::sync::Notify,
 }
 
 /// `LocalBus` with one bug.
@@ -30,6 +55,8 @@ pub struct BrokenBus {
     inner: LocalBus,
     bug: BusBug,
     held: Mutex<HashMap<(TenantId, SessionId), BusEvent>>,
+    queues: Mutex<HashMap<(TenantId, SessionId), Queues>>,
+    deltas: AtomicU64,
 }
 
 impl BrokenBus {
@@ -38,7 +65,29 @@ impl BrokenBus {
             inner: LocalBus::with_replay(replay),
             bug,
             held: Mutex::new(HashMap::new()),
+            queues: Mutex::new(HashMap::new()),
+            deltas: AtomicU64::new(0),
         }
+    }
+
+    /// A session subscription fed from a bounded queue (live events only).
+    fn queued(&self, tenant: &TenantId, session: &SessionId) -> Subscription {
+        let queue = Arc::new(Queue::default());
+        self.queues
+            .lock()
+            .entry((tenant.clone(), session.clone()))
+            .or_default()
+            .push(Arc::clone(&queue));
+        Subscription::new(futures::stream::unfold(queue, |queue| async move {
+            loop {
+                let next = queue.events.lock().pop_front();
+                if let Some(e) = next {
+                    return Some((Ok(e), queue));
+                }
+                // A notification sent since the check is kept as a permit.
+                queue.ready.notified().await;
+            }
+        }))
     }
 
     fn persist(store: &Arc<dyn Store>, e: &BusEvent) {
@@ -96,6 +145,26 @@ impl Bus for BrokenBus {
                 Self::persist(store, &event);
                 self.inner.publish(event)
             }
+            BusBug::PersistsEvery1000thDelta(store) => {
+                if matches!(event.event, Event::PartDelta(_))
+                    && (self.deltas.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(1000)
+                {
+                    Self::persist(store, &event);
+                }
+                self.inner.publish(event)
+            }
+            BusBug::SubscriberQueueDrops1024 => {
+                let key = (event.tenant.clone(), event.session_id.clone());
+                for q in self.queues.lock().get(&key).into_iter().flatten() {
+                    let mut events = q.events.lock();
+                    if events.len() < BOUND {
+                        events.push_back(Arc::clone(&event));
+                        q.ready.notify_one();
+                    }
+                }
+                self.inner.publish(event)
+            }
+            BusBug::ReplayTrimsSilently1024 => self.inner.publish(event),
         }
     }
 
@@ -113,11 +182,20 @@ impl Bus for BrokenBus {
         topic: Topic,
         from_seq: Option<u64>,
     ) -> Result<Subscription> {
-        self.inner.subscribe(tenant, topic, from_seq).await
+        match (&self.bug, &topic, from_seq) {
+            (BusBug::SubscriberQueueDrops1024, Topic::Session(session), None) => {
+                Ok(self.queued(tenant, session))
+            }
+            _ => self.inner.subscribe(tenant, topic, from_seq).await,
+        }
     }
 
     async fn replay(&self, tenant: &TenantId, session: &SessionId, from: u64) -> Result<Replay> {
-        self.inner.replay(tenant, session, from).await
+        let mut replay = self.inner.replay(tenant, session, from).await?;
+        if matches!(self.bug, BusBug::ReplayTrimsSilently1024) && replay.events.len() > BOUND {
+            replay.events.drain(..replay.events.len() - BOUND);
+        }
+        Ok(replay)
     }
 
     async fn last_seq(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<u64>> {
@@ -134,6 +212,13 @@ pub enum Wrapper {
     ReorderingBus,
     /// A `MemoryStore` with a bus that writes every delta into it.
     DeltaPersistingBus,
+    /// A `MemoryStore` with a bus that writes every 1,000th delta into it.
+    CheckpointingBus,
+    /// A `MemoryStore` with a bus whose session subscribers drop events past 1,024
+    /// queued, silently.
+    DroppingSubscriberBus,
+    /// A `MemoryStore` with a bus whose replay silently keeps the newest 1,024 events.
+    TrimmingReplayBus,
     /// A store whose bug shows at scale or with real data, with a durable `LocalBus`.
     Scale(super::scale::ScaleBug),
 }
@@ -176,13 +261,24 @@ impl BackendFactory for Broken {
         let bus: Arc<dyn Bus> = match self.wrapper {
             Wrapper::Store(_) | Wrapper::Scale(_) => Arc::new(LocalBus::with_replay(REPLAY)),
             Wrapper::ReorderingBus => Arc::new(BrokenBus::new(REPLAY, BusBug::ReordersPairs)),
-            Wrapper::DeltaPersistingBus => {
+            Wrapper::DroppingSubscriberBus => {
+                Arc::new(BrokenBus::new(REPLAY, BusBug::SubscriberQueueDrops1024))
+            }
+            Wrapper::TrimmingReplayBus => {
+                Arc::new(BrokenBus::new(REPLAY, BusBug::ReplayTrimsSilently1024))
+            }
+            Wrapper::DeltaPersistingBus | Wrapper::CheckpointingBus => {
                 let store = self
                     .last
                     .lock()
                     .clone()
                     .unwrap_or_else(|| Arc::new(MemoryStore::new()));
-                Arc::new(BrokenBus::new(REPLAY, BusBug::PersistsDeltas(store)))
+                let bug = if matches!(self.wrapper, Wrapper::CheckpointingBus) {
+                    BusBug::PersistsEvery1000thDelta(store)
+                } else {
+                    BusBug::PersistsDeltas(store)
+                };
+                Arc::new(BrokenBus::new(REPLAY, bug))
             }
         };
         Ok(Some(bus))
