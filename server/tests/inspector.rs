@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use forge_server::ServerOptions;
 use forge_store::OpenOptions;
-use futures::SinkExt;
 use serde_json::{json, Value};
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -132,27 +131,45 @@ impl Browser {
         .await
     }
 
-    /// Clicks the element as a user would (WebDriver element click).
+    /// Clicks the element as a user would (WebDriver element click). The
+    /// page re-renders as live events arrive, so an element found a moment
+    /// ago may be replaced before the click lands ("stale element
+    /// reference"); the click then finds the element again, as a user's
+    /// second click would. Any other error fails the test.
     async fn click(&self, css: &str) {
-        let el = self
-            .cmd(
-                reqwest::Method::POST,
-                "/element",
-                json!({"using": "css selector", "value": css}),
-            )
-            .await;
-        let id = el
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .expect("element id")
-            .to_owned();
-        self.cmd(
-            reqwest::Method::POST,
-            &format!("/element/{id}/click"),
-            json!({}),
-        )
-        .await;
+        let start = Instant::now();
+        loop {
+            let el = self
+                .cmd(
+                    reqwest::Method::POST,
+                    "/element",
+                    json!({"using": "css selector", "value": css}),
+                )
+                .await;
+            let id = el
+                .as_object()
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str)
+                .expect("element id")
+                .to_owned();
+            let r: Value = self
+                .http
+                .post(format!("{}/element/{id}/click", self.base))
+                .json(&json!({}))
+                .send()
+                .await
+                .expect("WebDriver request")
+                .json()
+                .await
+                .expect("json");
+            match r["value"].get("error").and_then(Value::as_str) {
+                None => return,
+                Some("stale element reference") if start.elapsed() < Duration::from_secs(10) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Some(_) => panic!("click {css}: {r}"),
+            }
+        }
     }
 
     /// Waits until `script` returns `want`.
@@ -305,21 +322,15 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
             .iter()
             .map(|w| json!({"type": "text-delta", "id": "live", "text": w}).to_string()),
     );
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
-    let upload = {
-        let req = s
-            .post("/session/ses_inspect/stream", TOKEN_A)
-            .body(reqwest::Body::wrap_stream(rx));
-        tokio::spawn(async move { req.send().await })
-    };
+    let mut upload = s.upload_lines(TOKEN_A, "ses_inspect", 16);
     let text =
         "return [...document.querySelectorAll('#timeline pre.text')].map(p => p.textContent).pop()";
     for l in &lines[..5] {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
     browser.until(text, &json!("Deltas reach ")).await;
     for l in &lines[5..] {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
     browser.until(text, &json!(words.concat())).await;
     assert_eq!(
@@ -349,10 +360,9 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
         r#"{"type":"finish-step","finishReason":"stop","usage":{"inputTokens":3,"outputTokens":8}}"#,
         r#"{"type":"finish","finishReason":"stop"}"#,
     ] {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
-    drop(tx);
-    let r = upload.await.expect("task").expect("response");
+    let r = upload.finish().await;
     assert_eq!(r.status().as_u16(), 200);
     // Closed: no part or message is marked open any more.
     browser
