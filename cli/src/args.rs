@@ -15,6 +15,11 @@ pub enum CommitPolicy {
 }
 
 impl Cli {
+    /// The retry deadline `--retry-for` names.
+    pub fn retry_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.retry_for)
+    }
+
     /// The projection `--commit` and `--commit-window-ms` name.
     pub fn projection(&self) -> forge_store::Projection {
         match self.commit {
@@ -78,6 +83,36 @@ pub struct Cli {
         value_name = "MS"
     )]
     pub commit_window_ms: u64,
+    /// How long a call to a Postgres or Redis server is retried, in seconds, when it
+    /// fails with a retryable error (the server restarted, the connection broke):
+    /// exponential backoff from 50 ms to 2 s, then an error naming the server and the
+    /// last cause. A retried write is committed once. 0 fails at the first error.
+    #[arg(
+        long,
+        global = true,
+        env = "FORGE_RETRY_FOR",
+        default_value_t = 30.0,
+        value_parser = parse_seconds,
+        value_name = "SECS"
+    )]
+    pub retry_for: f64,
+    /// When the backend cannot be opened for a reason that passes by itself (an
+    /// embedded file open in another process, a server not reachable yet), keep trying
+    /// for up to SECS seconds before failing.
+    #[arg(
+        long,
+        global = true,
+        env = "FORGE_WAIT",
+        default_value_t = 0,
+        value_name = "SECS"
+    )]
+    pub wait: u64,
+    /// Print one JSON line on stdout per terminal boundary (a closed block, a finished
+    /// tool or step, a completed message, a user message, a session row, a removal) once
+    /// the store has committed it: `{"confirmed": SEQ, "session": ID, "event": {type,
+    /// properties}}`. What a killed writer printed is kept (see docs/reliability.md).
+    #[arg(long, global = true)]
+    pub confirmations: bool,
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
@@ -201,6 +236,11 @@ pub enum Command {
     /// Make a bearer token for --tenant: prints the token and the tokens-file line that
     /// keeps its hash.
     Token,
+    /// Stream many sessions at once through the backend's engine for minutes (W1 turns
+    /// at their event times), then compare the stored history row for row with the
+    /// in-memory reference; report memory (RSS) and delta -> subscriber latency.
+    #[cfg(feature = "bench")]
+    Soak(crate::soak::SoakArgs),
     /// Write a benchmark workload as a replay file with event times (JSONL on stdout).
     #[cfg(feature = "bench")]
     Gen(crate::gen::GenArgs),
@@ -239,4 +279,12 @@ fn backends_help() -> String {
     help.push_str("  default: ");
     help.push_str(forge_store::DEFAULT_URL);
     help
+}
+
+/// A number of seconds: finite, 0 or more, at most a day.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds from 0 to 86400")),
+    }
 }

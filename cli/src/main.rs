@@ -11,6 +11,7 @@ mod args;
 #[cfg(feature = "bench")]
 mod bench;
 mod commands;
+mod confirm;
 mod conformance;
 mod demo;
 #[cfg(feature = "bench")]
@@ -19,6 +20,8 @@ mod progress;
 mod project;
 mod serve;
 mod show;
+#[cfg(feature = "bench")]
+mod soak;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
@@ -133,9 +136,30 @@ pub(crate) fn one_line(e: &anyhow::Error) -> String {
         .join(" ")
 }
 
+/// Opens `url`, trying again for up to `wait` seconds while the failure is one that
+/// passes by itself (retryable: a file open in another process, a server not up yet).
+async fn open(
+    url: &str,
+    options: forge_store::OpenOptions,
+    wait: u64,
+) -> forge_store::Result<forge_store::Forge> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    loop {
+        match forge_store::open_with(url, options.clone()).await {
+            Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
+                tracing::info!(error = %e, "cannot open the backend yet; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
 async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let quiet = cli.quiet;
+    let wait = cli.wait;
     let projection = cli.projection();
+    let retry = cli.retry_deadline();
     match cli.command {
         Command::Conformance { cases, junit, only } => {
             let opts = conformance::Options {
@@ -165,41 +189,80 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 group: &group,
                 consumer: &consumer,
                 until_idle,
+                retry,
             };
             project::run(opts, out).await
         }
         Command::Token => serve::token(&cli.tenant, out),
+        #[cfg(feature = "bench")]
+        Command::Soak(args) => {
+            let options = forge_store::OpenOptions::new()
+                .projection(projection)
+                .retry_for(retry);
+            let forge = open(&cli.backend, options, wait).await?;
+            let result = soak::run(&forge, &cli.tenant, &args, quiet, out).await;
+            finish(&forge, None, result).await
+        }
         Command::Follow(args) => {
-            let options = forge_store::OpenOptions::new().projection(projection);
-            let forge = forge_store::open_with(&cli.backend, options).await?;
+            let options = forge_store::OpenOptions::new()
+                .projection(projection)
+                .retry_for(retry);
+            let forge = open(&cli.backend, options, wait).await?;
+            let printer = confirmations(cli.confirmations, &forge, &cli.tenant).await?;
             let result = serve::follow(&forge, &cli.tenant, &args, out).await;
-            let flushed = forge.flush().await;
-            result?;
-            Ok(flushed?)
+            finish(&forge, printer, result).await
         }
         Command::Serve(args) => {
-            let options = forge_store::OpenOptions::new().projection(projection);
-            let forge = forge_store::open_with(&cli.backend, options).await?;
+            let options = forge_store::OpenOptions::new()
+                .projection(projection)
+                .retry_for(retry);
+            let forge = open(&cli.backend, options, wait).await?;
+            let printer = confirmations(cli.confirmations, &forge, &cli.tenant).await?;
             let result = serve::run(&forge, &cli.tenant, &args, out).await;
-            let flushed = forge.flush().await;
-            result?;
-            Ok(flushed?)
+            finish(&forge, printer, result).await
         }
         command => {
             // The command line reports what each command handed to the store.
             let options = forge_store::OpenOptions::new()
                 .count_writes(true)
-                .projection(projection);
-            let forge = forge_store::open_with(&cli.backend, options).await?;
+                .projection(projection)
+                .retry_for(retry);
+            let forge = open(&cli.backend, options, wait).await?;
+            let printer = confirmations(cli.confirmations, &forge, &cli.tenant).await?;
             let result = commands::run(&forge, &cli.tenant, command, quiet, out).await;
-            // A bus that does I/O (Redis) queues what was published: deliver it before
-            // exiting, also after a failed command (what was committed must reach the
-            // stream).
-            let flushed = forge.flush().await;
-            result?;
-            Ok(flushed?)
+            finish(&forge, printer, result).await
         }
     }
+}
+
+/// The `--confirmations` printer, when asked for.
+async fn confirmations(
+    on: bool,
+    forge: &forge_store::Forge,
+    tenant: &forge_store::TenantId,
+) -> Result<Option<confirm::Printer>> {
+    if !on {
+        return Ok(None);
+    }
+    Ok(Some(confirm::Printer::start(forge, tenant).await?))
+}
+
+/// Ends a command on an opened backend, also after a failed command: a bus that does
+/// I/O (Redis) queues what was published, so it is delivered (what was committed must
+/// reach the stream), and the store is closed, so an embedded database file alone
+/// holds everything (no journal or WAL left to carry) — [`forge_store::Forge::close`];
+/// then the last confirmations, which come from the bus.
+async fn finish(
+    forge: &forge_store::Forge,
+    printer: Option<confirm::Printer>,
+    result: Result<()>,
+) -> Result<()> {
+    let closed = forge.close().await;
+    if let Some(printer) = printer {
+        printer.finish().await;
+    }
+    result?;
+    Ok(closed?)
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use forge_store::redis::{ProjectorWorker, WorkerOptions, WorkerStats};
+use forge_store::core::RetryPolicy;
+use forge_store::redis::{ProjectorWorker, RedisOptions, WorkerOptions, WorkerStats};
 use forge_store::{redact, TenantId};
 
 /// Options of the `project` command.
@@ -23,6 +24,10 @@ pub struct Options<'a> {
     pub consumer: &'a str,
     /// Stop once the stream has nothing new (instead of running until Ctrl-C).
     pub until_idle: bool,
+    /// How long calls to the target store are retried; with `until_idle`, also how long
+    /// failing rounds go on before the worker gives up (a worker running until Ctrl-C
+    /// keeps reconnecting).
+    pub retry: std::time::Duration,
 }
 
 fn print_stats(out: &mut dyn Write, stats: WorkerStats) -> Result<()> {
@@ -40,9 +45,13 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
     if !forge_store::is_redis(opts.from) {
         bail!("--from must be a redis:// URL, got {}", redact(opts.from));
     }
-    let store = forge_store::open_store(opts.to).await?;
-    let mut worker = ProjectorWorker::connect(
-        opts.from,
+    let retry = RetryPolicy::with_deadline(opts.retry);
+    let store = forge_store::open_store_with(opts.to, retry).await?;
+    let from = RedisOptions::from_url(opts.from)
+        .map_err(|e| anyhow!("--from {}: {e}", redact(opts.from)))?
+        .with_retry(retry);
+    let mut worker = ProjectorWorker::with_options(
+        from,
         Arc::clone(&store),
         opts.tenant.clone(),
         opts.group,
@@ -61,20 +70,16 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
         opts.consumer
     )?;
     let stats = if opts.until_idle {
-        let mut idle = 0;
-        while idle < 2 {
-            idle = if worker.step().await? == 0 {
-                idle + 1
-            } else {
-                0
-            };
-        }
-        worker.stats()
+        worker.run_until_idle().await
     } else {
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        worker.run_until(stop).await?
+        worker.run_until(stop).await
     };
-    print_stats(out, stats)
+    drop(worker);
+    // The copy's files are left complete, also after a failed run.
+    let closed = store.close().await;
+    print_stats(out, stats?)?;
+    closed.map_err(|e| anyhow!("closing {}: {e}", redact(opts.to)))
 }

@@ -88,16 +88,22 @@ pub async fn run(
         forge.url()
     )?;
     out.flush()?;
+    let shutdown = on_signal("shutting down (closing open uploads, committing)");
+    forge_server::serve(listener, forge.clone(), options, shutdown).await?;
+    writeln!(out, "forge-store serve: stopped")?;
+    Ok(())
+}
+
+/// A shutdown that SIGTERM or Ctrl-C triggers, logging `what` happens then.
+fn on_signal(what: &'static str) -> Shutdown {
     let shutdown = Shutdown::new();
     let trigger = shutdown.clone();
     tokio::spawn(async move {
         let signal = terminate().await;
-        tracing::warn!("{signal}: shutting down (closing open uploads, committing)");
+        tracing::warn!("{signal}: {what}");
         trigger.trigger();
     });
-    forge_server::serve(listener, forge.clone(), options, shutdown).await?;
-    writeln!(out, "forge-store serve: stopped")?;
-    Ok(())
+    shutdown
 }
 
 /// Waits for SIGTERM or Ctrl-C and names it.
@@ -171,13 +177,7 @@ pub async fn follow(
         forge.url()
     )?;
     out.flush()?;
-    let shutdown = Shutdown::new();
-    let trigger = shutdown.clone();
-    tokio::spawn(async move {
-        let signal = terminate().await;
-        tracing::warn!("{signal}: stopping");
-        trigger.trigger();
-    });
+    let shutdown = on_signal("stopping");
     let mut report = forge_server::FollowReport::default();
     let result =
         forge_server::follow(forge, tenant, &opts, shutdown.subscribe(), &mut report).await;

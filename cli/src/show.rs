@@ -365,7 +365,15 @@ pub fn recover_report(out: &mut dyn Write, r: &RecoverReport) -> io::Result<()> 
         "recover: {} session(s): closed {} text/reasoning part(s) ({} rebuilt from the bus), \
          {} tool(s) as errors, {} message(s)",
         r.sessions, r.blocks_closed, r.text_from_bus, r.tools_closed, r.messages_closed
-    )
+    )?;
+    if r.events_republished > 0 {
+        writeln!(
+            out,
+            "recover: republished {} committed event(s) the bus lacked",
+            r.events_republished
+        )?;
+    }
+    Ok(())
 }
 
 /// The warnings of a replay, one line each: the unknown event types (one line for

@@ -216,13 +216,16 @@ impl From<forge_core::Error> for Error {
 
 /// An error from `at` in the input, keeping the engine's error as its source: the
 /// engine's [`forge_core::Error::InvalidInput`] (and a conflict with what is stored)
-/// is the input's fault; anything else is the store's.
+/// is the input's fault; anything else is the store's — a lost connection, a refused
+/// write, a full disk — and is reported as a store error, never as "does not fit".
+/// Judged by [`forge_core::Error::kind`], which sees through a shared group-commit
+/// error to the store's own.
 pub(crate) fn classify(at: String, what: &str, e: forge_core::Error) -> Error {
-    match e {
-        forge_core::Error::InvalidInput(_) | forge_core::Error::Conflict { .. } => {
+    match e.kind() {
+        "InvalidInput" | "Conflict" => {
             Error::input_with(at, format!("{what} does not fit: {e}"), e)
         }
-        other => Error::store(format!("{at}: {what}"), other),
+        _ => Error::store(format!("{at}: storing {what}"), e),
     }
 }
 
@@ -267,5 +270,24 @@ mod tests {
         assert!(conflict.is_input() && !conflict.is_skippable_input());
         let invalid = classify("line 1".into(), "x", forge_core::Error::invalid("bad"));
         assert!(invalid.is_skippable_input());
+    }
+
+    #[test]
+    fn a_backend_failure_is_a_store_error_even_when_shared_by_a_group_commit() {
+        let lost = forge_core::Error::backend(
+            "postgres",
+            true,
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"),
+        );
+        let shared = forge_core::Error::Shared(forge_core::SharedError::new(lost));
+        let e = classify("line 7".into(), "text-end", shared);
+        assert!(!e.is_input(), "{e}");
+        assert!(e.is_retryable(), "{e}");
+        let text = e.to_string();
+        assert!(!text.contains("does not fit"), "{text}");
+        assert!(
+            text.starts_with("line 7: storing text-end: postgres backend error"),
+            "{text}"
+        );
     }
 }

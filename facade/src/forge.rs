@@ -154,6 +154,24 @@ impl Forge {
             .map_err(|e| Error::store("delivering the published events", e))
     }
 
+    /// Flushes as [`Forge::flush`], then closes the store ([`Store::close`]): redb
+    /// checkpoints its journal and SQLite its WAL into the database file, so the file
+    /// alone holds everything, and connections are closed. Call it once, last, before
+    /// the process exits; neither this handle nor its clones may be used afterwards.
+    ///
+    /// # Errors
+    /// The first error of the flush or the close (the store is closed either way).
+    pub async fn close(&self) -> Result<()> {
+        let flushed = self.flush().await;
+        let closed = self
+            .engine
+            .store
+            .close()
+            .await
+            .map_err(|e| Error::store("closing the store", e));
+        flushed.and(closed)
+    }
+
     /// Replays a recorded stream (JSONL, `docs/replay-format.md`).
     ///
     /// # Errors

@@ -11,8 +11,8 @@ pub use clip::{clip, MESSAGE_MAX, QUOTE_MAX};
 pub use error::{ClippedError, Error, Result};
 pub use forge::{Forge, ImportReport, Recovered, ViewReport};
 pub use open::{
-    is_redis, open, open_store, open_with, schemes, OpenOptions, Projection, Scheme, DEFAULT_URL,
-    SCHEMES,
+    is_redis, open, open_store, open_store_with, open_with, schemes, OpenOptions, Projection,
+    Scheme, DEFAULT_URL, SCHEMES,
 };
 pub use replay::{
     Line, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents, UserLine,
@@ -24,7 +24,7 @@ pub use transfer::{Export, ImportedSession};
 pub use forge_core as core;
 
 pub use forge_core::model;
-pub use forge_core::url::redact;
+pub use forge_core::url::{redact, server_label};
 pub use forge_core::{
     filter_compacted, read_all, Bus, BusEvent, Capabilities, CompactedView, Cursor, Engine,
     Envelope, Event, Flow, GroupCommitOptions, Message, MessageId, MessageWithParts, OpenItems,

@@ -11,9 +11,14 @@ use std::time::Duration;
 
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_core::url::redact;
-use forge_core::{Bus, CountingStore, Engine, GroupCommitOptions, LocalBus, MemoryStore, Store};
+#[cfg(any(feature = "postgres", feature = "redis"))]
+use forge_core::url::server_label;
+use forge_core::{
+    Bus, CountingStore, Engine, GroupCommitOptions, LocalBus, MemoryStore, RetryPolicy, Store,
+};
 use tracing::Instrument;
 
+use crate::clip::clip;
 use crate::error::{Error, Result};
 use crate::Forge;
 
@@ -37,13 +42,13 @@ pub struct Scheme {
 pub const SCHEMES: &[Scheme] = &[
     Scheme {
         name: "redb",
-        shape: "redb://PATH[?durability=immediate|none]",
+        shape: "redb://PATH[?durability=immediate|none&journal=on|off&check=on|off&wait_ms=N&cache_mib=N]",
         feature: Some("redb"),
         enabled: cfg!(feature = "redb"),
     },
     Scheme {
         name: "sqlite",
-        shape: "sqlite://PATH[?synchronous=normal|full&page_size=N]",
+        shape: "sqlite://PATH[?synchronous=normal|full&page_size=N&check=quick|full|off]",
         feature: Some("sqlite"),
         enabled: cfg!(feature = "sqlite"),
     },
@@ -101,11 +106,23 @@ pub struct OpenOptions {
     /// `recover` can rebuild streamed text in the same process (ignored by Redis,
     /// whose bus is durable).
     pub replay_per_session: usize,
+    /// Events the in-process bus keeps for replay over all sessions together (default
+    /// [`forge_core::DEFAULT_REPLAY_TOTAL`]); the oldest are dropped first, so memory
+    /// does not grow with the number of sessions a long-running process has seen.
+    pub replay_total: usize,
     /// Count what reaches the store (commits, rows, bytes), reported by replays and
     /// imports and by [`Forge::writes`]. Each row is JSON-encoded once more to count
     /// its bytes and per-part write counts are kept: meant for tools and tests, not
     /// for a long-running service.
     pub count_writes: bool,
+    /// How calls to a server (Postgres, Redis) ride out its restart: a call that fails
+    /// with a retryable error (a lost connection, a refused connection, a server still
+    /// starting) is retried with exponential backoff (50 ms doubling up to 2 s) until
+    /// `retry.deadline` (default [`forge_core::DEFAULT_RETRY_DEADLINE`], 30 s) has
+    /// passed since its first attempt; then it fails with an error naming the server
+    /// and the last cause. A retried write commits once: batches are idempotent
+    /// upserts. Embedded backends (redb, SQLite, memory) are not wrapped.
+    pub retry: RetryPolicy,
 }
 
 impl Default for OpenOptions {
@@ -113,7 +130,9 @@ impl Default for OpenOptions {
         Self {
             projection: Projection::default(),
             replay_per_session: DEFAULT_REPLAY_PER_SESSION,
+            replay_total: forge_core::DEFAULT_REPLAY_TOTAL,
             count_writes: false,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -149,6 +168,14 @@ impl OpenOptions {
         self.projection = projection;
         self
     }
+
+    /// Retry calls to the server for at most `deadline` (see [`OpenOptions::retry`]);
+    /// `Duration::ZERO` fails at the first error.
+    #[must_use]
+    pub fn retry_for(mut self, deadline: Duration) -> Self {
+        self.retry = RetryPolicy::with_deadline(deadline);
+        self
+    }
 }
 
 /// A backend URL split into its parts; the original is kept for the backends' own
@@ -163,7 +190,7 @@ struct Parsed<'a> {
 fn parse(url: &str) -> Result<Parsed<'_>> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::Url {
-            url: redact(url),
+            url: shown(url),
             reason: format!("not a URL (expected SCHEME://…); {}", supported()),
         });
     };
@@ -177,13 +204,17 @@ fn parse(url: &str) -> Result<Parsed<'_>> {
     }
     let Some(known) = SCHEMES.iter().find(|s| s.name == scheme) else {
         return Err(Error::Url {
-            url: redact(url),
-            reason: format!("unknown backend scheme {scheme:?}; {}", supported()),
+            url: shown(url),
+            reason: format!(
+                "unknown backend scheme {}; {}",
+                clip(&format!("{scheme:?}")),
+                supported()
+            ),
         });
     };
     if !known.enabled {
         return Err(Error::FeatureDisabled {
-            url: redact(url),
+            url: shown(url),
             scheme,
             feature: known.feature.unwrap_or(known.name),
         });
@@ -194,6 +225,11 @@ fn parse(url: &str) -> Result<Parsed<'_>> {
         target,
         query,
     })
+}
+
+/// `url` as errors quote it: password hidden, cut short ([`clip`]) when long.
+fn shown(url: &str) -> String {
+    clip(&redact(url))
 }
 
 fn supported() -> String {
@@ -226,7 +262,7 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
     let parsed = parse(url)?;
     let span = tracing::info_span!("open", backend = %parsed.scheme, url = %redact(url));
     let (store, bus) = async {
-        let store = open_parsed(&parsed).await?;
+        let store = open_parsed(&parsed, options.retry).await?;
         let bus = open_bus(&parsed, &options).await?;
         Ok::<_, Error>((store, bus))
     }
@@ -247,30 +283,61 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
     Ok(Forge::from_engine(engine, redact(url), counting))
 }
 
-/// Opens only the store `url` names (e.g. the target of a projector worker).
+/// Opens only the store `url` names (e.g. the target of a projector worker), with the
+/// default [`OpenOptions::retry`].
 ///
 /// # Errors
 /// As [`open`].
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
-    open_parsed(&parse(url)?).await
+    open_store_with(url, RetryPolicy::default()).await
+}
+
+/// Opens only the store `url` names, retrying calls to its server as `retry` says.
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_store_with(url: &str, retry: RetryPolicy) -> Result<Arc<dyn Store>> {
+    open_parsed(&parse(url)?, retry).await
+}
+
+/// `store` wrapped so its calls ride out a restart of its server.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn retrying(store: Arc<dyn Store>, parsed: &Parsed<'_>, retry: RetryPolicy) -> Arc<dyn Store> {
+    Arc::new(forge_core::RetryStore::new(
+        store,
+        server_label(parsed.url),
+        retry,
+    ))
 }
 
 #[cfg_attr(not(feature = "redis"), allow(clippy::unused_async))]
 async fn open_bus(parsed: &Parsed<'_>, options: &OpenOptions) -> Result<Arc<dyn Bus>> {
     #[cfg(feature = "redis")]
     if parsed.scheme == "redis" {
-        let bus = forge_redis::RedisBus::connect(parsed.url)
+        let opts = forge_redis::RedisOptions::from_url(parsed.url)
+            .map_err(|e| opened(parsed, e))?
+            .with_retry(options.retry);
+        let bus = forge_redis::RedisBus::with_options(opts)
             .await
             .map_err(|e| opened(parsed, e))?;
         return Ok(Arc::new(bus));
     }
     let _ = parsed;
-    Ok(Arc::new(LocalBus::with_replay(options.replay_per_session)))
+    Ok(Arc::new(LocalBus::with_replay_budget(
+        options.replay_per_session,
+        options.replay_total,
+    )))
+}
+
+/// A backend error of `parsed`'s server, naming it.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn at_server(e: forge_core::Error, parsed: &Parsed<'_>) -> forge_core::Error {
+    forge_core::retry::at_server(e, &server_label(parsed.url), None)
 }
 
 fn opened(parsed: &Parsed<'_>, source: forge_core::Error) -> Error {
     Error::Open {
-        url: redact(parsed.url),
+        url: shown(parsed.url),
         source,
     }
 }
@@ -284,13 +351,13 @@ fn opened(parsed: &Parsed<'_>, source: forge_core::Error) -> Error {
     )),
     allow(clippy::unused_async, unused_variables)
 )]
-async fn open_parsed(parsed: &Parsed<'_>) -> Result<Arc<dyn Store>> {
+async fn open_parsed(parsed: &Parsed<'_>, retry: RetryPolicy) -> Result<Arc<dyn Store>> {
     let fail = |e| opened(parsed, e);
     match parsed.scheme.as_str() {
         "memory" => {
             if !parsed.target.is_empty() || !parsed.query.is_empty() {
                 return Err(Error::Url {
-                    url: redact(parsed.url),
+                    url: shown(parsed.url),
                     reason: "memory:// takes no path or options".into(),
                 });
             }
@@ -300,7 +367,7 @@ async fn open_parsed(parsed: &Parsed<'_>) -> Result<Arc<dyn Store>> {
         "redb" => {
             if parsed.target.is_empty() {
                 return Err(Error::Url {
-                    url: redact(parsed.url),
+                    url: shown(parsed.url),
                     reason: "redb:// needs a file path, e.g. redb://./forge.redb".into(),
                 });
             }
@@ -320,20 +387,22 @@ async fn open_parsed(parsed: &Parsed<'_>) -> Result<Arc<dyn Store>> {
                 .map_err(fail)?,
         )),
         #[cfg(feature = "postgres")]
-        "postgres" => Ok(Arc::new(
-            forge_sql::PostgresStore::connect(parsed.url)
+        "postgres" => {
+            let store = forge_sql::PostgresStore::connect(parsed.url)
                 .await
-                .map_err(fail)?,
-        )),
+                .map_err(|e| fail(at_server(e, parsed)))?;
+            Ok(retrying(Arc::new(store), parsed, retry))
+        }
         #[cfg(feature = "redis")]
-        "redis" => Ok(Arc::new(
-            forge_redis::RedisStore::connect(parsed.url)
+        "redis" => {
+            let store = forge_redis::RedisStore::connect(parsed.url)
                 .await
-                .map_err(fail)?,
-        )),
+                .map_err(|e| fail(at_server(e, parsed)))?;
+            Ok(retrying(Arc::new(store), parsed, retry))
+        }
         // `parse` admits only enabled schemes, each handled above.
         other => Err(Error::Url {
-            url: redact(parsed.url),
+            url: shown(parsed.url),
             reason: format!("backend {other} is not compiled in; {}", supported()),
         }),
     }
@@ -352,6 +421,19 @@ mod tests {
         assert!(msg.contains("unknown backend scheme"), "{msg}");
         assert!(msg.contains("memory://"), "{msg}");
         assert!(matches!(err, Error::Url { .. }));
+    }
+
+    #[tokio::test]
+    async fn a_huge_url_gives_a_short_error() {
+        // Found by fuzzing: the error quoted the whole URL (and scheme), 140 KB.
+        for url in [
+            format!("r{}://x", "[".repeat(100_000)),
+            format!("mongodb://h/{}", "a".repeat(100_000)),
+            "x".repeat(100_000),
+        ] {
+            let msg = open(&url).await.unwrap_err().to_string();
+            assert!(msg.len() < 2_000, "{} bytes", msg.len());
+        }
     }
 
     #[tokio::test]

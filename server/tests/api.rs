@@ -6,7 +6,6 @@ mod common;
 use common::*;
 use forge_server::{Access, ServerOptions};
 use forge_store::OpenOptions;
-use futures::SinkExt;
 use serde_json::{json, Value};
 
 fn options() -> ServerOptions {
@@ -257,15 +256,9 @@ async fn an_upload_is_processed_while_it_arrives() {
     assert_eq!(sse.expect().await.kind(), "server.connected");
     let lines = turn("stream it", 4, "word ");
     let (head, tail) = lines.split_at(6); // through the second delta
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
-    let upload = {
-        let req = s
-            .post("/session/ses_live/stream", TOKEN_A)
-            .body(reqwest::Body::wrap_stream(rx));
-        tokio::spawn(async move { req.send().await })
-    };
+    let mut upload = s.upload_lines(TOKEN_A, "ses_live", 16);
     for l in head {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
     // Both deltas reach the subscriber while the body is still open.
     let mut deltas = Vec::new();
@@ -283,10 +276,9 @@ async fn an_upload_is_processed_while_it_arrives() {
     assert_eq!(deltas, ["word ", "word "]);
     assert!(!upload.is_finished(), "the upload is still running");
     for l in tail {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
-    drop(tx);
-    let r = upload.await.expect("task").expect("response");
+    let r = upload.finish().await;
     assert_eq!(r.status().as_u16(), 200);
     let report: Value = r.json().await.expect("json");
     assert_eq!(report["deltas"], 4);
@@ -397,15 +389,9 @@ async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
     let mut sse = SseReader::connect(&s, "/session/ses_down/event", TOKEN_A, None).await;
     sse.expect().await;
     let lines = turn("cut short", 3, "half ");
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
-    let upload = {
-        let req = s
-            .post("/session/ses_down/stream", TOKEN_A)
-            .body(reqwest::Body::wrap_stream(rx));
-        tokio::spawn(async move { req.send().await })
-    };
+    let mut upload = s.upload_lines(TOKEN_A, "ses_down", 16);
     for l in &lines[..6] {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
     loop {
         if sse.expect().await.kind() == "message.part.delta" {
@@ -414,7 +400,7 @@ async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
     }
     let forge = s.forge.clone();
     s.shutdown.trigger();
-    let r = upload.await.expect("task").expect("response");
+    let r = upload.answer().await;
     assert_eq!(r.status().as_u16(), 503);
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["name"], "BackendUnavailable");
@@ -434,7 +420,7 @@ async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
         }
     }
     s.task.await.expect("task").expect("clean stop");
-    drop(tx);
+    drop(upload);
     // What was streamed is closed and stored: no open part or message.
     let t = tenant("acme");
     let open = forge

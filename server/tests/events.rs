@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use forge_server::ServerOptions;
 use forge_store::OpenOptions;
-use futures::SinkExt;
 use serde_json::Value;
 
 fn options() -> ServerOptions {
@@ -228,16 +227,10 @@ async fn snapshot_then_live(open: OpenOptions) {
     let s = redb_server(options(), open).await;
     s.create(TOKEN_A, "ses_snap").await;
     let lines = turn("snapshot", 6, "ab ");
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(16);
-    let upload = {
-        let req = s
-            .post("/session/ses_snap/stream", TOKEN_A)
-            .body(reqwest::Body::wrap_stream(rx));
-        tokio::spawn(async move { req.send().await })
-    };
+    let mut upload = s.upload_lines(TOKEN_A, "ses_snap", 16);
     // Three of the six deltas go out before the snapshot is read.
     for l in &lines[..7] {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
     let mut watcher = SseReader::connect(&s, "/session/ses_snap/event", TOKEN_A, Some("0")).await;
     let mut seen = 0;
@@ -262,10 +255,9 @@ async fn snapshot_then_live(open: OpenOptions) {
     let mut view = ClientView::from_snapshot(&snapshot);
     let mut sse = SseReader::connect(&s, "/session/ses_snap/event", TOKEN_A, Some(&seq)).await;
     for l in &lines[7..] {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
     }
-    drop(tx);
-    let r = upload.await.expect("task").expect("response");
+    let r = upload.finish().await;
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(sse.expect().await.kind(), "server.connected");
     let events = until_idle(&mut sse).await;
@@ -373,19 +365,12 @@ async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
         }
     });
     // The writer paces itself a little so that a client that reads keeps up.
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(4);
-    let upload = {
-        let req = s
-            .post("/session/ses_slow/stream", TOKEN_A)
-            .body(reqwest::Body::wrap_stream(rx));
-        tokio::spawn(async move { req.send().await })
-    };
+    let mut upload = s.upload_lines(TOKEN_A, "ses_slow", 4);
     for l in &lines {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
-    drop(tx);
-    let r = upload.await.expect("task").expect("response");
+    let r = upload.finish().await;
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(
         fast_reader.await.expect("reader"),

@@ -16,7 +16,6 @@ use std::time::Duration;
 use common::*;
 use forge_server::ServerOptions;
 use forge_store::OpenOptions;
-use futures::SinkExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -100,19 +99,12 @@ async fn the_opencode_sdk_reads_the_api_and_resumes_events_after_a_cut() {
         .upload(TOKEN_B, "ses_elsewhere", ndjson(&turn("noise", 5, "n")))
         .await;
     assert_eq!(status, 200);
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(4);
-    let upload = {
-        let req = s
-            .post("/session/ses_sdk/stream", TOKEN_A)
-            .body(reqwest::Body::wrap_stream(rx));
-        tokio::spawn(async move { req.send().await })
-    };
+    let mut upload = s.upload_lines(TOKEN_A, "ses_sdk", 4);
     for l in &lines {
-        tx.send(Ok(format!("{l}\n"))).await.expect("send");
+        upload.line(l).await;
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
-    drop(tx);
-    let r = upload.await.expect("task").expect("response");
+    let r = upload.finish().await;
     assert_eq!(r.status().as_u16(), 200);
 
     let result = tokio::time::timeout(Duration::from_mins(1), out.next_line())

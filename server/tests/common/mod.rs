@@ -115,12 +115,60 @@ impl TestServer {
         (status, r.json().await.expect("JSON body"))
     }
 
+    /// Starts an upload to `session` whose lines are sent one by one.
+    pub fn upload_lines(&self, token: &str, session: &str, buffer: usize) -> Upload {
+        let (tx, rx) = futures::channel::mpsc::channel::<Result<String, std::io::Error>>(buffer);
+        let req = self
+            .post(&format!("/session/{session}/stream"), token)
+            .body(reqwest::Body::wrap_stream(rx));
+        Upload {
+            tx,
+            task: tokio::spawn(async move { req.send().await }),
+        }
+    }
+
     pub async fn stop(self) {
         self.shutdown.trigger();
         self.task
             .await
             .expect("server task")
             .expect("server stops cleanly");
+    }
+}
+
+/// An upload in progress: its body is sent a line at a time.
+pub struct Upload {
+    tx: futures::channel::mpsc::Sender<Result<String, std::io::Error>>,
+    pub task: JoinHandle<reqwest::Result<reqwest::Response>>,
+}
+
+impl Upload {
+    /// Sends one line (a newline is added).
+    pub async fn line(&mut self, line: &str) {
+        use futures::SinkExt;
+        self.tx
+            .send(Ok(format!("{line}\n")))
+            .await
+            .expect("the upload takes the line");
+    }
+
+    /// Whether the server has answered already.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits for the answer while the body stays open (the server ends it early).
+    pub async fn answer(&mut self) -> reqwest::Response {
+        (&mut self.task)
+            .await
+            .expect("upload task")
+            .expect("response")
+    }
+
+    /// Ends the body and waits for the answer.
+    pub async fn finish(self) -> reqwest::Response {
+        drop(self.tx);
+        self.task.await.expect("upload task").expect("response")
     }
 }
 

@@ -1,0 +1,192 @@
+//! Where each run writes: a fresh file (redb, SQLite), a fresh tenant in a schema made
+//! for this test (Postgres), a fresh tenant under a key prefix made for this test
+//! (Redis). Everything is removed when the value is dropped.
+
+use std::path::Path;
+
+use forge_store::sql::postgres::testing::TestSchema;
+
+/// A backend under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Redb,
+    Sqlite,
+    Postgres,
+    Redis,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Redb => "redb",
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+            Self::Redis => "redis",
+        }
+    }
+}
+
+/// The Postgres server: `FORGE_TEST_POSTGRES_URL` (skipped loudly when unset, a failure
+/// under `FORGE_TEST_REQUIRE_SERVICES=1`).
+pub fn postgres_url(what: &str) -> Option<String> {
+    forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", what)
+}
+
+/// The Redis server: `FORGE_TEST_REDIS_URL`, as [`postgres_url`].
+pub fn redis_url(what: &str) -> Option<String> {
+    forge_conformance::service_url("FORGE_TEST_REDIS_URL", what)
+}
+
+fn with_param(base: &str, key: &str, value: &str) -> String {
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}{key}={value}")
+}
+
+/// A Postgres schema made for this test, dropped at the end, and the schemas of the
+/// creation runs (each made by the process under test).
+pub struct Pg {
+    base: String,
+    schema: Option<TestSchema>,
+    made: std::sync::Mutex<Vec<TestSchema>>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Pg {
+    pub fn create(base: &str) -> Self {
+        let rt = runtime();
+        let schema = rt
+            .block_on(TestSchema::create(base))
+            .expect("create a test schema");
+        Self {
+            base: base.to_owned(),
+            schema: Some(schema),
+            made: std::sync::Mutex::default(),
+            rt,
+        }
+    }
+
+    /// The URL of a schema that does not exist yet, for run `run`: its writer creates it.
+    pub fn fresh_url(&self, run: &str) -> String {
+        let schema =
+            TestSchema::to_be_made(&self.base, &run.to_lowercase()).expect("a test schema name");
+        let url = schema.url();
+        self.made.lock().expect("schemas").push(schema);
+        url
+    }
+
+    pub fn url(&self) -> String {
+        self.schema.as_ref().expect("schema").url()
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        for s in std::mem::take(&mut *self.made.lock().expect("schemas")) {
+            if let Err(e) = self.rt.block_on(s.drop()) {
+                eprintln!("note: could not drop a creation run's schema: {e}");
+            }
+        }
+        if let Some(s) = self.schema.take() {
+            if let Err(e) = self.rt.block_on(s.drop()) {
+                eprintln!("note: could not drop the test schema: {e}");
+            }
+        }
+    }
+}
+
+/// A Redis key prefix made for this test; its keys are deleted at the end.
+pub struct RedisPrefix {
+    pub base: String,
+    pub prefix: String,
+}
+
+impl RedisPrefix {
+    pub fn new(base: &str, name: &str) -> Self {
+        Self {
+            base: base.to_owned(),
+            prefix: format!("forge-kill-{name}-{}-{}", std::process::id(), nanos()),
+        }
+    }
+
+    /// The URL of this prefix (or of a sub-prefix `sub`).
+    pub fn url(&self, sub: &str) -> String {
+        with_param(&self.base, "prefix", &format!("{}{sub}", self.prefix))
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.base.as_str()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut conn)
+            .unwrap_or_default();
+        for chunk in keys.chunks(500) {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+        }
+    }
+}
+
+/// The store of one backend for the whole test: each run gets its own URL and tenant.
+pub enum Place {
+    File(Backend, tempfile::TempDir),
+    Postgres(Pg),
+    Redis(RedisPrefix),
+}
+
+impl Place {
+    /// `None` when the backend's server is not configured (said loudly).
+    pub fn new(backend: Backend, what: &str) -> Option<Self> {
+        Some(match backend {
+            Backend::Redb | Backend::Sqlite => {
+                Self::File(backend, tempfile::tempdir().expect("temp dir"))
+            }
+            Backend::Postgres => Self::Postgres(Pg::create(&postgres_url(what)?)),
+            Backend::Redis => Self::Redis(RedisPrefix::new(&redis_url(what)?, "store")),
+        })
+    }
+
+    /// The backend URL of run `run` (runs on servers share the URL and differ by tenant).
+    pub fn url(&self, run: &str) -> String {
+        match self {
+            Self::File(Backend::Redb, dir) => format!("redb://{}", file(dir.path(), run, "redb")),
+            Self::File(_, dir) => format!("sqlite://{}", file(dir.path(), run, "db")),
+            Self::Postgres(pg) => pg.url(),
+            Self::Redis(r) => r.url(""),
+        }
+    }
+
+    /// The URL of a store that does not exist yet, for run `run` (a new file, or a new
+    /// Postgres schema); `None` on Redis, whose stores are key prefixes made on first
+    /// write with nothing to set up.
+    pub fn fresh_url(&self, run: &str) -> Option<String> {
+        match self {
+            Self::File(..) => Some(self.url(run)),
+            Self::Postgres(pg) => Some(pg.fresh_url(run)),
+            Self::Redis(_) => None,
+        }
+    }
+}
+
+fn file(dir: &Path, run: &str, ext: &str) -> String {
+    dir.join(format!("{run}.{ext}")).display().to_string()
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+pub fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}

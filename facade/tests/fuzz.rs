@@ -1,0 +1,679 @@
+//! Hostile input, fuzzed: every decoder that reads data from outside gets arbitrary
+//! bytes and mutations of valid inputs (byte flips, inserts, deletes, truncation; JSON
+//! values swapped for other types, huge numbers, deep nesting, long strings, NUL,
+//! invalid UTF-8). For each: no panic and no stack overflow, every rejection a clear
+//! error (one line, not empty, naming the line or field where there is one), and every
+//! accepted value round-trips where a round-trip exists.
+//!
+//! Decoders: stored values (`forge_core::codec` and the JSON rows inside them), replay
+//! lines and replay files, import files, page cursors, tenant ids, session / message /
+//! part ids, backend URLs (the facade's and each compiled-in backend's parser) and the
+//! URL redaction. `Last-Event-ID` is fuzzed in `forge-server`'s `tests/fuzz.rs`.
+//!
+//! Each decoder gets a small budget by default (a few seconds); `FORGE_FUZZ_CASES=N`
+//! runs N inputs per decoder (`scripts/fuzz.sh` runs millions and prints the counts).
+//! Each test prints `fuzz NAME: N inputs, …`.
+
+#[path = "fuzz/mutate.rs"]
+mod mutate;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use forge_store::core::codec;
+use forge_store::core::id::check_external;
+use forge_store::model::{Message, Part, Session};
+use forge_store::{Cursor, Error, Forge, MessageId, PartId, ReplayOptions, SessionId, TenantId};
+#[cfg(any(
+    feature = "redb",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
+use mutate::clear_quoting;
+use mutate::{budget, clear, clear_unbounded, fuzz, input, realize, Input};
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+    entries.sort_by_key(std::fs::DirEntry::path);
+    for e in entries {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, ext, out);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            out.push(p);
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The example streams (`examples/streams/**/*.jsonl`), whole.
+fn stream_files() -> &'static [Vec<u8>] {
+    static FILES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    FILES.get_or_init(|| {
+        let mut paths = Vec::new();
+        files(&root().join("examples/streams"), "jsonl", &mut paths);
+        assert!(paths.len() >= 10, "example streams missing: {paths:?}");
+        paths.iter().map(|p| std::fs::read(p).unwrap()).collect()
+    })
+}
+
+/// Every line of the example streams.
+fn stream_lines() -> &'static [Vec<u8>] {
+    static LINES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    LINES.get_or_init(|| {
+        stream_files()
+            .iter()
+            .flat_map(|f| f.split(|b| *b == b'\n').map(<[u8]>::to_vec))
+            .filter(|l| !l.is_empty())
+            .collect()
+    })
+}
+
+/// Export documents: the stored-format fixtures' expected sessions and an export of
+/// every example stream replayed into a fresh store.
+fn exports() -> &'static [Vec<u8>] {
+    static DOCS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    DOCS.get_or_init(|| {
+        let mut paths = Vec::new();
+        files(
+            &root().join("fixtures/storage-v1/expected/redb"),
+            "json",
+            &mut paths,
+        );
+        let mut docs: Vec<Vec<u8>> = paths
+            .iter()
+            .map(|p| std::fs::read(p).unwrap())
+            .filter(|d| {
+                serde_json::from_slice::<Value>(d).is_ok_and(|v| v.get("messages").is_some())
+            })
+            .collect();
+        runtime().block_on(async {
+            let forge = forge_store::open("memory://").await.unwrap();
+            let t = TenantId::default();
+            for f in stream_files() {
+                let text = String::from_utf8(f.clone()).unwrap();
+                let sid = match forge.replay_str(&t, &text, ReplayOptions::default()).await {
+                    Ok(r) => r.session,
+                    Err(e) => e.report.session,
+                };
+                if let Some(sid) = sid {
+                    let doc = forge.export(&t, &sid).await.unwrap();
+                    docs.push(serde_json::to_vec(&doc).unwrap());
+                }
+            }
+        });
+        assert!(docs.len() >= 10, "{} export documents", docs.len());
+        docs
+    })
+}
+
+/// Export documents as JSONL (one `{info, parts}` message per line), the other import
+/// shape.
+fn jsonl_exports() -> &'static [Vec<u8>] {
+    static DOCS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    DOCS.get_or_init(|| {
+        exports()
+            .iter()
+            .map(|d| {
+                let v: Value = serde_json::from_slice(d).unwrap();
+                let mut out = Vec::new();
+                for m in v["messages"].as_array().unwrap() {
+                    out.extend(serde_json::to_vec(m).unwrap());
+                    out.push(b'\n');
+                }
+                out
+            })
+            .collect()
+    })
+}
+
+/// Sessions, messages and parts as JSON values, from the export documents.
+fn rows() -> &'static [Vec<u8>] {
+    static ROWS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    ROWS.get_or_init(|| {
+        let mut out = Vec::new();
+        for d in exports() {
+            let v: Value = serde_json::from_slice(d).unwrap();
+            out.push(serde_json::to_vec(&v["info"]).unwrap());
+            for m in v["messages"].as_array().unwrap() {
+                out.push(serde_json::to_vec(&m["info"]).unwrap());
+                for p in m["parts"].as_array().unwrap() {
+                    out.push(serde_json::to_vec(p).unwrap());
+                }
+            }
+        }
+        out
+    })
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// Stored values
+
+/// The shapes the backends keep in binary values: JSON text in a row (redb, Redis), a
+/// session row with its seq, and the redb journal's batch of operations.
+#[derive(Debug, PartialEq, bincode::Encode, bincode::Decode)]
+struct JsonRow {
+    json: String,
+}
+
+#[derive(Debug, PartialEq, bincode::Encode, bincode::Decode)]
+struct SessionRow {
+    seq: u64,
+    json: String,
+}
+
+#[derive(Debug, PartialEq, bincode::Encode, bincode::Decode)]
+enum Op {
+    Put {
+        id: String,
+        row: Vec<u8>,
+        open: bool,
+    },
+    Remove {
+        id: String,
+    },
+    Clear,
+}
+
+type Journal = Vec<(String, String, u64, Op)>;
+
+/// Valid stored values: every JSON row of the corpus as each shape, compressed or not.
+fn stored_values() -> &'static [Vec<u8>] {
+    static VALUES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    VALUES.get_or_init(|| {
+        let mut out = Vec::new();
+        for (i, r) in rows().iter().enumerate().take(200) {
+            let json = String::from_utf8(r.clone()).unwrap();
+            out.push(codec::encode(&JsonRow { json: json.clone() }).unwrap());
+            out.push(
+                codec::encode(&SessionRow {
+                    seq: i as u64 * 977,
+                    json: json.clone(),
+                })
+                .unwrap(),
+            );
+            let journal: Journal = vec![
+                (
+                    "default".into(),
+                    format!("ses_{i}"),
+                    i as u64,
+                    Op::Put {
+                        id: format!("msg_{i}"),
+                        row: r.clone(),
+                        open: i % 2 == 0,
+                    },
+                ),
+                ("acme".into(), "s".into(), 0, Op::Remove { id: "p".into() }),
+                ("t".into(), String::new(), u64::MAX, Op::Clear),
+            ];
+            out.push(codec::encode(&journal).unwrap());
+        }
+        out
+    })
+}
+
+/// How a stored value is damaged: raw bytes changed (the checksum must catch it), or
+/// the body changed and the checksum recomputed (the decoders behind it must cope), or
+/// a version-1 value (no checksum) with a changed body.
+#[derive(Clone, Debug)]
+enum Damage {
+    Raw(Input),
+    Resealed(Input),
+    Version1(Input),
+}
+
+fn reseal(value: &[u8], edits: &Input, corpus: &[Vec<u8>]) -> Vec<u8> {
+    // value = version · crc (4) · flags · body
+    let flags = value.get(5).copied().unwrap_or(0);
+    let bodies: Vec<Vec<u8>> = corpus.iter().map(|v| v[6..].to_vec()).collect();
+    let body = match edits {
+        Input::Bytes(b) => b.clone(),
+        Input::Mutated { .. } => realize(edits, &bodies),
+    };
+    let mut flagged = vec![flags];
+    flagged.extend_from_slice(&body);
+    let crc = crc32c::crc32c(&flagged);
+    let mut out = vec![codec::FORMAT_VERSION];
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&flagged);
+    out
+}
+
+fn damaged(d: &Damage) -> Vec<u8> {
+    let corpus = stored_values();
+    match d {
+        Damage::Raw(i) => realize(i, corpus),
+        Damage::Resealed(i) => {
+            let seed = match i {
+                Input::Mutated { seed, .. } => *seed,
+                Input::Bytes(b) => b.len(),
+            };
+            reseal(&corpus[seed % corpus.len()], i, corpus)
+        }
+        Damage::Version1(i) => {
+            let plain: Vec<Vec<u8>> = corpus
+                .iter()
+                .filter(|v| v[5] == 0)
+                .map(|v| v[6..].to_vec())
+                .collect();
+            let mut out = vec![1u8];
+            out.extend(realize(i, &plain));
+            out
+        }
+    }
+}
+
+fn check_decoded<T>(bytes: &[u8]) -> Result<(), String>
+where
+    T: bincode::Encode + bincode::Decode<()> + PartialEq + std::fmt::Debug,
+{
+    match codec::decode::<T>(bytes) {
+        Ok(v) => {
+            let again = codec::encode(&v).map_err(|e| format!("re-encode: {e}"))?;
+            let back: T = codec::decode(&again).map_err(|e| format!("round trip: {e}"))?;
+            if back == v {
+                Ok(())
+            } else {
+                Err(format!("round trip changed {v:?} into {back:?}"))
+            }
+        }
+        Err(
+            e @ (forge_store::CoreError::Codec { .. } | forge_store::CoreError::Corrupted { .. }),
+        ) => clear("stored value", &e.to_string()),
+        Err(other) => Err(format!("unexpected error kind: {other:?}")),
+    }
+}
+
+#[test]
+fn stored_values_decode_or_fail_clearly() {
+    let damage = prop_oneof![
+        input(64).prop_map(Damage::Raw),
+        input(64).prop_map(Damage::Resealed),
+        input(64).prop_map(Damage::Version1),
+    ];
+    fuzz("stored values (codec)", budget(2_000), damage, |d| {
+        let bytes = damaged(&d);
+        check_decoded::<JsonRow>(&bytes)?;
+        check_decoded::<SessionRow>(&bytes)?;
+        check_decoded::<Journal>(&bytes)
+    });
+}
+
+#[test]
+fn stored_json_rows_decode_or_fail_clearly() {
+    fn one<T>(text: &str) -> Result<(), String>
+    where
+        T: serde::de::DeserializeOwned + serde::Serialize + PartialEq + std::fmt::Debug,
+    {
+        match serde_json::from_str::<T>(text) {
+            Ok(v) => {
+                let again = serde_json::to_string(&v).map_err(|e| format!("serialize: {e}"))?;
+                let back: T = serde_json::from_str(&again)
+                    .map_err(|e| format!("round trip does not parse: {e}: {again}"))?;
+                if back != v {
+                    return Err(format!("round trip changed the value: {again}"));
+                }
+                Ok(())
+            }
+            // serde's own message, kept as the source of the store's `Codec` error
+            // (which names the row): it may quote the value at length.
+            Err(e) => clear_unbounded("JSON row", &e.to_string()),
+        }
+    }
+    fuzz("stored JSON rows", budget(1_000), input(256), |i| {
+        let text = lossy(&realize(&i, rows()));
+        one::<Session>(&text)?;
+        one::<Message>(&text)?;
+        one::<Part>(&text)
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Replay input
+
+#[test]
+fn replay_lines_parse_or_fail_clearly() {
+    fuzz("replay lines", budget(2_000), input(256), |i| {
+        let text = lossy(&realize(&i, stream_lines()));
+        match forge_store::replay::parse_line(&text) {
+            Ok(_) => Ok(()),
+            Err(e) => clear("replay line", &e),
+        }
+    });
+}
+
+/// Whole replay files, read from disk as the CLI reads them: an input error names its
+/// line, and nothing else goes wrong.
+#[test]
+fn replay_files_replay_or_name_the_bad_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stream.jsonl");
+    let rt = runtime();
+    let forge = std::cell::RefCell::new(rt.block_on(forge_store::open("memory://")).unwrap());
+    let n = std::cell::Cell::new(0u32);
+    fuzz("replay files", budget(150), input(512), |i| {
+        n.set(n.get() + 1);
+        if n.get().is_multiple_of(200) {
+            // A fresh store now and then keeps a long run's memory flat.
+            *forge.borrow_mut() = rt.block_on(forge_store::open("memory://")).unwrap();
+        }
+        std::fs::write(&path, realize(&i, stream_files())).unwrap();
+        let forge = forge.borrow();
+        let t = TenantId::default();
+        match rt.block_on(forge.replay_file(&t, &path, ReplayOptions::default())) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let msg = e.to_string();
+                clear("replay", &msg)?;
+                match &e.error {
+                    Error::Input { at, .. } if at.starts_with("line ") => Ok(()),
+                    Error::Io { .. } => Ok(()),
+                    other => Err(format!("not an input error naming a line: {other:?}")),
+                }
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Import files
+
+/// Imports `bytes` from a file into `forge`; accepted sessions must export, import into
+/// another tenant and export again unchanged.
+fn import_round_trip(
+    rt: &tokio::runtime::Runtime,
+    forge: &Forge,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), String> {
+    std::fs::write(path, bytes).unwrap();
+    let (a, b) = (TenantId::new("a").unwrap(), TenantId::new("b").unwrap());
+    match rt.block_on(forge.import_file(&a, path, &|_, _| {})) {
+        Ok(report) => rt.block_on(async {
+            for s in &report.sessions {
+                let first = forge.export(&a, &s.id).await.map_err(|e| e.to_string())?;
+                let text = serde_json::to_string(&first).map_err(|e| e.to_string())?;
+                forge
+                    .import_str(&b, &text, &|_, _| {})
+                    .await
+                    .map_err(|e| format!("an export does not import: {e}"))?;
+                let second = forge.export(&b, &s.id).await.map_err(|e| e.to_string())?;
+                if first != second {
+                    return Err(format!(
+                        "export -> import -> export changed session {}",
+                        s.id
+                    ));
+                }
+            }
+            Ok(())
+        }),
+        Err(e) => {
+            clear("import", &e.to_string())?;
+            match e {
+                Error::Input { at, .. } if !at.is_empty() => Ok(()),
+                Error::Io { .. } => Ok(()),
+                other => Err(format!("not an input error naming where: {other:?}")),
+            }
+        }
+    }
+}
+
+#[test]
+fn import_files_import_or_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("import.json");
+    let rt = runtime();
+    let corpus: Vec<Vec<u8>> = exports().iter().chain(jsonl_exports()).cloned().collect();
+    let forge = std::cell::RefCell::new(rt.block_on(forge_store::open("memory://")).unwrap());
+    let n = std::cell::Cell::new(0u32);
+    fuzz("import files", budget(250), input(512), |i| {
+        n.set(n.get() + 1);
+        if n.get().is_multiple_of(200) {
+            *forge.borrow_mut() = rt.block_on(forge_store::open("memory://")).unwrap();
+        }
+        import_round_trip(&rt, &forge.borrow(), &path, &realize(&i, &corpus))
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Cursors, tenants, ids
+
+#[test]
+fn cursors_parse_or_fail_clearly() {
+    let valid: Vec<Vec<u8>> = ["msg_01", "msg_dc4a4775bffep5HZXRWNWMF7gy", "é\0x", "m"]
+        .iter()
+        .map(|id| {
+            Cursor::before(MessageId::from(*id))
+                .to_string()
+                .into_bytes()
+        })
+        .collect();
+    fuzz("page cursors", budget(3_000), input(64), |i| {
+        let text = lossy(&realize(&i, &valid));
+        match text.parse::<Cursor>() {
+            Ok(c) => {
+                let back: Cursor = c.to_string().parse().map_err(|e| format!("{e}"))?;
+                let json: Cursor = serde_json::from_value(serde_json::to_value(&c).unwrap())
+                    .map_err(|e| format!("{e}"))?;
+                if back == c && json == c {
+                    Ok(())
+                } else {
+                    Err(format!("cursor {text:?} does not round-trip"))
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                clear("cursor", &msg)?;
+                if msg.contains("cursor") {
+                    Ok(())
+                } else {
+                    Err(format!("error does not say it is the cursor: {msg}"))
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn tenant_ids_are_valid_or_refused_clearly() {
+    let valid: Vec<Vec<u8>> = ["default", "acme", "a.b-c_d", "A", &"x".repeat(64)]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+    fuzz("tenant ids", budget(5_000), input(80), |i| {
+        let text = lossy(&realize(&i, &valid));
+        match TenantId::new(&text) {
+            Ok(t) => {
+                let ok = !text.is_empty()
+                    && text.len() <= TenantId::MAX_LEN
+                    && text
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                    && !text.bytes().all(|b| b == b'.');
+                let json: TenantId = serde_json::from_value(serde_json::to_value(&t).unwrap())
+                    .map_err(|e| e.to_string())?;
+                if ok && t.as_str() == text && json == t {
+                    Ok(())
+                } else {
+                    Err(format!("accepted {text:?} against the rules"))
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                clear("tenant", &msg)?;
+                if msg.contains("tenant id") {
+                    Ok(())
+                } else {
+                    Err(format!("error does not name the tenant id: {msg}"))
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn external_ids_are_checked_clearly() {
+    let valid: Vec<Vec<u8>> = [
+        "ses_dc4a4775bffep5HZXRWNWMF7gy",
+        "msg_7d1c0a4b3001Qw3rTy8uIo9pAs",
+        "prt_1",
+        "x",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    fuzz("session/message/part ids", budget(3_000), input(300), |i| {
+        let text = lossy(&realize(&i, &valid));
+        let results = [
+            SessionId::from(text.as_str()).check(),
+            MessageId::from(text.as_str()).check(),
+            PartId::from(text.as_str()).check(),
+            check_external("id", &text),
+        ];
+        let want = !text.is_empty()
+            && text.len() <= forge_store::core::id::MAX_EXTERNAL_ID_LEN
+            && !text.chars().any(|c| c.is_control() || c.is_whitespace());
+        for r in results {
+            match r {
+                Ok(()) if want => {}
+                Ok(()) => return Err(format!("accepted {text:?} against the rules")),
+                Err(e) if !want => clear("id", &e.to_string())?,
+                Err(e) => return Err(format!("refused the valid id {text:?}: {e}")),
+            }
+        }
+        Ok(())
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Backend URLs
+
+const SECRET: &str = "Pw0rdXyZ";
+
+fn urls() -> Vec<Vec<u8>> {
+    [
+        "redb://./forge.redb",
+        "redb:///tmp/x.redb?durability=none&journal=off",
+        "sqlite://./forge.db?synchronous=normal",
+        "sqlite:///var/lib/f.db",
+        "postgres://app:Pw0rdXyZ@db.internal:5432/forge?schema=tenant_data&app_role=app&max_connections=3",
+        "postgresql://u@h/d?sslmode=disable&application_name=x&password=Pw0rdXyZ",
+        "redis://:Pw0rdXyZ@127.0.0.1:6379/0?prefix=forge&maxlen=1000",
+        "rediss://user:Pw0rdXyZ@h:6380",
+        "redis+unix:///run/redis.sock",
+        "memory://",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+/// An error or a debug dump of parsed options never shows the password, when `url`
+/// still carries it as a password (`user:PASSWORD@host`, `password=PASSWORD`); a
+/// mutation that took the `@` away leaves text that is a host, not a password.
+fn no_secret(url: &str, what: &str, text: &str) -> Result<(), String> {
+    let is_password = url.split_once("://").is_some_and(|(_, rest)| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        authority
+            .rsplit_once('@')
+            .is_some_and(|(userinfo, _)| userinfo.contains(&format!(":{SECRET}")))
+    }) || url.split_once('?').is_some_and(|(_, query)| {
+        let query = query.split('#').next().unwrap_or("");
+        query
+            .split('&')
+            .any(|pair| pair == format!("password={SECRET}"))
+    });
+    // A second copy elsewhere (a mutation duplicated a stretch) is not a password.
+    let once = url.matches(SECRET).count() == 1;
+    if is_password && once && text.contains(SECRET) {
+        Err(format!("{what} shows the password: {text}"))
+    } else {
+        Ok(())
+    }
+}
+
+#[test]
+fn backend_urls_parse_or_fail_clearly() {
+    let corpus = urls();
+    let rt = runtime();
+    fuzz("backend URLs", budget(3_000), input(96), |i| {
+        let url = lossy(&realize(&i, &corpus));
+        no_secret(&url, "redact", &forge_store::redact(&url))?;
+        // The facade's own parse: only URLs that cannot open anything (a scheme it
+        // refuses, or a memory store), so no file is created and no server contacted.
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let openable = matches!(
+            scheme.as_deref(),
+            Some("redb" | "sqlite" | "postgres" | "postgresql" | "redis" | "rediss")
+        );
+        if !openable {
+            match rt.block_on(forge_store::open(&url)) {
+                Ok(_) => {}
+                Err(e) => {
+                    clear("open", &e.to_string())?;
+                    no_secret(&url, "open error", &e.to_string())?;
+                }
+            }
+        }
+        backend_parsers(&url)
+    });
+}
+
+#[allow(clippy::unnecessary_wraps)]
+fn backend_parsers(url: &str) -> Result<(), String> {
+    #[cfg(feature = "redb")]
+    {
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        match forge_store::redb::RedbOptions::from_query(query) {
+            Ok(o) => no_secret(url, "redb options", &format!("{o:?}"))?,
+            // (redb URLs carry no password: its query is quoted as given.)
+            Err(e) => clear_quoting(url, "redb URL", &e.to_string())?,
+        }
+    }
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    {
+        #[cfg(feature = "sqlite")]
+        match forge_store::sql::SqliteOptions::from_url(url) {
+            Ok(o) => no_secret(url, "sqlite options", &format!("{o:?}"))?,
+            Err(e) => {
+                clear_quoting(url, "sqlite URL", &e.to_string())?;
+                no_secret(url, "sqlite URL error", &e.to_string())?;
+            }
+        }
+        #[cfg(feature = "postgres")]
+        match forge_store::sql::PostgresOptions::from_url(url) {
+            Ok(o) => no_secret(url, "postgres options", &format!("{o:?}"))?,
+            Err(e) => {
+                clear_quoting(url, "postgres URL", &e.to_string())?;
+                no_secret(url, "postgres URL error", &e.to_string())?;
+            }
+        }
+    }
+    #[cfg(feature = "redis")]
+    match forge_store::redis::RedisOptions::from_url(url) {
+        Ok(o) => no_secret(url, "redis options", &format!("{o:?}"))?,
+        Err(e) => {
+            clear_quoting(url, "redis URL", &e.to_string())?;
+            no_secret(url, "redis URL error", &e.to_string())?;
+        }
+    }
+    let _ = url;
+    Ok(())
+}
