@@ -1,10 +1,13 @@
--- Applies one batch of sync events atomically. ARGV holds ops of 9 fields each:
+-- Applies one batch of sync events atomically. ARGV[1] is 'apply', or 'check' to
+-- validate only (pass 1) and write nothing; then ops of 9 fields each:
 -- op, seq, base, sessions_key, session_id, message_id, part_id, value, open.
+-- KEYS[1] is one key of the batch's tenant, declared so that a Redis Cluster routes
+-- the script to the node of the tenant's slot (every key of a tenant shares it).
 -- Pass 1 validates the whole batch against the data plus an overlay of what earlier
 -- ops of the batch create and remove, and returns {'notfound', what, id} before any
 -- write. Pass 2 writes. Redis runs a script atomically, so the batch is all or nothing.
 local W = 9
-local n = #ARGV / W
+local n = (#ARGV - 1) / W
 
 local function hex(s)
   return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))
@@ -36,7 +39,7 @@ local function set_msg(base, mid, v)
 end
 
 for i = 0, n - 1 do
-  local o = i * W
+  local o = 1 + i * W
   local op, base, mid = ARGV[o + 1], ARGV[o + 3], ARGV[o + 6]
   if op == 'su' then
     sess[base] = true
@@ -51,6 +54,8 @@ for i = 0, n - 1 do
     if not msg_exists(base, mid) then return {'notfound', 'message', mid} end
   end
 end
+
+if ARGV[1] == 'check' then return {'ok'} end
 
 -- base:pi maps each part id of the session to the message holding it (a part id is
 -- unique within its session). Sessions written before it existed lack the 'pi' mark
@@ -86,7 +91,7 @@ local function del_message(base, mid)
 end
 
 for i = 0, n - 1 do
-  local o = i * W
+  local o = 1 + i * W
   local op, seq, base, skey = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
   local sid, mid, pid, val, open = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8], ARGV[o + 9]
   local info = base .. ':info'

@@ -22,12 +22,13 @@ use forge_core::{
     Bus, BusCapabilities, BusEvent, Envelope, Error, Event, Replay, Result, SessionId,
     Subscription, TenantId, Topic,
 };
-use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::aio::ConnectionLike;
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::RedisOptions;
+use crate::conn::Conn;
 use crate::error::map;
 use crate::keys::Keys;
 
@@ -50,7 +51,7 @@ enum Cmd {
 pub struct RedisBus {
     opts: RedisOptions,
     keys: Keys,
-    conn: ConnectionManager,
+    conn: Conn,
     tx: mpsc::UnboundedSender<Cmd>,
 }
 
@@ -96,12 +97,7 @@ impl RedisBus {
 
     /// Connects with parsed options.
     pub async fn with_options(opts: RedisOptions) -> Result<Self> {
-        let mut conn = opts.manager().await?;
-        redis::cmd("PING")
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(map)?;
-        let keys = opts.keys();
+        let (conn, keys) = opts.connect().await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer(conn.clone(), keys.clone(), opts.clone(), rx));
         Ok(Self {
@@ -158,7 +154,7 @@ impl RedisBus {
     }
 
     async fn follow(&self, key: String, after: String, by_seq: bool) -> Result<Subscription> {
-        let conn = self.opts.dedicated().await?;
+        let conn = self.opts.dedicated(&self.conn).await?;
         let block_ms = self.opts.block.as_millis() as u64;
         let state = Follow {
             conn,
@@ -225,7 +221,7 @@ async fn trimmed_through(conn: &mut impl ConnectionLike, key: &str) -> Result<u6
 
 /// The state of one subscription: its own connection and the last id delivered.
 struct Follow {
-    conn: MultiplexedConnection,
+    conn: Conn,
     key: String,
     cursor: String,
     buf: VecDeque<BusEvent>,
@@ -308,12 +304,7 @@ impl Follow {
 /// Drains the queue: each drained batch is one script, retried as
 /// [`RedisOptions::retry`] says; flushes are answered after everything queued before
 /// them was written (or given up on).
-async fn writer(
-    conn: ConnectionManager,
-    keys: Keys,
-    opts: RedisOptions,
-    mut rx: mpsc::UnboundedReceiver<Cmd>,
-) {
+async fn writer(conn: Conn, keys: Keys, opts: RedisOptions, mut rx: mpsc::UnboundedReceiver<Cmd>) {
     let script = Script::new(include_str!("publish.lua"));
     let server = opts.server_label();
     let mut failed: Option<Error> = None;
@@ -363,28 +354,47 @@ async fn writer(
 }
 
 /// Writes `events` with the publish script; `retry`: the batch was sent before and
-/// its answer lost.
+/// its answer lost. On a Redis Cluster the script runs once per tenant (a tenant's
+/// keys share one slot), in order of first appearance.
 async fn write(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
     script: &Script,
     keys: &Keys,
     maxlen: usize,
     events: &[BusEvent],
     retry: bool,
 ) -> Result<()> {
-    let mut invocation = script.prepare_invoke();
-    invocation.arg(maxlen).arg(if retry { "1" } else { "0" });
-    for ev in events {
-        let json = serde_json::to_vec(&**ev)?;
-        invocation
-            .arg(keys.session_stream(&ev.tenant, &ev.session_id))
-            .arg(keys.tenant_stream(&ev.tenant))
-            .arg(ev.seq)
-            .arg(json);
+    let mut groups: Vec<Vec<&BusEvent>> = Vec::new();
+    if conn.is_cluster() {
+        for ev in events {
+            match groups.iter_mut().find(|g| g[0].tenant == ev.tenant) {
+                Some(g) => g.push(ev),
+                None => groups.push(vec![ev]),
+            }
+        }
+    } else {
+        groups.push(events.iter().collect());
     }
-    // Every event is tried even when one fails (e.g. a seq at or below the stream's
-    // last id); the failures are reported to the next flush.
-    let failed: Vec<String> = invocation.invoke_async(&mut conn).await.map_err(map)?;
+    let mut failed: Vec<String> = Vec::new();
+    for group in groups {
+        let Some(first) = group.first() else {
+            continue;
+        };
+        let mut invocation = script.key(keys.tenant_stream(&first.tenant));
+        invocation.arg(maxlen).arg(if retry { "1" } else { "0" });
+        for ev in &group {
+            let json = serde_json::to_vec(&***ev)?;
+            invocation
+                .arg(keys.session_stream(&ev.tenant, &ev.session_id))
+                .arg(keys.tenant_stream(&ev.tenant))
+                .arg(ev.seq)
+                .arg(json);
+        }
+        // Every event is tried even when one fails (e.g. a seq at or below the
+        // stream's last id); the failures are reported to the next flush.
+        let refused: Vec<String> = invocation.invoke_async(&mut conn).await.map_err(map)?;
+        failed.extend(refused);
+    }
     if failed.is_empty() {
         Ok(())
     } else {

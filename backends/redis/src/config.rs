@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use forge_core::{Error, Result, RetryPolicy};
 
-use crate::keys::Keys;
+use crate::conn::Conn;
+use crate::keys::{KeyLayout, Keys};
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "forge";
@@ -110,37 +111,100 @@ impl RedisOptions {
         forge_core::url::server_label(&self.server)
     }
 
-    /// The keys of these options.
-    pub fn keys(&self) -> Keys {
-        // The prefix was validated by `from_url`; a hand-built invalid one falls back.
-        Keys::new(&self.prefix).unwrap_or_else(|_| Keys::new(DEFAULT_PREFIX).expect("valid"))
-    }
-
     pub(crate) fn client(&self) -> Result<redis::Client> {
         redis::Client::open(self.server.as_str())
             .map_err(|e| Error::InvalidInput(format!("bad redis URL {:?}: {e}", self.server)))
     }
 
-    pub(crate) async fn manager(&self) -> Result<redis::aio::ConnectionManager> {
+    /// Connects: to a Redis Cluster when the server says it is one (`INFO cluster`),
+    /// else to the single server; then finds the key layout of the prefix (see
+    /// [`KeyLayout`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a database number other than 0 on a cluster, or a
+    /// prefix in the [`KeyLayout::Flat`] layout on a cluster; [`Error::Backend`] when
+    /// the server fails.
+    pub(crate) async fn connect(&self) -> Result<(Conn, Keys)> {
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2);
-        self.client()?
-            .get_connection_manager_with_config(config)
+        let client = self.client()?;
+        let db = client.get_connection_info().redis_settings().db();
+        let only_db0 = || {
+            Error::invalid(format!(
+                "{} is a Redis Cluster, which has only database 0; remove the /{db} from the URL",
+                self.server_label()
+            ))
+        };
+        let mut single = match client.get_connection_manager_with_config(config).await {
+            Ok(c) => c,
+            // The connection selects the database first, which a cluster node refuses.
+            Err(e) if db != 0 && e.to_string().contains("cluster mode") => return Err(only_db0()),
+            Err(e) => return Err(crate::error::map(e)),
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut single)
+            .await
+            .map_err(crate::error::map)?;
+        let mut conn = if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+            if db != 0 {
+                return Err(only_db0());
+            }
+            Conn::Cluster(self.cluster(Some(self.response_timeout)).await?)
+        } else {
+            Conn::Single(single)
+        };
+        let layout = KeyLayout::detect(&mut conn, &self.prefix).await?;
+        if conn.is_cluster() && layout == KeyLayout::Flat {
+            return Err(Error::invalid(format!(
+                "the keys under prefix {:?} use the flat layout of single servers, which a \
+                 Redis Cluster cannot serve (a batch spans slots); use a new prefix on the \
+                 cluster and import the sessions there",
+                self.prefix
+            )));
+        }
+        Ok((conn, Keys::with_layout(&self.prefix, layout)?))
+    }
+
+    async fn cluster(
+        &self,
+        response_timeout: Option<Duration>,
+    ) -> Result<redis::cluster_async::ClusterConnection> {
+        let mut builder = redis::cluster::ClusterClientBuilder::new(vec![self.server.as_str()])
+            .connection_timeout(Duration::from_secs(5))
+            .retries(3);
+        if let Some(t) = response_timeout {
+            builder = builder.response_timeout(t);
+        }
+        builder
+            .build()
+            .map_err(|e| {
+                Error::InvalidInput(format!(
+                    "bad redis cluster URL {}: {e}",
+                    self.server_label()
+                ))
+            })?
+            .get_async_connection()
             .await
             .map_err(crate::error::map)
     }
 
-    /// A connection of its own for blocking reads: no response timeout, so a `BLOCK`
-    /// longer than the default 500 ms is not cut off, and it never stalls shared traffic.
-    pub(crate) async fn dedicated(&self) -> Result<redis::aio::MultiplexedConnection> {
+    /// A connection of its own for blocking reads, of the same kind as `like`: no
+    /// response timeout, so a `BLOCK` longer than the default 500 ms is not cut off,
+    /// and it never stalls shared traffic.
+    pub(crate) async fn dedicated(&self, like: &Conn) -> Result<Conn> {
+        if like.is_cluster() {
+            return Ok(Conn::Cluster(self.cluster(None).await?));
+        }
         let config = redis::AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(Duration::from_secs(5)));
         self.client()?
             .get_multiplexed_async_connection_with_config(&config)
             .await
+            .map(Conn::Dedicated)
             .map_err(crate::error::map)
     }
 }

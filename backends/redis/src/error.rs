@@ -18,7 +18,10 @@ pub(crate) fn map(e: RedisError) -> Error {
 }
 
 fn retryable_code(code: Option<&str>) -> bool {
-    matches!(code, Some("LOADING" | "TRYAGAIN" | "BUSY" | "MASTERDOWN"))
+    matches!(
+        code,
+        Some("LOADING" | "TRYAGAIN" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN")
+    )
 }
 
 #[cfg(test)]

@@ -2,10 +2,113 @@
 
 use forge_core::{Error, MessageId, Result, SessionId, TenantId};
 
+use crate::conn::Conn;
+use crate::error::map;
+
+/// How key names carry the tenant.
+///
+/// Every key of a tenant (its session index, every session's rows, its streams, its
+/// projector leases) holds the tenant in one place. In the [`KeyLayout::Tagged`]
+/// layout it is a Redis Cluster hash tag, `PREFIX:t:{TENANT}:…`, so all of a tenant's
+/// keys live in one slot: an `apply` batch, a publish batch and a listing of one
+/// tenant each touch one slot, which a cluster requires of a script or a transaction.
+/// The price is that one tenant lives on one node (a very hot tenant cannot spread
+/// across the cluster); tenants spread over the slots by the hash of their id.
+///
+/// The [`KeyLayout::Flat`] layout, `PREFIX:t:TENANT:…`, is what prefixes written
+/// before hash tags use. It keeps working on a single server, unchanged; a cluster
+/// refuses it.
+///
+/// Which one a prefix uses is recorded in the key `PREFIX:layout` (`1` flat, `2`
+/// tagged), written on first connect: a prefix that already holds flat keys is marked
+/// flat, any other is marked tagged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyLayout {
+    /// `PREFIX:t:TENANT:…` (layout 1): single servers only.
+    Flat,
+    /// `PREFIX:t:{TENANT}:…` (layout 2): single servers and clusters.
+    Tagged,
+}
+
+impl KeyLayout {
+    fn marker(self) -> &'static str {
+        match self {
+            Self::Flat => "1",
+            Self::Tagged => "2",
+        }
+    }
+
+    /// Reads (or, on first use, decides and records) the layout of `prefix`.
+    pub(crate) async fn detect(conn: &mut Conn, prefix: &str) -> Result<Self> {
+        let key = format!("{prefix}:layout");
+        let parse = |v: &str| match v {
+            "1" => Ok(Self::Flat),
+            "2" => Ok(Self::Tagged),
+            other => Err(Error::invalid(format!(
+                "{key} is {other:?}; forge-store knows key layouts 1 and 2 (a newer \
+                 forge-store wrote it?)"
+            ))),
+        };
+        let found: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .map_err(map)?;
+        if let Some(v) = found {
+            return parse(&v);
+        }
+        let guess = if !conn.is_cluster() && has_flat_keys(conn, prefix).await? {
+            Self::Flat
+        } else {
+            Self::Tagged
+        };
+        // Two processes deciding at once agree on what the first one recorded.
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(guess.marker())
+            .arg("NX")
+            .query_async(conn)
+            .await
+            .map_err(map)?;
+        let recorded: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .map_err(map)?;
+        recorded.map_or(Ok(guess), |v| parse(&v))
+    }
+}
+
+/// Whether a single server holds keys of the flat layout under `prefix` (one `SCAN`
+/// pass at most, on the first connect of a prefix).
+async fn has_flat_keys(conn: &mut Conn, prefix: &str) -> Result<bool> {
+    let pattern = format!("{prefix}:t:[^{{]*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(map)?;
+        if !keys.is_empty() {
+            return Ok(true);
+        }
+        if next == 0 {
+            return Ok(false);
+        }
+        cursor = next;
+    }
+}
+
 /// Builds every key of the backend under one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
     prefix: String,
+    layout: KeyLayout,
 }
 
 /// Lowercase hex of the bytes of `s`: only `[0-9a-f]`, injective.
@@ -37,6 +140,14 @@ impl Keys {
     /// [`Error::InvalidInput`] when the prefix is empty or has a character outside
     /// `[A-Za-z0-9._:-]` (glob characters would break cleanup by `SCAN MATCH`).
     pub fn new(prefix: &str) -> Result<Self> {
+        Self::with_layout(prefix, KeyLayout::Tagged)
+    }
+
+    /// Keys under `prefix` in `layout`.
+    ///
+    /// # Errors
+    /// As [`Keys::new`].
+    pub fn with_layout(prefix: &str, layout: KeyLayout) -> Result<Self> {
         if prefix.is_empty() {
             return Err(Error::invalid("redis key prefix is empty"));
         }
@@ -50,7 +161,21 @@ impl Keys {
         }
         Ok(Self {
             prefix: prefix.to_owned(),
+            layout,
         })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> KeyLayout {
+        self.layout
+    }
+
+    /// `PREFIX:t:TENANT` or `PREFIX:t:{TENANT}`: the start of every key of a tenant.
+    fn tenant(&self, tenant: &TenantId) -> String {
+        match self.layout {
+            KeyLayout::Flat => format!("{}:t:{tenant}", self.prefix),
+            KeyLayout::Tagged => format!("{}:t:{{{tenant}}}", self.prefix),
+        }
     }
 
     /// The prefix.
@@ -65,12 +190,12 @@ impl Keys {
 
     /// The zset of a tenant's session ids.
     pub fn sessions(&self, tenant: &TenantId) -> String {
-        format!("{}:t:{tenant}:sessions", self.prefix)
+        format!("{}:sessions", self.tenant(tenant))
     }
 
     /// The common start of a session's row keys (`…:info`, `…:m`, …).
     pub fn session_base(&self, tenant: &TenantId, session: &SessionId) -> String {
-        format!("{}:t:{tenant}:s:{}", self.prefix, hex(session.as_str()))
+        format!("{}:s:{}", self.tenant(tenant), hex(session.as_str()))
     }
 
     /// The hash of a message's parts.
@@ -80,12 +205,12 @@ impl Keys {
 
     /// The stream of a session's events.
     pub fn session_stream(&self, tenant: &TenantId, session: &SessionId) -> String {
-        format!("{}:t:{tenant}:bus:{}", self.prefix, hex(session.as_str()))
+        format!("{}:bus:{}", self.tenant(tenant), hex(session.as_str()))
     }
 
     /// The stream of all events of a tenant.
     pub fn tenant_stream(&self, tenant: &TenantId) -> String {
-        format!("{}:t:{tenant}:bus", self.prefix)
+        format!("{}:bus", self.tenant(tenant))
     }
 }
 
@@ -105,6 +230,13 @@ mod tests {
         assert_ne!(a, b);
         assert!(!a.starts_with(&format!("{b}:")));
         assert!(Keys::new("a*").is_err());
+        // Tagged: the tenant is the hash tag of every key of the tenant.
+        assert_eq!(k.sessions(&t), "p:t:{t}:sessions");
+        assert_eq!(k.tenant_stream(&t), "p:t:{t}:bus");
+        assert!(a.starts_with("p:t:{t}:s:"));
+        let flat = Keys::with_layout("p", KeyLayout::Flat).unwrap();
+        assert_eq!(flat.sessions(&t), "p:t:t:sessions");
+        assert_eq!(flat.session_base(&t, &"a".into()), "p:t:t:s:61");
         assert!(Keys::new("").is_err());
     }
 }

@@ -2,6 +2,7 @@
 
 mod bus;
 mod config;
+mod conn;
 mod error;
 mod keys;
 mod store;
@@ -9,6 +10,6 @@ mod worker;
 
 pub use bus::RedisBus;
 pub use config::RedisOptions;
-pub use keys::Keys;
+pub use keys::{KeyLayout, Keys};
 pub use store::RedisStore;
 pub use worker::{ProjectorWorker, WorkerOptions, WorkerStats};

@@ -5,7 +5,8 @@
 -- worked, to the tenant stream. An entry whose id is taken fails and is reported,
 -- unless this is a retry and the entry there is this very event: the first attempt
 -- wrote the batch (a script runs whole or not at all), so nothing is written twice.
--- Returns the failures as strings.
+-- Returns the failures as strings. KEYS[1] is the tenant stream of the batch (every
+-- event of a batch is of one tenant on a Redis Cluster), declared for routing.
 local maxlen, retry = ARGV[1], ARGV[2] == '1'
 local failed = {}
 for i = 3, #ARGV, 4 do

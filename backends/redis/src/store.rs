@@ -8,10 +8,10 @@ use forge_core::{
     MessageWithParts, OpenItems, Page, Part, Result, Session, SessionId, SessionState, Store,
     SyncEvent, TenantId,
 };
-use redis::aio::ConnectionManager;
 use redis::Script;
 
 use crate::config::RedisOptions;
+use crate::conn::Conn;
 use crate::error::map;
 use crate::keys::{hex, unhex, Keys};
 
@@ -38,10 +38,34 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T>
     serde_json::from_str(&row.json).map_err(|e| Error::codec(format!("{what}: JSON"), e))
 }
 
-/// A store on Redis. Every `apply` batch is one Lua script (atomic on the server).
+/// Deletes `keys` one by one (on a cluster a multi-key `DEL` must stay in one slot).
+async fn delete(conn: &mut Conn, keys: &[String]) -> Result<usize> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    if !conn.is_cluster() {
+        return redis::cmd("DEL")
+            .arg(keys)
+            .query_async(conn)
+            .await
+            .map_err(map);
+    }
+    let mut n = 0;
+    for key in keys {
+        n += redis::cmd("DEL")
+            .arg(key)
+            .query_async::<usize>(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
+    Ok(n)
+}
+
+/// A store on Redis. Every `apply` batch is one Lua script (atomic on the server;
+/// on a Redis Cluster, atomic per tenant, every part validated before any is written).
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     keys: Keys,
     apply: Script,
 }
@@ -62,14 +86,10 @@ impl RedisStore {
 
     /// Connects with parsed options.
     pub async fn with_options(opts: &RedisOptions) -> Result<Self> {
-        let mut conn = opts.manager().await?;
-        redis::cmd("PING")
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(map)?;
+        let (conn, keys) = opts.connect().await?;
         Ok(Self {
             conn,
-            keys: opts.keys(),
+            keys,
             apply: Script::new(include_str!("apply.lua")),
         })
     }
@@ -77,6 +97,11 @@ impl RedisStore {
     /// The keys this store writes.
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// Whether the server is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     /// Deletes every key under the prefix — every tenant's rows, and the streams of a
@@ -89,33 +114,39 @@ impl RedisStore {
     pub async fn clear(&self) -> Result<usize> {
         let mut conn = self.conn();
         let pattern = self.keys.pattern();
-        let mut cursor: u64 = 0;
+        let masters = conn.masters().await?;
+        let nodes: Vec<Option<&(String, u16)>> = if conn.is_cluster() {
+            masters.iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
         let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut conn)
-                .await
-                .map_err(map)?;
-            if !keys.is_empty() {
-                deleted += redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<usize>(&mut conn)
-                    .await
-                    .map_err(map)?;
+        // A cluster node answers SCAN for its own keys only: scan every master.
+        for node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<String>) = conn
+                    .on_node(
+                        node,
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(&pattern)
+                            .arg("COUNT")
+                            .arg(500),
+                    )
+                    .await?;
+                deleted += delete(&mut conn, &keys).await?;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
         }
+        Ok(deleted)
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -194,6 +225,44 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// Runs the apply script over `batch` (of one tenant on a cluster); `check`:
+    /// validate only.
+    async fn run_apply(&self, batch: &[Envelope<SyncEvent>], check: bool) -> Result<()> {
+        let Some(first) = batch.first() else {
+            return Ok(());
+        };
+        let mut args = Vec::with_capacity(1 + batch.len() * 9);
+        args.push(if check {
+            b"check".to_vec()
+        } else {
+            b"apply".to_vec()
+        });
+        for env in batch {
+            self.push_op(&mut args, env)?;
+        }
+        let mut inv = self.apply.key(self.keys.sessions(&first.tenant));
+        for a in &args {
+            inv.arg(a.as_slice());
+        }
+        let reply: Vec<String> = inv.invoke_async(&mut self.conn()).await.map_err(map)?;
+        match reply.as_slice() {
+            [ok] if ok == "ok" => Ok(()),
+            [nf, what, id] if nf == "notfound" => Err(Error::NotFound {
+                what: if what == "session" {
+                    "session"
+                } else {
+                    "message"
+                },
+                id: id.clone(),
+            }),
+            other => Err(Error::backend(
+                crate::error::BACKEND,
+                false,
+                format!("unexpected apply script reply {other:?}"),
+            )),
+        }
+    }
+
     /// Appends the 9 script fields of one event.
     fn push_op(&self, args: &mut Vec<Vec<u8>>, env: &Envelope<SyncEvent>) -> Result<()> {
         env.check()?;
@@ -248,34 +317,35 @@ impl Store for RedisStore {
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        if batch.is_empty() {
+        let Some(first) = batch.first() else {
             return Ok(());
+        };
+        if !self.conn.is_cluster() || batch.iter().all(|e| e.tenant == first.tenant) {
+            return self.run_apply(batch, false).await;
         }
-        let mut args = Vec::with_capacity(batch.len() * 9);
+        // A cluster runs a script on one slot, and each tenant has its own: the batch
+        // is applied tenant by tenant (in order within each). Every part is checked
+        // first, so a batch that refers to a missing row is refused before any write,
+        // as on a single server. (Atomic per tenant: a crash between two tenants' parts
+        // leaves the first applied, which is what a crash before the batch was
+        // confirmed may do; see ARCHITECTURE §7.)
+        let mut tenants: Vec<&TenantId> = Vec::new();
         for env in batch {
-            self.push_op(&mut args, env)?;
+            if !tenants.contains(&&env.tenant) {
+                tenants.push(&env.tenant);
+            }
         }
-        let mut inv = self.apply.prepare_invoke();
-        for a in &args {
-            inv.arg(a.as_slice());
+        let groups: Vec<Vec<Envelope<SyncEvent>>> = tenants
+            .iter()
+            .map(|t| batch.iter().filter(|e| &e.tenant == *t).cloned().collect())
+            .collect();
+        for group in &groups {
+            self.run_apply(group, true).await?;
         }
-        let reply: Vec<String> = inv.invoke_async(&mut self.conn()).await.map_err(map)?;
-        match reply.as_slice() {
-            [ok] if ok == "ok" => Ok(()),
-            [nf, what, id] if nf == "notfound" => Err(Error::NotFound {
-                what: if what == "session" {
-                    "session"
-                } else {
-                    "message"
-                },
-                id: id.clone(),
-            }),
-            other => Err(Error::backend(
-                crate::error::BACKEND,
-                false,
-                format!("unexpected apply script reply {other:?}"),
-            )),
+        for group in &groups {
+            self.run_apply(group, false).await?;
         }
+        Ok(())
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use forge_core::{Envelope, Error, Event, Result, SessionId, Store, TenantId};
-use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use redis::Script;
 use tracing::Instrument;
 
 use crate::bus::decode_entry;
 use crate::config::RedisOptions;
+use crate::conn::Conn;
 use crate::error::map;
 use crate::keys::Keys;
 
@@ -80,10 +80,10 @@ impl Default for WorkerOptions {
 pub struct ProjectorWorker {
     opts: RedisOptions,
     server: String,
-    conn: ConnectionManager,
+    conn: Conn,
     /// The connection of blocking reads; `None` after a failure, connected again on
     /// the next read.
-    reader: Option<MultiplexedConnection>,
+    reader: Option<Conn>,
     keys: Keys,
     store: Arc<dyn Store>,
     tenant: TenantId,
@@ -146,10 +146,11 @@ impl ProjectorWorker {
         }
         let server = opts.server_label();
         let at = |e| forge_core::retry::at_server(e, &server, None);
+        let (conn, keys) = opts.connect().await.map_err(at)?;
         Ok(Self {
-            conn: opts.manager().await.map_err(at)?,
-            reader: Some(opts.dedicated().await.map_err(at)?),
-            keys: opts.keys(),
+            reader: Some(opts.dedicated(&conn).await.map_err(at)?),
+            conn,
+            keys,
             server: server.clone(),
             opts,
             store,
@@ -411,7 +412,7 @@ impl ProjectorWorker {
         cmd.arg("STREAMS").arg(key).arg(from);
         let conn = if block_ms.is_some() {
             if self.reader.is_none() {
-                self.reader = Some(self.opts.dedicated().await?);
+                self.reader = Some(self.opts.dedicated(&self.conn).await?);
             }
             self.reader.as_mut().ok_or_else(|| {
                 Error::backend(crate::error::BACKEND, true, "no connection for reading")

@@ -115,9 +115,9 @@ async fn hostile_ids_cannot_collide_or_reach_another_tenant() {
             .unwrap()
             .filter_map(Result::ok)
             .collect();
-    for k in &keys {
-        let rest = k.strip_prefix(&format!("{prefix}:t:")).expect("layout");
-        let tenant = rest.split(':').next().unwrap();
+    for k in keys.iter().filter(|k| **k != format!("{prefix}:layout")) {
+        let rest = k.strip_prefix(&format!("{prefix}:t:{{")).expect("layout");
+        let tenant = rest.split('}').next().unwrap();
         assert!(tenants.iter().any(|t| t.as_str() == tenant), "{k}");
     }
 }
@@ -165,7 +165,7 @@ async fn a_failing_batch_writes_nothing() {
         "{err:?}"
     );
     assert_eq!(
-        count_prefix(&server, &prefix),
+        count_prefix(&server, &format!("{prefix}:t")),
         0,
         "a failed batch left keys"
     );
@@ -351,4 +351,103 @@ async fn a_session_written_before_the_part_index_gets_it_on_its_first_part_upser
         .unwrap();
     assert!(first.parts.is_empty(), "the part stayed: {:?}", first.parts);
     assert_eq!(second.parts, vec![moved]);
+}
+
+/// A prefix written before hash tags (flat keys `PREFIX:t:TENANT:…`, no layout
+/// marker) keeps its key names and its data: the first connect finds the flat keys and
+/// records layout 1; a new prefix gets layout 2 (hash-tagged); an unknown marker is
+/// refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_with_flat_keys_keeps_its_layout_and_a_new_one_is_tagged() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let _cleanup = Cleanup {
+        url: server.clone(),
+        prefix: prefix.clone(),
+    };
+    let url = with_prefix(&server, &prefix, "");
+    let server_url = forge_redis::RedisOptions::from_url(&server).unwrap().server;
+    let mut conn = redis::Client::open(server_url.as_str())
+        .and_then(|c| c.get_connection())
+        .unwrap();
+    let marker = format!("{prefix}:layout");
+    let t = TenantId::new("acme").unwrap();
+    let s: forge_core::SessionId = "ses_1".into();
+    let (msg, part) = user_message(&s, "msg_1", "prt_1", "kept");
+    let batch = [
+        env(
+            &t,
+            1,
+            SyncEvent::SessionUpdated {
+                info: session("ses_1"),
+            },
+        ),
+        env(&t, 2, SyncEvent::MessageUpdated { info: msg }),
+        env(&t, 3, SyncEvent::PartUpdated { part }),
+    ];
+    {
+        // Write flat keys (as an older release did), then forget the marker.
+        redis::cmd("SET")
+            .arg(&marker)
+            .arg("1")
+            .query::<()>(&mut conn)
+            .unwrap();
+        let old = RedisStore::connect(&url).await.unwrap();
+        assert_eq!(old.keys().layout(), forge_redis::KeyLayout::Flat);
+        old.apply(&batch).await.unwrap();
+        redis::cmd("DEL")
+            .arg(&marker)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    let flat: Vec<String> = redis::Commands::keys(&mut conn, format!("{prefix}:t:*")).unwrap();
+    assert!(
+        flat.iter()
+            .all(|k| k.starts_with(&format!("{prefix}:t:acme:"))),
+        "{flat:?}"
+    );
+    let store = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(store.keys().layout(), forge_redis::KeyLayout::Flat);
+    let m = store
+        .message(&t, &s, &"msg_1".into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(common::text_of(&m.parts[0]), Some("kept"));
+    let recorded: String = redis::cmd("GET").arg(&marker).query(&mut conn).unwrap();
+    assert_eq!(recorded, "1");
+
+    let fresh = fresh_prefix();
+    let _cleanup_fresh = Cleanup {
+        url: server.clone(),
+        prefix: fresh.clone(),
+    };
+    let tagged = RedisStore::connect(&with_prefix(&server, &fresh, ""))
+        .await
+        .unwrap();
+    assert_eq!(tagged.keys().layout(), forge_redis::KeyLayout::Tagged);
+    tagged.apply(&batch).await.unwrap();
+    let keys: Vec<String> = redis::Commands::keys(&mut conn, format!("{fresh}:t:*")).unwrap();
+    assert!(
+        !keys.is_empty()
+            && keys
+                .iter()
+                .all(|k| k.starts_with(&format!("{fresh}:t:{{acme}}:"))),
+        "{keys:?}"
+    );
+
+    redis::cmd("SET")
+        .arg(format!("{fresh}:layout"))
+        .arg("9")
+        .query::<()>(&mut conn)
+        .unwrap();
+    let err = RedisStore::connect(&with_prefix(&server, &fresh, ""))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("layout") && err.to_string().contains("\"9\""),
+        "{err}"
+    );
 }

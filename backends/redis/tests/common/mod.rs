@@ -2,6 +2,9 @@
 //! test, and cleanup of everything under it.
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod factory;
+
 use forge_redis::RedisOptions;
 use redis::Commands as _;
 
@@ -30,32 +33,36 @@ pub fn with_prefix(url: &str, prefix: &str, extra: &str) -> String {
     format!("{url}{sep}prefix={prefix}{extra}")
 }
 
-/// Deletes every key under `prefix:` (SCAN + DEL), synchronously.
-pub fn delete_prefix(url: &str, prefix: &str) -> usize {
+/// The keys under `prefix:` on the server of `url`, and a connection to it.
+fn keys_under(url: &str, prefix: &str) -> Option<(redis::Connection, Vec<String>)> {
     let server = RedisOptions::from_url(url).expect("url").server;
-    let Ok(mut conn) = redis::Client::open(server.as_str()).and_then(|c| c.get_connection()) else {
+    let mut conn = redis::Client::open(server.as_str())
+        .and_then(|c| c.get_connection())
+        .ok()?;
+    let keys: Vec<String> = conn
+        .scan_match::<_, String>(format!("{prefix}:*"))
+        .ok()?
+        .filter_map(Result::ok)
+        .collect();
+    Some((conn, keys))
+}
+
+/// Deletes every key under `prefix:` (SCAN + DEL), synchronously. On a cluster node
+/// this reaches the node's own keys: call it for every node.
+pub fn delete_prefix(url: &str, prefix: &str) -> usize {
+    let Some((mut conn, keys)) = keys_under(url, prefix) else {
         return 0;
     };
-    let keys: Vec<String> = match conn.scan_match::<_, String>(format!("{prefix}:*")) {
-        Ok(iter) => iter.filter_map(Result::ok).collect(),
-        Err(_) => return 0,
-    };
-    for chunk in keys.chunks(500) {
-        let _ = redis::cmd("DEL").arg(chunk).query::<()>(&mut conn);
+    // One key per DEL: a cluster node refuses a DEL whose keys span slots.
+    for key in &keys {
+        let _ = redis::cmd("DEL").arg(key).query::<()>(&mut conn);
     }
     keys.len()
 }
 
-/// Counts the keys under `prefix:`.
+/// Counts the keys under `prefix:` (on a cluster node: its own keys).
 pub fn count_prefix(url: &str, prefix: &str) -> usize {
-    let server = RedisOptions::from_url(url).expect("url").server;
-    let mut conn = redis::Client::open(server.as_str())
-        .and_then(|c| c.get_connection())
-        .expect("connect");
-    let iter = conn
-        .scan_match::<_, String>(format!("{prefix}:*"))
-        .expect("scan");
-    iter.count()
+    keys_under(url, prefix).expect("connect and scan").1.len()
 }
 
 /// Deletes the prefix's keys when dropped (also when the test panics).

@@ -1,0 +1,257 @@
+//! The Redis backend on a real Redis Cluster (three masters on loopback, started by
+//! the test): the whole conformance suite, the key layout (every key of a tenant in
+//! one slot, tenants spread over the nodes), and the projector worker.
+//!
+//! Skipped loudly where `redis-server` is not installed (see `common::cluster`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::cluster::Cluster;
+use common::factory::RedisFactory;
+use forge_core::{Bus, Envelope, Event, Store, SyncEvent, TenantId};
+use forge_redis::{KeyLayout, ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+
+#[test]
+fn the_conformance_suite_passes_on_a_three_master_cluster() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let factory = RedisFactory::new(cluster.url(), cluster.node_urls());
+    let report = forge_conformance::run(&factory, &forge_conformance::Config::from_env());
+    eprintln!("{report}");
+    assert!(
+        report.is_success(),
+        "conformance failed on the cluster:\n{report}"
+    );
+    let (passed, ..) = report.counts();
+    assert!(passed > 0, "no property ran:\n{report}");
+}
+
+fn session_info(id: &forge_core::SessionId) -> forge_core::Session {
+    let mut s = forge_core::Session::new("t", 1);
+    s.id = id.clone();
+    s
+}
+
+/// The slot of every key under `prefix` on each node, by `CLUSTER KEYSLOT`.
+fn slots_by_tenant(cluster: &Cluster, prefix: &str) -> BTreeMap<String, BTreeSet<(u16, i64)>> {
+    let mut out: BTreeMap<String, BTreeSet<(u16, i64)>> = BTreeMap::new();
+    for (url, port) in cluster.node_urls().iter().zip(&cluster.ports) {
+        let mut conn = redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection())
+            .expect("node connection");
+        let keys: Vec<String> =
+            redis::Commands::scan_match::<_, String>(&mut conn, format!("{prefix}:t:*"))
+                .expect("scan")
+                .filter_map(Result::ok)
+                .collect();
+        for key in keys {
+            let slot: i64 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(&key)
+                .query(&mut conn)
+                .expect("keyslot");
+            let Some((tenant, _)) = key
+                .split_once(":t:{")
+                .and_then(|(_, rest)| rest.split_once('}'))
+            else {
+                panic!("key {key} has no tenant hash tag");
+            };
+            let tenant = tenant.to_owned();
+            out.entry(tenant).or_default().insert((*port, slot));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let prefix = common::fresh_prefix();
+    let url = common::with_prefix(&cluster.url(), &prefix, "");
+    let store = RedisStore::connect(&url).await.expect("store");
+    assert!(store.is_cluster());
+    assert_eq!(store.keys().layout(), KeyLayout::Tagged);
+    let bus = RedisBus::connect(&url).await.expect("bus");
+    // 24 tenants with two sessions each, written as one batch that spans them all
+    // (as the group-commit projector writes), then published.
+    let tenants: Vec<TenantId> = (0..24)
+        .map(|i| TenantId::new(&format!("tenant-{i}")).expect("tenant"))
+        .collect();
+    let mut batch = Vec::new();
+    for t in &tenants {
+        for s in 0..2 {
+            let session: forge_core::SessionId = format!("ses_{s}").into();
+            let (msg, part) = common::user_message(&session, "msg_1", "prt_1", "hello");
+            let info = session_info(&session);
+            for (seq, event) in [
+                SyncEvent::SessionUpdated { info },
+                SyncEvent::MessageUpdated { info: msg },
+                SyncEvent::PartUpdated { part },
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                batch.push(Envelope {
+                    tenant: t.clone(),
+                    session_id: session.clone(),
+                    seq: seq as u64 + 1,
+                    event,
+                });
+            }
+        }
+    }
+    store
+        .apply(&batch)
+        .await
+        .expect("a batch spanning 24 tenants");
+    for env in &batch {
+        bus.publish(Arc::new(Envelope {
+            tenant: env.tenant.clone(),
+            session_id: env.session_id.clone(),
+            seq: env.seq,
+            event: Event::Sync(env.event.clone()),
+        }))
+        .expect("publish");
+    }
+    bus.flush().await.expect("flush");
+    for t in &tenants {
+        let sessions = store.sessions(t).await.expect("sessions");
+        assert_eq!(sessions.len(), 2, "tenant {t}");
+        for s in &sessions {
+            assert_eq!(s.seq, 3);
+            let replay = bus.replay(t, &s.info.id, 1).await.expect("replay");
+            assert_eq!(replay.events.len(), 3, "tenant {t} session {}", s.info.id);
+        }
+    }
+    // A batch naming a missing session in one tenant writes nothing in any tenant.
+    let mut bad = batch[..3].to_vec();
+    for e in &mut bad {
+        e.tenant = TenantId::new("tenant-new").expect("tenant");
+    }
+    let mut orphan = batch[4].clone();
+    orphan.session_id = "ses_missing".into();
+    orphan.tenant = tenants[5].clone();
+    if let SyncEvent::MessageUpdated { info } = &mut orphan.event {
+        info.session_id = "ses_missing".into();
+    }
+    bad.push(orphan);
+    let err = store.apply(&bad).await.expect_err("a missing session");
+    assert!(err.to_string().contains("ses_missing"), "{err}");
+    assert!(
+        store
+            .sessions(&TenantId::new("tenant-new").expect("tenant"))
+            .await
+            .expect("sessions")
+            .is_empty(),
+        "the refused batch wrote its first tenant's part"
+    );
+
+    let slots = slots_by_tenant(&cluster, &prefix);
+    assert_eq!(slots.len(), tenants.len(), "{slots:?}");
+    for (tenant, at) in &slots {
+        assert_eq!(at.len(), 1, "tenant {tenant}'s keys span slots: {at:?}");
+    }
+    let nodes: BTreeSet<u16> = slots.values().flatten().map(|(port, _)| *port).collect();
+    assert_eq!(nodes.len(), 3, "24 tenants all landed on {nodes:?}");
+    eprintln!(
+        "cluster layout: {} tenants over {} nodes, each tenant's keys in one slot",
+        slots.len(),
+        nodes.len()
+    );
+    assert!(store.clear().await.expect("clear") > 0);
+    let left: usize = cluster
+        .node_urls()
+        .iter()
+        .map(|u| common::count_prefix(u, &prefix))
+        .sum();
+    assert_eq!(left, 0, "clear() left keys on some node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let prefix = common::fresh_prefix();
+    let url = common::with_prefix(&cluster.url(), &prefix, "");
+    let bus = RedisBus::connect(&url).await.expect("bus");
+    let target = Arc::new(forge_core::MemoryStore::new());
+    let tenant = TenantId::new("acme").expect("tenant");
+    let session: forge_core::SessionId = "ses_w".into();
+    let (msg, part) = common::user_message(&session, "msg_1", "prt_1", "projected");
+    let info = session_info(&session);
+    let events = [
+        Event::Sync(SyncEvent::SessionUpdated { info }),
+        Event::Sync(SyncEvent::MessageUpdated { info: msg }),
+        common::delta(&tenant, &session, 3).event.clone(),
+        Event::Sync(SyncEvent::PartUpdated { part }),
+    ];
+    for (i, event) in events.into_iter().enumerate() {
+        bus.publish(Arc::new(Envelope {
+            tenant: tenant.clone(),
+            session_id: session.clone(),
+            seq: i as u64 + 1,
+            event,
+        }))
+        .expect("publish");
+    }
+    bus.flush().await.expect("flush");
+    let mut worker = ProjectorWorker::connect(
+        &url,
+        Arc::clone(&target) as Arc<dyn Store>,
+        tenant.clone(),
+        "projector",
+        "w1",
+        WorkerOptions {
+            lease: Duration::from_secs(2),
+            count: 64,
+        },
+    )
+    .await
+    .expect("worker");
+    let stats = worker.run_until_idle().await.expect("worker runs");
+    assert_eq!((stats.applied, stats.acked), (3, 4), "{stats:?}");
+    let m = target
+        .message(&tenant, &session, &"msg_1".into())
+        .await
+        .expect("read")
+        .expect("projected message");
+    assert_eq!(common::text_of(&m.parts[0]), Some("projected"));
+    let store = RedisStore::connect(&url).await.expect("store");
+    store.clear().await.expect("clear");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_refuses_a_prefix_in_the_flat_layout_by_name() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let prefix = common::fresh_prefix();
+    let mut conn = redis::cluster::ClusterClient::new(vec![cluster.url()])
+        .and_then(|c| c.get_connection())
+        .expect("cluster connection");
+    redis::cmd("SET")
+        .arg(format!("{prefix}:layout"))
+        .arg("1")
+        .query::<()>(&mut conn)
+        .expect("set marker");
+    let err = RedisStore::connect(&common::with_prefix(&cluster.url(), &prefix, ""))
+        .await
+        .expect_err("flat layout on a cluster");
+    let text = err.to_string();
+    assert!(
+        text.contains("flat layout") && text.contains(&prefix),
+        "{text}"
+    );
+    let db = RedisStore::connect(&format!("{}/2", cluster.url()))
+        .await
+        .expect_err("database 2 on a cluster");
+    assert!(db.to_string().contains("only database 0"), "{db}");
+}
