@@ -209,14 +209,17 @@ pub enum Command {
     /// Replay the shipped example streams and show history, view and recovery.
     Demo,
     /// Project a tenant's Redis event stream into a store (a projector worker).
+    /// Several workers of one group share a tenant when the streams are split into
+    /// work shards (`?shards=K` on every bus and worker URL of the prefix): each shard
+    /// is projected by one worker at a time, and a dead worker's shards are taken over.
     Project {
-        /// The Redis server whose streams are read.
+        /// The Redis server whose streams are read (`?shards=K` as its buses use).
         #[arg(long)]
         from: String,
         /// The store to project into (any backend URL).
         #[arg(long)]
         to: String,
-        /// Consumer group (one active worker per group and tenant).
+        /// Consumer group (one active worker per group, tenant and shard).
         #[arg(long, default_value = "forge-projector")]
         group: String,
         /// This worker's consumer name.

@@ -18,7 +18,7 @@ pub struct Options<'a> {
     pub to: &'a str,
     /// The tenant whose stream is read.
     pub tenant: &'a TenantId,
-    /// Consumer group name (one active worker per group and tenant).
+    /// Consumer group name (one active worker per group, tenant and shard).
     pub group: &'a str,
     /// This worker's consumer name.
     pub consumer: &'a str,

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::RedisOptions;
 use crate::conn::Conn;
 use crate::error::map;
-use crate::keys::Keys;
+use crate::keys::{shard_of, Keys};
 
 /// Most events written in one pipeline.
 const MAX_BATCH: usize = 1024;
@@ -97,7 +97,8 @@ impl RedisBus {
 
     /// Connects with parsed options.
     pub async fn with_options(opts: RedisOptions) -> Result<Self> {
-        let (conn, keys) = opts.connect().await?;
+        let (mut conn, keys) = opts.connect().await?;
+        opts.check_shards(&mut conn).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer(conn.clone(), keys.clone(), opts.clone(), rx));
         Ok(Self {
@@ -329,7 +330,15 @@ async fn writer(conn: Conn, keys: Keys, opts: RedisOptions, mut rx: mpsc::Unboun
                 .retry
                 .run(crate::error::BACKEND, &server, "publish", || {
                     let retry = std::mem::replace(&mut sent, true);
-                    write(conn.clone(), &script, &keys, opts.maxlen, &events, retry)
+                    write(
+                        conn.clone(),
+                        &script,
+                        &keys,
+                        opts.maxlen,
+                        opts.shards,
+                        &events,
+                        retry,
+                    )
                 })
                 .await;
             if let Err(e) = outcome {
@@ -361,6 +370,7 @@ async fn write(
     script: &Script,
     keys: &Keys,
     maxlen: usize,
+    shards: usize,
     events: &[BusEvent],
     retry: bool,
 ) -> Result<()> {
@@ -384,9 +394,15 @@ async fn write(
         invocation.arg(maxlen).arg(if retry { "1" } else { "0" });
         for ev in &group {
             let json = serde_json::to_vec(&***ev)?;
+            let work = if shards > 1 {
+                keys.work_stream(&ev.tenant, shard_of(&ev.session_id, shards), shards)
+            } else {
+                String::new()
+            };
             invocation
                 .arg(keys.session_stream(&ev.tenant, &ev.session_id))
                 .arg(keys.tenant_stream(&ev.tenant))
+                .arg(work)
                 .arg(ev.seq)
                 .arg(json);
         }

@@ -9,6 +9,8 @@ use crate::keys::{KeyLayout, Keys};
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "forge";
+/// Most work shards per tenant.
+pub const MAX_SHARDS: usize = 1024;
 /// Default approximate retention of each stream, in entries.
 pub const DEFAULT_MAXLEN: usize = 100_000;
 
@@ -21,6 +23,12 @@ pub struct RedisOptions {
     pub prefix: String,
     /// Approximate (`MAXLEN ~`) retention of each session and tenant stream.
     pub maxlen: usize,
+    /// Work shards per tenant (`shards=K`, default 1): with K > 1 the bus also writes
+    /// each event to one of K work streams of its tenant, chosen by the session id,
+    /// and up to K projector workers of one consumer group share the tenant, one per
+    /// shard at a time. Every bus and worker of a prefix must use the same K (it is
+    /// recorded under `PREFIX:shards` and checked on connect).
+    pub shards: usize,
     /// Response timeout of ordinary (non-blocking) commands.
     pub response_timeout: Duration,
     /// How long one blocking `XREAD` of a subscription waits before asking again.
@@ -37,6 +45,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("server", &forge_core::url::redact(&self.server))
             .field("prefix", &self.prefix)
             .field("maxlen", &self.maxlen)
+            .field("shards", &self.shards)
             .field("response_timeout", &self.response_timeout)
             .field("block", &self.block)
             .field("retry", &self.retry)
@@ -72,6 +81,7 @@ impl RedisOptions {
             server: base.to_owned(),
             prefix: DEFAULT_PREFIX.to_owned(),
             maxlen: DEFAULT_MAXLEN,
+            shards: 1,
             response_timeout: Duration::from_secs(10),
             block: Duration::from_secs(2),
             retry: RetryPolicy::default(),
@@ -89,6 +99,18 @@ impl RedisOptions {
                         ))
                     })?;
                 }
+                "shards" => {
+                    opts.shards = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_SHARDS).contains(n))
+                        .ok_or_else(|| {
+                            Error::invalid(format!(
+                                "shards={v:?} in {} is not a number from 1 to {MAX_SHARDS}",
+                                shown(url)
+                            ))
+                        })?;
+                }
                 _ => passed.push(pair),
             }
         }
@@ -104,6 +126,38 @@ impl RedisOptions {
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// Checks that the prefix is set up for [`RedisOptions::shards`] work shards (and
+    /// records it when nothing is recorded yet).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming both counts when another K is recorded.
+    pub(crate) async fn check_shards(&self, conn: &mut Conn) -> Result<()> {
+        let key = format!("{}:shards", self.prefix);
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(self.shards)
+            .arg("NX")
+            .query_async(&mut *conn)
+            .await
+            .map_err(crate::error::map)?;
+        let recorded: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut *conn)
+            .await
+            .map_err(crate::error::map)?;
+        match recorded.as_deref().map(str::parse::<usize>) {
+            Some(Ok(k)) if k == self.shards => Ok(()),
+            Some(Ok(k)) => Err(Error::invalid(format!(
+                "prefix {:?} is set up for shards={k}, this process asks for shards={}; every \
+                 bus and projector worker of a prefix must use the same count",
+                self.prefix, self.shards
+            ))),
+            _ => Err(Error::invalid(format!(
+                "{key} holds {recorded:?}, not a shard count"
+            ))),
+        }
     }
 
     /// `server HOST:PORT`, for errors (never the password).
@@ -227,6 +281,15 @@ mod tests {
         );
         assert!(RedisOptions::from_url("http://h").is_err());
         assert!(RedisOptions::from_url("redis://h?maxlen=0").is_err());
+        assert_eq!(
+            RedisOptions::from_url("redis://h?shards=6").unwrap().shards,
+            6
+        );
+        assert_eq!(d.shards, 1);
+        for bad in ["0", "x", "1025"] {
+            let err = RedisOptions::from_url(&format!("redis://h?shards={bad}")).unwrap_err();
+            assert!(err.to_string().contains("shards="), "{err}");
+        }
         assert!(RedisOptions::from_url("redis://h?prefix=a*b").is_err());
     }
 

@@ -104,6 +104,16 @@ async fn has_flat_keys(conn: &mut Conn, prefix: &str) -> Result<bool> {
     }
 }
 
+/// The work shard of `session` among `shards`: FNV-1a of the id's bytes, modulo.
+pub fn shard_of(session: &SessionId, shards: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in session.as_str().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % shards.max(1) as u64) as usize
+}
+
 /// Builds every key of the backend under one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
@@ -206,6 +216,16 @@ impl Keys {
     /// The stream of a session's events.
     pub fn session_stream(&self, tenant: &TenantId, session: &SessionId) -> String {
         format!("{}:bus:{}", self.tenant(tenant), hex(session.as_str()))
+    }
+
+    /// The work stream of shard `shard` of `shards` of a tenant: the tenant stream
+    /// itself when there is one shard.
+    pub fn work_stream(&self, tenant: &TenantId, shard: usize, shards: usize) -> String {
+        if shards <= 1 {
+            self.tenant_stream(tenant)
+        } else {
+            format!("{}:work:{shards}:{shard}", self.tenant(tenant))
+        }
     }
 
     /// The stream of all events of a tenant.

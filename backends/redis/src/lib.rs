@@ -10,6 +10,6 @@ mod worker;
 
 pub use bus::RedisBus;
 pub use config::RedisOptions;
-pub use keys::{KeyLayout, Keys};
+pub use keys::{shard_of, KeyLayout, Keys};
 pub use store::RedisStore;
 pub use worker::{ProjectorWorker, WorkerOptions, WorkerStats};

@@ -4,9 +4,18 @@
 //! Guarantees:
 //! - At least once: entries are ACKed only after the store committed them; a worker
 //!   that dies leaves them pending, and the next lease holder claims them (`XAUTOCLAIM`).
-//! - In order: one worker per (tenant, group) is active at a time, holding a lease key
-//!   it refreshes every round; standby workers take over when it expires. Per-session
-//!   order therefore stays the stream order even with several replicas running workers.
+//! - In order, shared: a tenant's events are split over `shards=K` work streams by
+//!   session (K = 1: the tenant stream itself), and each shard is projected by one
+//!   worker of the group at a time, holding a lease key it refreshes every round and
+//!   checks again right before it writes. Live workers register in a members set;
+//!   each takes at most `ceil(K / live workers)` shards and releases what is above
+//!   that when a worker joins, so N workers share K shards. A dead worker's leases
+//!   expire and the others take its shards over, claiming what it left pending. A
+//!   session's events are in one shard, so its order stays the stream order.
+//!   The lease is not a fence: a worker paused for longer than its lease between
+//!   that last check and its write (a stopped VM, a debugger) could still write an
+//!   older batch after the new holder wrote newer events of the same sessions. Keep
+//!   the lease well above the longest store write (the default is 5 s).
 //! - Idempotent: an event whose `seq` is not above the seq the store recorded for its
 //!   session was already applied and is skipped, so redelivery changes nothing.
 //! - Reconnecting: a round that fails with a retryable error (Redis or the target store
@@ -17,7 +26,7 @@
 //!   [`ProjectorWorker::run_until_idle`] gives up after [`RedisOptions::retry`]'s
 //!   deadline of failing rounds, with an error naming the server.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -41,6 +50,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0";
+
+/// Drops the lease of KEYS[1] if ARGV[1] holds it.
+const RELEASE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0";
+
+/// Marks ARGV[1] live now (server time) in the zset KEYS[1], forgets members silent
+/// for ARGV[2] ms, and returns how many are live.
+const MEMBERS_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
+return redis.call('ZCARD', KEYS[1])";
 
 /// What a worker has done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,8 +115,11 @@ pub struct ProjectorWorker {
     consumer: String,
     options: WorkerOptions,
     lease: Script,
+    release: Script,
+    members: Script,
     group_ready: bool,
-    holding: bool,
+    /// The shards whose lease this worker holds.
+    held: BTreeSet<usize>,
     stats: WorkerStats,
 }
 
@@ -146,7 +173,8 @@ impl ProjectorWorker {
         }
         let server = opts.server_label();
         let at = |e| forge_core::retry::at_server(e, &server, None);
-        let (conn, keys) = opts.connect().await.map_err(at)?;
+        let (mut conn, keys) = opts.connect().await.map_err(at)?;
+        opts.check_shards(&mut conn).await?;
         Ok(Self {
             reader: Some(opts.dedicated(&conn).await.map_err(at)?),
             conn,
@@ -159,8 +187,10 @@ impl ProjectorWorker {
             consumer: consumer.to_owned(),
             options,
             lease: Script::new(LEASE_SCRIPT),
+            release: Script::new(RELEASE_SCRIPT),
+            members: Script::new(MEMBERS_SCRIPT),
             group_ready: false,
-            holding: false,
+            held: BTreeSet::new(),
             stats: WorkerStats::default(),
         })
     }
@@ -170,21 +200,47 @@ impl ProjectorWorker {
         self.stats
     }
 
-    /// Whether this worker held the lease in its last round.
+    /// Whether this worker held a lease in its last round.
     pub fn is_active(&self) -> bool {
-        self.holding
+        !self.held.is_empty()
     }
 
-    fn stream(&self) -> String {
-        self.keys.tenant_stream(&self.tenant)
+    /// The shards whose lease this worker held in its last round.
+    pub fn shards_held(&self) -> Vec<usize> {
+        self.held.iter().copied().collect()
     }
 
-    fn lease_key(&self) -> String {
+    fn stream(&self, shard: usize) -> String {
+        self.keys.work_stream(&self.tenant, shard, self.opts.shards)
+    }
+
+    fn lease_key(&self, shard: usize) -> String {
         format!(
             "{}:proj:{}:lease",
-            self.stream(),
+            self.stream(shard),
             crate::keys::hex(&self.group)
         )
+    }
+
+    fn members_key(&self) -> String {
+        format!(
+            "{}:proj:{}:members",
+            self.keys.tenant_stream(&self.tenant),
+            crate::keys::hex(&self.group)
+        )
+    }
+
+    /// Takes or refreshes the lease of `shard`; whether this worker holds it.
+    async fn lease(&mut self, shard: usize) -> Result<bool> {
+        let held: i64 = self
+            .lease
+            .key(self.lease_key(shard))
+            .arg(&self.consumer)
+            .arg(self.options.lease.as_millis() as u64)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(map)?;
+        Ok(held == 1)
     }
 
     /// Runs rounds until `stop` completes or a round fails with an error that is not
@@ -280,80 +336,147 @@ impl ProjectorWorker {
     }
 
     async fn round(&mut self) -> Result<usize> {
-        let key = self.stream();
+        let shards = self.opts.shards;
         if !self.group_ready {
-            let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(&key)
-                .arg(&self.group)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async(&mut self.conn)
-                .await;
-            match created {
-                Ok(()) => {}
-                Err(e) if e.code() == Some("BUSYGROUP") => {}
-                Err(e) => return Err(map(e)),
+            for shard in 0..shards {
+                let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(self.stream(shard))
+                    .arg(&self.group)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut self.conn)
+                    .await;
+                match created {
+                    Ok(()) => {}
+                    Err(e) if e.code() == Some("BUSYGROUP") => {}
+                    Err(e) => return Err(map(e)),
+                }
             }
             self.group_ready = true;
         }
+        self.balance().await?;
+        if self.held.is_empty() {
+            tokio::time::sleep(self.options.lease / 4).await;
+            return Ok(0);
+        }
         let lease_ms = self.options.lease.as_millis() as u64;
-        let held: i64 = self
-            .lease
-            .key(self.lease_key())
+        let streams: Vec<(usize, String)> =
+            self.held.iter().map(|k| (*k, self.stream(*k))).collect();
+        // Own pending entries first (left by a failed round or just claimed), then new.
+        let mut read = self.read(&streams, "0", None).await?;
+        if read.iter().all(|(_, e)| e.is_empty()) {
+            read = self.read(&streams, ">", Some(lease_ms / 3)).await?;
+        }
+        let mut handled = 0;
+        for (shard, entries) in read {
+            if entries.is_empty() {
+                continue;
+            }
+            // The lease is checked again right before the store is written: a worker
+            // that lost it (paused past its lease) leaves the entries to the holder.
+            if !self.lease(shard).await? {
+                self.lost(shard);
+                continue;
+            }
+            let span = tracing::debug_span!(
+                "worker_batch",
+                tenant = %self.tenant,
+                group = %self.group,
+                consumer = %self.consumer,
+                shard,
+                entries = entries.len(),
+            );
+            let key = self.stream(shard);
+            self.apply_and_ack(&key, &entries).instrument(span).await?;
+            handled += entries.len();
+        }
+        Ok(handled)
+    }
+
+    fn lost(&mut self, shard: usize) {
+        if self.held.remove(&shard) {
+            tracing::info!(
+                tenant = %self.tenant,
+                group = %self.group,
+                consumer = %self.consumer,
+                shard,
+                "projector worker lost a shard's lease; another worker has it",
+            );
+        }
+    }
+
+    /// Keeps this worker's share of the shards: refreshes its leases, releases what is
+    /// above its share (`ceil(shards / live workers)`), and takes free shards up to it,
+    /// claiming what their previous holder left pending.
+    async fn balance(&mut self) -> Result<()> {
+        let shards = self.opts.shards;
+        let lease_ms = self.options.lease.as_millis() as u64;
+        let live: i64 = self
+            .members
+            .key(self.members_key())
             .arg(&self.consumer)
             .arg(lease_ms)
             .invoke_async(&mut self.conn)
             .await
             .map_err(map)?;
-        if held == 0 {
-            if self.holding {
-                tracing::info!(
-                    tenant = %self.tenant,
-                    group = %self.group,
-                    consumer = %self.consumer,
-                    "projector worker lost its lease; standing by",
-                );
+        let share = shards.div_ceil(usize::try_from(live.max(1)).unwrap_or(1));
+        for shard in self.held.clone() {
+            if !self.lease(shard).await? {
+                self.lost(shard);
             }
-            self.holding = false;
-            tokio::time::sleep(self.options.lease / 4).await;
-            return Ok(0);
         }
-        if !self.holding {
-            // Newly active: whoever held the lease before is gone; take its pending.
+        while self.held.len() > share {
+            let Some(shard) = self.held.pop_last() else {
+                break;
+            };
+            let () = self
+                .release
+                .key(self.lease_key(shard))
+                .arg(&self.consumer)
+                .invoke_async(&mut self.conn)
+                .await
+                .map_err(map)?;
+            tracing::info!(
+                tenant = %self.tenant,
+                group = %self.group,
+                consumer = %self.consumer,
+                shard,
+                share,
+                "projector worker released a shard for a new worker",
+            );
+        }
+        // Start looking at a place of this worker's own, so workers starting together
+        // do not all race for shard 0.
+        let start = crate::keys::shard_of(&SessionId::from(self.consumer.as_str()), shards);
+        for i in 0..shards {
+            if self.held.len() >= share {
+                break;
+            }
+            let shard = (start + i) % shards;
+            if self.held.contains(&shard) || !self.lease(shard).await? {
+                continue;
+            }
             let span = tracing::info_span!(
                 "worker_claim",
                 tenant = %self.tenant,
                 group = %self.group,
                 consumer = %self.consumer,
+                shard,
                 claimed = tracing::field::Empty,
             );
             let before = self.stats.claimed;
-            self.claim_all(&key).instrument(span.clone()).await?;
+            self.claim_all(&self.stream(shard))
+                .instrument(span.clone())
+                .await?;
             let claimed = self.stats.claimed - before;
             span.record("claimed", claimed);
             span.in_scope(|| {
-                tracing::info!(claimed, "projector worker took the lease");
+                tracing::info!(claimed, "projector worker took a shard's lease");
             });
-            self.holding = true;
+            self.held.insert(shard);
         }
-        // Own pending entries first (left by a failed round or just claimed), then new.
-        let mut entries = self.read(&key, "0", None).await?;
-        if entries.is_empty() {
-            entries = self.read(&key, ">", Some(lease_ms / 3)).await?;
-        }
-        if entries.is_empty() {
-            return Ok(0);
-        }
-        let span = tracing::debug_span!(
-            "worker_batch",
-            tenant = %self.tenant,
-            group = %self.group,
-            consumer = %self.consumer,
-            entries = entries.len(),
-        );
-        self.apply_and_ack(&key, &entries).instrument(span).await?;
-        Ok(entries.len())
+        Ok(())
     }
 
     /// Applies `entries` to the store, then ACKs them.
@@ -394,12 +517,14 @@ impl ProjectorWorker {
         }
     }
 
+    /// One `XREADGROUP` over the streams of the held shards (one slot: they share
+    /// the tenant's hash tag). Returns each shard's entries.
     async fn read(
         &mut self,
-        key: &str,
+        streams: &[(usize, String)],
         from: &str,
         block_ms: Option<u64>,
-    ) -> Result<Vec<StreamId>> {
+    ) -> Result<Vec<(usize, Vec<StreamId>)>> {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
             .arg(&self.group)
@@ -409,22 +534,33 @@ impl ProjectorWorker {
         if let Some(ms) = block_ms {
             cmd.arg("BLOCK").arg(ms.max(1));
         }
-        cmd.arg("STREAMS").arg(key).arg(from);
-        let conn = if block_ms.is_some() {
+        cmd.arg("STREAMS");
+        for (_, key) in streams {
+            cmd.arg(key);
+        }
+        for _ in streams {
+            cmd.arg(from);
+        }
+        let reply: Option<StreamReadReply> = if block_ms.is_some() {
             if self.reader.is_none() {
                 self.reader = Some(self.opts.dedicated(&self.conn).await?);
             }
-            self.reader.as_mut().ok_or_else(|| {
+            let conn = self.reader.as_mut().ok_or_else(|| {
                 Error::backend(crate::error::BACKEND, true, "no connection for reading")
-            })?
+            })?;
+            cmd.query_async(conn).await.map_err(map)?
         } else {
             // Non-blocking: the shared connection is fine.
-            let reply: Option<StreamReadReply> =
-                cmd.query_async(&mut self.conn).await.map_err(map)?;
-            return Ok(flatten(reply));
+            cmd.query_async(&mut self.conn).await.map_err(map)?
         };
-        let reply: Option<StreamReadReply> = cmd.query_async(conn).await.map_err(map)?;
-        Ok(flatten(reply))
+        let mut out: Vec<(usize, Vec<StreamId>)> =
+            streams.iter().map(|(k, _)| (*k, Vec::new())).collect();
+        for stream in reply.into_iter().flat_map(|r| r.keys) {
+            if let Some(i) = streams.iter().position(|(_, key)| *key == stream.key) {
+                out[i].1 = stream.ids;
+            }
+        }
+        Ok(out)
     }
 
     async fn apply(&mut self, entries: &[StreamId]) -> Result<()> {
@@ -515,12 +651,4 @@ fn strip_server(e: Error) -> Error {
         },
         other => other,
     }
-}
-
-fn flatten(reply: Option<StreamReadReply>) -> Vec<StreamId> {
-    reply
-        .into_iter()
-        .flat_map(|r| r.keys)
-        .flat_map(|k| k.ids)
-        .collect()
 }

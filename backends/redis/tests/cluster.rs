@@ -180,7 +180,8 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
         return;
     };
     let prefix = common::fresh_prefix();
-    let url = common::with_prefix(&cluster.url(), &prefix, "");
+    // Three work shards: one XREADGROUP reads all three streams (one slot).
+    let url = common::with_prefix(&cluster.url(), &prefix, "&shards=3");
     let bus = RedisBus::connect(&url).await.expect("bus");
     let target = Arc::new(forge_core::MemoryStore::new());
     let tenant = TenantId::new("acme").expect("tenant");
@@ -218,6 +219,7 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
     .expect("worker");
     let stats = worker.run_until_idle().await.expect("worker runs");
     assert_eq!((stats.applied, stats.acked), (3, 4), "{stats:?}");
+    assert_eq!(worker.shards_held(), vec![0, 1, 2], "one worker holds every shard");
     let m = target
         .message(&tenant, &session, &"msg_1".into())
         .await

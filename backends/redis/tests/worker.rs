@@ -115,7 +115,7 @@ async fn worker_projects_the_stream_into_another_store_idempotently() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let stream = format!("{prefix}:t:t1:bus");
+    let stream = format!("{prefix}:t:{{t1}}:bus");
     let _: () = redis::cmd("XGROUP")
         .arg("SETID")
         .arg(&stream)
@@ -218,7 +218,7 @@ async fn a_standby_worker_claims_what_a_dead_worker_left_pending() {
         .get_connection()
         .unwrap();
     let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-        .arg(format!("{prefix}:t:t1:bus"))
+        .arg(format!("{prefix}:t:{{t1}}:bus"))
         .arg("g")
         .query(&mut conn)
         .unwrap();
