@@ -158,10 +158,9 @@ pub fn redis_store_pattern(store: &RedisStore) -> String {
 /// # Errors
 /// When `url` is not a Redis URL forge-store accepts.
 pub fn redis_url_pattern(url: &str) -> Result<String> {
-    Ok(RedisOptions::from_url(url)
-        .with_context(|| format!("parsing the Redis URL {}", redact(url)))?
-        .keys()
-        .pattern())
+    let opts = RedisOptions::from_url(url)
+        .with_context(|| format!("parsing the Redis URL {}", redact(url)))?;
+    Ok(forge_redis::Keys::new(&opts.prefix)?.pattern())
 }
 
 #[cfg(test)]
