@@ -394,7 +394,8 @@ async fn write(
         invocation.arg(maxlen).arg(if retry { "1" } else { "0" });
         for ev in &group {
             let json = serde_json::to_vec(&***ev)?;
-            let work = if shards > 1 {
+            // Work streams carry what projector workers apply: sync events only.
+            let work = if shards > 1 && matches!(ev.event, Event::Sync(_)) {
                 keys.work_stream(&ev.tenant, shard_of(&ev.session_id, shards), shards)
             } else {
                 String::new()

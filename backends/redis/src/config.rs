@@ -24,7 +24,8 @@ pub struct RedisOptions {
     /// Approximate (`MAXLEN ~`) retention of each session and tenant stream.
     pub maxlen: usize,
     /// Work shards per tenant (`shards=K`, default 1): with K > 1 the bus also writes
-    /// each event to one of K work streams of its tenant, chosen by the session id,
+    /// each sync event (not deltas) to one of K work streams of its tenant, chosen by
+    /// the session id,
     /// and up to K projector workers of one consumer group share the tenant, one per
     /// shard at a time. Every bus and worker of a prefix must use the same K (it is
     /// recorded under `PREFIX:shards` and checked on connect).
