@@ -377,6 +377,201 @@ fn concurrent_writers_lose_no_update() {
     });
 }
 
+/// `url` with every transaction of its connections defaulting to `SERIALIZABLE`, as a
+/// server, database or role configured with `default_transaction_isolation` gives.
+fn serializable_by_default(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20default_transaction_isolation%3Dserializable")
+}
+
+/// Waits until `n` lock requests of `locktype` are waiting (not granted) and match
+/// `filter` (SQL over `pg_locks`, binding `$1`).
+async fn wait_for_waiters(conn: &mut PgConnection, filter: &str, bind: i64, n: i64) {
+    let sql = format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND {filter}");
+    let start = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(bind)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{waiting} of {n} lock waiters after 30 s ({filter})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// `pg_locks` columns of an advisory lock on a 64-bit key, matched against `$1`.
+const ADVISORY_KEY: &str =
+    "locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1";
+
+#[test]
+fn a_batch_that_waited_for_its_session_sees_the_holders_commit_under_a_serializable_default() {
+    parallel_runtime().block_on(async {
+        let Some(url) = postgres_url("serializable_default_write") else {
+            return;
+        };
+        let schema = TestSchema::create(&url).await.unwrap();
+        let store = PostgresStore::connect(&serializable_by_default(&schema.url()))
+            .await
+            .unwrap();
+        store.apply(&[put_session("a", "ses_1", 1)]).await.unwrap();
+
+        // Another writer's batch on the session holds its lock…
+        let key = forge_sql::postgres::testing::session_lock_key(
+            schema.name(),
+            &tenant("a"),
+            &"ses_1".into(),
+        );
+        let mut holder = raw(&schema).await;
+        let mut tx = holder.begin().await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        // …while ours waits for it.
+        let store = Arc::new(store);
+        let waiting = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move {
+                store
+                    .apply(&[put_message("a", "ses_1", "msg_1", 0, 2)])
+                    .await
+            }
+        });
+        let mut watch = raw(&schema).await;
+        wait_for_waiters(&mut watch, ADVISORY_KEY, key, 1).await;
+        // The holder's batch moves the session to seq 5 and commits.
+        sqlx::query("UPDATE sessions SET seq = 5 WHERE tenant = 'a' AND id = $1")
+            .bind(b"ses_1".as_slice())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        // Ours then reads seq 5, not the seq of before its wait: no serialization
+        // failure, and the seq is not lowered.
+        waiting
+            .await
+            .unwrap()
+            .expect("a batch that waited for its session lock fails");
+        let a = tenant("a");
+        let state = store.session(&a, &"ses_1".into()).await.unwrap().unwrap();
+        assert_eq!(state.seq, 5);
+        assert!(store
+            .message(&a, &"ses_1".into(), &"msg_1".into())
+            .await
+            .unwrap()
+            .is_some());
+        watch.close().await.unwrap();
+        holder.close().await.unwrap();
+        let store = Arc::into_inner(store).unwrap();
+        done(schema, store).await;
+    });
+}
+
+#[test]
+fn connects_that_waited_for_a_migration_see_its_schema_under_a_serializable_default() {
+    parallel_runtime().block_on(async {
+        let Some(url) = postgres_url("serializable_default_migration") else {
+            return;
+        };
+        let suffix = forge_core::id::ascending("mig").to_lowercase();
+        let schema = TestSchema::to_be_made(&url, &suffix).unwrap();
+        let target = serializable_by_default(&schema.url());
+        // A migration in progress: it holds the migration lock…
+        let key = forge_sql::postgres::testing::migration_lock_key();
+        let mut holder = PgConnection::connect(&url).await.unwrap();
+        let mut tx = holder.begin().await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        // …while three processes start on the schema that does not exist yet.
+        let connects: Vec<_> = (0..3)
+            .map(|_| {
+                let target = target.clone();
+                tokio::spawn(async move { PostgresStore::connect(&target).await })
+            })
+            .collect();
+        let mut watch = PgConnection::connect(&url).await.unwrap();
+        wait_for_waiters(&mut watch, ADVISORY_KEY, key, 3).await;
+        tx.commit().await.unwrap();
+        // The first creates the schema; the others, having waited, find it.
+        for c in connects {
+            let store = c
+                .await
+                .unwrap()
+                .expect("a connect that waited for another's migration fails");
+            store.apply(&[put_session("a", "ses_1", 1)]).await.unwrap();
+            store.close().await;
+        }
+        watch.close().await.unwrap();
+        holder.close().await.unwrap();
+        schema.drop().await.unwrap();
+    });
+}
+
+#[test]
+fn an_application_role_created_at_the_same_time_by_another_database_is_used() {
+    parallel_runtime().block_on(async {
+        let Some(url) = postgres_url("app_role_race") else {
+            return;
+        };
+        // Declared before the schema, so that it is dropped after it, also on a panic.
+        let role = DroppedRole {
+            url: url.clone(),
+            name: forge_core::id::ascending("forge_app").to_lowercase(),
+        };
+        let schema = TestSchema::create(&url).await.unwrap();
+        // A migration of another database of the server creating the same application
+        // role, not committed yet (the migration lock is per database, so it does not
+        // hold this one back).
+        let mut other = PgConnection::connect(&url).await.unwrap();
+        let mut tx = other.begin().await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE ROLE \"{}\" NOLOGIN",
+            role.name
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        let target = format!("{}&app_role={}", schema.url(), role.name);
+        let connect = tokio::spawn(async move { PostgresStore::connect(&target).await });
+        // Ours finds no role, creates it, and waits for the other's commit.
+        let mut watch = PgConnection::connect(&url).await.unwrap();
+        let xid: i64 = xid.parse().unwrap();
+        wait_for_waiters(
+            &mut watch,
+            "locktype = 'transactionid' AND transactionid::text::bigint = $1",
+            xid,
+            1,
+        )
+        .await;
+        tx.commit().await.unwrap();
+        let store = connect
+            .await
+            .unwrap()
+            .expect("a role created at the same time elsewhere fails the connect");
+        assert_eq!(store.current_role().await.unwrap(), role.name);
+        store.apply(&[put_session("a", "ses_1", 1)]).await.unwrap();
+        watch.close().await.unwrap();
+        other.close().await.unwrap();
+        done(schema, store).await;
+    });
+}
+
 // ---------------------------------------------------------------------------------------
 // Values
 

@@ -1,7 +1,7 @@
 //! Session locks of the Postgres write path: batches on one session run one after the
 //! other, also across processes.
 
-use forge_core::Result;
+use forge_core::{Result, SessionId, TenantId};
 use sqlx::PgConnection;
 
 use crate::error::postgres as map;
@@ -23,6 +23,15 @@ fn fnv1a(parts: &[&[u8]]) -> i64 {
     h as i64
 }
 
+/// The advisory lock key of a session's batches in `schema`.
+pub(crate) fn session_key(schema: &str, tenant: &TenantId, session: &SessionId) -> i64 {
+    fnv1a(&[
+        schema.as_bytes(),
+        tenant.as_str().as_bytes(),
+        session.as_str().as_bytes(),
+    ])
+}
+
 /// Takes a transaction-scoped advisory lock per session of the batch, in key order.
 ///
 /// Every batch touching a session holds its lock until commit, so batches on one session
@@ -39,15 +48,7 @@ pub(crate) async fn lock_sessions(
     let mut keys: Vec<i64> = needs
         .sessions
         .iter()
-        .flat_map(|(t, ids)| {
-            ids.iter().map(move |s| {
-                fnv1a(&[
-                    schema.as_bytes(),
-                    t.as_str().as_bytes(),
-                    s.as_str().as_bytes(),
-                ])
-            })
-        })
+        .flat_map(|(t, ids)| ids.iter().map(move |s| session_key(schema, t, s)))
         .collect();
     keys.sort_unstable();
     keys.dedup();

@@ -20,9 +20,9 @@ use crate::error::postgres as map;
 /// The schema version this release writes and reads.
 pub const SCHEMA_VERSION: i64 = 3;
 
-/// Serializes migrations of every forge-store schema on the server (an advisory lock
+/// Serializes migrations of every forge-store schema of the database (an advisory lock
 /// key; any constant unlikely to be used by others).
-const MIGRATION_LOCK: i64 = 0x666f_7267_655f_6d69; // "forge_mi"
+pub(crate) const MIGRATION_LOCK: i64 = 0x666f_7267_655f_6d69; // "forge_mi"
 
 /// Migration `n` (index `n - 1`) brings a schema from version `n - 1` to `n`. They run
 /// with `search_path` set to the target schema.
@@ -115,9 +115,21 @@ fn quoted(ident: &str) -> String {
     format!("\"{ident}\"")
 }
 
+/// Whether `role` is a superuser or has `BYPASSRLS`; `None` when it does not exist.
+async fn role_bypasses_rls(conn: &mut PgConnection, role: &str) -> Result<Option<bool>> {
+    sqlx::query("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1")
+        .bind(role)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map)?
+        .map(|r| r.try_get::<bool, _>(0))
+        .transpose()
+        .map_err(map)
+}
+
 /// Creates the schema if missing, checks its version, applies missing migrations and,
 /// for a privileged user, sets up the application role. One transaction, serialized
-/// with every other forge-store migration on the server.
+/// with every other forge-store migration of the database (advisory locks are per database).
 ///
 /// # Errors
 /// [`Error::Unsupported`] for a schema written by a newer version;
@@ -126,7 +138,13 @@ fn quoted(ident: &str) -> String {
 pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) -> Result<Setup> {
     let schema = quoted(&options.schema);
     let role = quoted(&options.app_role);
-    let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(map)?;
+    // READ COMMITTED whatever the server's `default_transaction_isolation`: each
+    // statement after the lock must see what the previous holder committed. Under
+    // REPEATABLE READ or SERIALIZABLE the snapshot would be taken by the lock statement,
+    // before the wait, and a second process would try to create the schema again.
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN ISOLATION LEVEL READ COMMITTED")
+        .await
+        .map_err(map)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
@@ -185,32 +203,28 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
     }
 
     if privileged {
-        // Roles are server-wide; another process may create it at the same time, which
-        // the migration lock above rules out for forge-store processes.
-        let exists =
-            sqlx::query("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = $1")
-                .bind(&options.app_role)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(map)?
-                .map(|r| r.try_get::<bool, _>(0))
-                .transpose()
-                .map_err(map)?;
-        match exists {
-            None => {
-                sqlx::raw_sql(AssertSqlSafe(format!("CREATE ROLE {role} NOLOGIN")))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map)?;
-            }
-            Some(true) => {
-                return Err(Error::invalid(format!(
-                    "postgres application role {} is a superuser or has BYPASSRLS, so \
-                     row-level security would not apply to it; use a plain role",
-                    options.app_role
-                )))
-            }
-            Some(false) => {}
+        if role_bypasses_rls(&mut tx, &options.app_role)
+            .await?
+            .is_none()
+        {
+            // Roles are server-wide, but the migration lock above is per database: a
+            // forge-store migrating another database of the server may create the role
+            // at the same time. The loser of that race waits for the winner's commit and
+            // gets a unique violation, which is the outcome it wanted: the role exists.
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "DO $$ BEGIN CREATE ROLE {role} NOLOGIN; \
+                 EXCEPTION WHEN unique_violation OR duplicate_object THEN NULL; END $$"
+            )))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+        }
+        if role_bypasses_rls(&mut tx, &options.app_role).await? == Some(true) {
+            return Err(Error::invalid(format!(
+                "postgres application role {} is a superuser or has BYPASSRLS, so \
+                 row-level security would not apply to it; use a plain role",
+                options.app_role
+            )));
         }
         sqlx::raw_sql(AssertSqlSafe(format!(
             "GRANT USAGE ON SCHEMA {schema} TO {role};

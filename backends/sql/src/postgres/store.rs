@@ -178,10 +178,20 @@ impl Backend for PostgresStore {
         Ok(Reader::Transaction(tx))
     }
 
-    /// `READ COMMITTED`: batches on one session are serialized by the session locks
-    /// ([`Backend::before_load`]), so what a batch reads stays true until it writes.
+    /// `READ COMMITTED`, always: batches on one session are serialized by the session
+    /// locks ([`Backend::before_load`]), and each statement after the locks sees what
+    /// the previous holder committed, so what a batch reads stays true until it writes.
+    /// It is set explicitly because a server, database or role may default to
+    /// `REPEATABLE READ` or `SERIALIZABLE` (`default_transaction_isolation`): there the
+    /// snapshot is taken by the lock statement, before its wait, and a batch that waited
+    /// would read the rows as they were before the previous holder's commit, then fail to
+    /// serialize (40001) on the first row they share.
     async fn begin_write(&self) -> Result<Transaction<'static, Postgres>> {
-        match self.pool.begin().await {
+        match self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .await
+        {
             Ok(tx) => Ok(tx),
             Err(e) => Err(self.acquire_failed(e).await),
         }

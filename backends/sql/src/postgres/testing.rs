@@ -15,11 +15,24 @@
 
 use std::fmt;
 
-use forge_core::{Error, Result};
+use forge_core::{Error, Result, SessionId, TenantId};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use super::config::PostgresOptions;
 use crate::error::postgres as map;
+
+/// The advisory lock key that every write batch touching `session` of `tenant` in
+/// `schema` takes first (transaction-scoped). A test that holds it
+/// (`pg_advisory_xact_lock`) holds those batches back, as a concurrent batch would.
+pub fn session_lock_key(schema: &str, tenant: &TenantId, session: &SessionId) -> i64 {
+    super::lock::session_key(schema, tenant, session)
+}
+
+/// The advisory lock key that every migration of the database takes first
+/// (transaction-scoped). A test that holds it holds every `connect` back.
+pub fn migration_lock_key() -> i64 {
+    super::schema::MIGRATION_LOCK
+}
 
 /// A schema made for one test: created empty, with a unique name, and dropped (with
 /// everything in it) by [`TestSchema::drop`] or, failing that, when the value is dropped
