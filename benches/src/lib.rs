@@ -11,6 +11,7 @@
 pub mod probe;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod suite;
 pub mod workload;
 

@@ -117,6 +117,7 @@ enum Cleanup {
         url: String,
         schema: String,
     },
+    PostgresShared(Arc<forge_sql::PostgresStore>),
     Redis {
         url: String,
         pattern: String,
@@ -174,6 +175,21 @@ async fn open(target: &Target, dir: &Path) -> Result<Opened> {
                 cleanup: Cleanup::Sqlite(store),
             }
         }
+        Target::Postgres(url) if url.contains("schema=") => {
+            // A schema the caller owns (several writer processes share it): used as
+            // given, left in place.
+            let store = Arc::new(
+                forge_sql::PostgresStore::connect(url)
+                    .await
+                    .context("connecting to Postgres")?,
+            );
+            Opened {
+                store: store.clone(),
+                bus: Arc::new(LocalBus::new()),
+                probe: Probe::None,
+                cleanup: Cleanup::PostgresShared(store),
+            }
+        }
         Target::Postgres(url) => {
             let schema = format!("forge_bench_{tag}");
             let store = Arc::new(
@@ -193,7 +209,14 @@ async fn open(target: &Target, dir: &Path) -> Result<Opened> {
             }
         }
         Target::Redis(url) => {
-            let prefixed = with_query(url, &format!("prefix=forge-bench-{tag}"));
+            // A prefix the caller names (projector workers read it afterwards) is left
+            // in place.
+            let given = url.contains("prefix=");
+            let prefixed = if given {
+                url.clone()
+            } else {
+                with_query(url, &format!("prefix=forge-bench-{tag}"))
+            };
             let store = forge_redis::RedisStore::connect(&prefixed)
                 .await
                 .context("connecting the Redis store")?;
@@ -208,9 +231,13 @@ async fn open(target: &Target, dir: &Path) -> Result<Opened> {
                     url: url.clone(),
                     pattern: pattern.clone(),
                 },
-                cleanup: Cleanup::Redis {
-                    url: url.clone(),
-                    pattern,
+                cleanup: if given {
+                    Cleanup::None
+                } else {
+                    Cleanup::Redis {
+                        url: url.clone(),
+                        pattern,
+                    }
                 },
             }
         }
@@ -222,6 +249,7 @@ impl Cleanup {
         match self {
             Self::None | Self::Redb(_) => {}
             Self::Sqlite(store) => store.close().await,
+            Self::PostgresShared(store) => store.close().await,
             Self::Postgres { store, url, schema } => {
                 store.close().await;
                 let mut conn = crate::probe::pg_connect(&url).await?;
@@ -420,7 +448,7 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     // Postgres reports a connection's WAL syncs to pg_stat_wal when it goes idle or
     // closes: close the pool before reading them. (SQLite is the other way round: its
     // counters live on the pool's threads, read before closing.)
-    if let Cleanup::Postgres { store, .. } = &opened.cleanup {
+    if let Cleanup::Postgres { store, .. } | Cleanup::PostgresShared(store) = &opened.cleanup {
         store.close().await;
     }
     let (physical, fsyncs) = probe.finish().await?;
