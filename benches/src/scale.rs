@@ -303,7 +303,10 @@ async fn used_memory(redis: &str) -> Result<u64> {
     let mut conn = redis::Client::open(RedisOptions::from_url(redis)?.server.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
