@@ -1,5 +1,5 @@
 //! Server restarts in the middle of a stream, against throwaway servers each test
-//! starts and stops itself (Postgres on 55432–55435 by `initdb` + `pg_ctl`, Redis on
+//! starts and stops itself (Postgres on 25432–25434 by `initdb` + `pg_ctl`, Redis on
 //! 6390–6394 with AOF on):
 //!
 //! - a writer streaming turns rides out `pg_ctl stop -m fast` / `-m immediate` and a
@@ -248,7 +248,7 @@ fn open_reader(rt: &tokio::runtime::Runtime, url: &str) -> Forge {
 #[test]
 fn a_postgres_restart_mid_stream_loses_and_doubles_nothing() {
     let test = "a_postgres_restart_mid_stream_loses_and_doubles_nothing";
-    let Some(mut pg) = Postgres::start(55432, test) else {
+    let Some(mut pg) = Postgres::start(25432, test) else {
         return;
     };
     let rt = runtime();
@@ -400,7 +400,7 @@ async fn fail_past_deadline(url: &str, stop: impl FnOnce()) -> (forge_store::Err
 #[test]
 fn a_server_down_past_the_deadline_fails_naming_the_server() {
     let test = "a_server_down_past_the_deadline_fails_naming_the_server";
-    let Some(mut pg) = Postgres::start(55433, test) else {
+    let Some(mut pg) = Postgres::start(25433, test) else {
         return;
     };
     let Some(mut redis) = Redis::start(6393, "always", test) else {
@@ -478,7 +478,7 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
     let Some(redis) = Redis::start(6391, "always", test) else {
         return;
     };
-    let Some(pg) = Postgres::start(55434, test) else {
+    let Some(pg) = Postgres::start(25434, test) else {
         return;
     };
     let kills = env_usize("FORGE_RESTART_KILLS", 3);

@@ -72,7 +72,7 @@ pub struct Postgres {
 const PG_DIRS: &[&str] = &["/usr/lib/postgresql/15/bin", "/usr/local/bin", "/usr/bin"];
 
 impl Postgres {
-    /// initdb and start on `port` (one of 55432–55435), or `None` after a loud skip.
+    /// initdb and start on `port` (one of 25432–25434: below the ephemeral port range, so no client socket holds it), or `None` after a loud skip.
     pub fn start(port: u16, test: &str) -> Option<Self> {
         let Some(initdb) = find("initdb", PG_DIRS) else {
             absent("initdb not found (PostgreSQL server binaries)", test);
@@ -153,16 +153,28 @@ impl Postgres {
             self.port,
             self.dir.path().display()
         );
-        let out = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-o", &opts, "-l"])
-            .arg(self.dir.path().join("log"))
-            .args(["-w", "-t", "60", "start"])
-            .stdout(Stdio::null())
-            .output()
-            .expect("run pg_ctl start");
+        let mut attempts = 0;
+        let out = loop {
+            attempts += 1;
+            let out = self
+                .command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-o", &opts, "-l"])
+                .arg(self.dir.path().join("log"))
+                .args(["-w", "-t", "60", "start"])
+                .stdout(Stdio::null())
+                .output()
+                .expect("run pg_ctl start");
+            // Another socket on the port (a server of an earlier test still closing):
+            // it goes away by itself.
+            let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+            if out.status.success() || attempts >= 10 || !log.contains("Address already in use") {
+                break out;
+            }
+            let _ = std::fs::remove_file(self.dir.path().join("log"));
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        };
         assert!(
             out.status.success(),
             "pg_ctl start failed: {}\n{}",

@@ -171,7 +171,9 @@ fn free_ports(n: usize) -> Vec<u16> {
     while out.len() < n {
         tries += 1;
         assert!(tries < 10_000, "no free ports for a redis cluster");
-        let port: u16 = 20_000 + rand::random::<u16>() % 25_000;
+        // Below the ephemeral range (32768 and up), so no client socket takes a node's
+        // port or its cluster-bus port (+10000) between the check and the start.
+        let port: u16 = 11_000 + rand::random::<u16>() % 2_000;
         if out.contains(&port) {
             continue;
         }
