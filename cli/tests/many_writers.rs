@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::example;
+use common::{env_usize, example, normalized};
 use forge_store::sql::postgres::testing::TestSchema;
 use forge_store::{SessionId, TenantId};
 use serde_json::Value;
@@ -79,15 +79,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_mins(2);
 const PROCESS_TIMEOUT: Duration = Duration::from_mins(1);
 /// What a writer's stderr must never hold (case-insensitive).
 const FORBIDDEN: [&str; 5] = ["deadlock", "serializ", "40p01", "40001", "duplicate key"];
-
-fn env_usize(var: &str, default: usize) -> usize {
-    match std::env::var(var) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{var}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Processes
@@ -224,28 +215,6 @@ fn finish(mut child: Child) -> Output {
 
 // ---------------------------------------------------------------------------------------
 // Inputs and expectations
-
-/// An export with generated ids numbered by first appearance and times zeroed: what two
-/// uploads of the same stream have in common.
-fn normalized(doc: &Value) -> Value {
-    fn walk(v: &Value, ids: &mut BTreeMap<String, usize>, in_time: bool) -> Value {
-        match v {
-            Value::String(s) if ["ses_", "msg_", "prt_"].iter().any(|p| s.starts_with(p)) => {
-                let n = ids.len();
-                Value::String(format!("id#{}", ids.entry(s.clone()).or_insert(n)))
-            }
-            Value::Number(_) if in_time => Value::from(0),
-            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, ids, in_time)).collect()),
-            Value::Object(o) => Value::Object(
-                o.iter()
-                    .map(|(k, x)| (k.clone(), walk(x, ids, in_time || k == "time")))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
-    }
-    walk(doc, &mut BTreeMap::new(), false)
-}
 
 /// One stream uploaded alone: its normalized export and the `seq` it leaves.
 struct Reference {

@@ -40,7 +40,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{example, open_things, stderr, stdout};
+use common::{env_usize, example, normalized, open_things, stderr, stdout};
 use forge_store::sql::PostgresStore;
 use forge_store::{SessionId, TenantId};
 use serde_json::Value;
@@ -290,28 +290,6 @@ fn retexted(doc: &Value, text: &str) -> Value {
         }
     }
     doc
-}
-
-/// An export with generated ids numbered by first appearance and times zeroed: what
-/// two runs of the same replay have in common.
-fn normalized(doc: &Value) -> Value {
-    fn walk(v: &Value, ids: &mut BTreeMap<String, usize>, in_time: bool) -> Value {
-        match v {
-            Value::String(s) if ["ses_", "msg_", "prt_"].iter().any(|p| s.starts_with(p)) => {
-                let n = ids.len();
-                Value::String(format!("id#{}", ids.entry(s.clone()).or_insert(n)))
-            }
-            Value::Number(_) if in_time => Value::from(0),
-            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, ids, in_time)).collect()),
-            Value::Object(o) => Value::Object(
-                o.iter()
-                    .map(|(k, x)| (k.clone(), walk(x, ids, in_time || k == "time")))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
-    }
-    walk(doc, &mut BTreeMap::new(), false)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -589,15 +567,6 @@ async fn switch_off_attempts(d: &Deployment) -> usize {
 
 // ---------------------------------------------------------------------------------------
 // Many processes and tenants at once
-
-fn env_usize(var: &str, default: usize) -> usize {
-    match std::env::var(var) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{var}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
 
 /// The streams the processes replay, one per process in turn.
 const STREAMS: [&str; 3] = [
