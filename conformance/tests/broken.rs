@@ -42,10 +42,29 @@ fn config() -> Config {
     c.with_scale(0)
 }
 
+/// Cases for a bug that few generated cases reach: measured at about one case in 20
+/// (a miss in 3 of 31 runs of 48 cases), so 256 cases miss it about once in 200,000
+/// runs.
+const RARE_CASES: u32 = 256;
+
+/// [`config`] with [`RARE_CASES`], running `only` (the other properties would run
+/// five times as long for nothing).
+fn rare_config(only: Property) -> Config {
+    let mut c = config();
+    c.cases = c.cases.max(RARE_CASES);
+    c.only = Some(only.name().to_owned());
+    c
+}
+
 /// Runs the whole suite on `wrapper`; `meant` must fail with a message containing one
 /// of `because`.
 fn caught(wrapper: Wrapper, meant: Property, because: &[&str]) {
-    let report = forge_conformance::run(&Broken::new(wrapper), &config());
+    caught_with(&config(), wrapper, meant, because);
+}
+
+/// [`caught`] with `config`.
+fn caught_with(config: &Config, wrapper: Wrapper, meant: Property, because: &[&str]) {
+    let report = forge_conformance::run(&Broken::new(wrapper), config);
     let failed: Vec<&str> = report
         .results
         .iter()
@@ -251,7 +270,13 @@ fn appending_recover<'a>(
 fn crash_durable_bus_catches_a_recover_that_appends_to_stored_text() {
     let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
         .with_bus(|| Some(Arc::new(LocalBus::with_replay(100_000))));
-    let outcome = run_with_recover(&memory, &config(), true, appending_recover);
+    // Only cases whose crash leaves a text part with stored text reach this bug.
+    let outcome = run_with_recover(
+        &memory,
+        &rare_config(Property::CrashDurableBus),
+        true,
+        appending_recover,
+    );
     println!("CAUGHT | injected recover that appends to stored text | meant: crash_durable_bus | failed: crash_durable_bus");
     let Outcome::Failed { message, .. } = &outcome else {
         panic!("crash_durable_bus did not catch a recover that appends to the stored text")
@@ -309,7 +334,9 @@ fn upsert_catches_a_failing_batch_that_is_half_applied() {
 
 #[test]
 fn upsert_catches_a_part_keyed_per_message_that_stays_when_moved() {
-    caught(
+    // Only cases that move a part to another message reach this bug.
+    caught_with(
+        &rare_config(Property::Upsert),
         Wrapper::Store(StoreBug::PartKeyedPerMessage),
         Property::Upsert,
         // A stale copy shows up in a read ("expected:") or in the open items ("2 open
