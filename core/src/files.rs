@@ -67,6 +67,33 @@ pub fn remove_abandoned_creations(path: &Path) -> usize {
     removed
 }
 
+/// Makes durable the directory entry of `path` (a file just created, linked, or renamed
+/// there) by syncing the directory that holds it. A new file's own `fsync` persists its
+/// data, not its name: until its directory is synced, a power cut may leave the file
+/// out of the directory, whatever was synced into it.
+///
+/// # Errors
+/// The directory cannot be opened or synced; the error names the directory.
+pub fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "syncing directory {} (to make {} durable): {e}",
+                    dir.display(),
+                    path.file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+                ),
+            )
+        })
+}
+
 fn abandoned(pid: u32, age: Option<Duration>) -> bool {
     if pid == std::process::id() {
         return false;
@@ -124,6 +151,17 @@ mod tests {
             other_store.exists(),
             "another store's files must be left alone"
         );
+    }
+
+    #[test]
+    fn syncing_a_directory_names_it_when_it_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        sync_dir(&file).unwrap();
+        let missing = dir.path().join("gone").join("f");
+        let e = sync_dir(&missing).unwrap_err();
+        assert!(e.to_string().contains("gone"), "{e}");
     }
 
     #[test]

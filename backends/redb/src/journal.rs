@@ -164,6 +164,9 @@ impl Journal {
             file.write_all(&header)
                 .and_then(|()| file.sync_all())
                 .map_err(|e| io(&path, "write header", e))?;
+            // Every record is synced into this file from now on: its name must be as
+            // durable as they are, or a power cut takes the whole journal.
+            forge_core::files::sync_dir(&path).map_err(|e| io(&path, "create", e))?;
         } else {
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes)

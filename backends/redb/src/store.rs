@@ -109,6 +109,7 @@ impl RedbStore {
             .truncate(false)
             .open(&path)
             .map_err(|e| open_error(&path, e))?;
+        forge_core::files::sync_dir(&path).map_err(|e| open_error(&path, e))?;
         let backend =
             CountingBackend::new(FileBackend::new(file).map_err(|e| open_error(&path, e))?);
         let counters = backend.counters();
@@ -253,7 +254,13 @@ fn create_waiting(path: &Path, options: RedbOptions) -> Result<Database> {
             {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            opened => return opened.map_err(|e| open_error(path, e)),
+            opened => {
+                let db = opened.map_err(|e| open_error(path, e))?;
+                // Created in place when it was missing: its name is durable with its
+                // directory (a no-op cost for a file that was there).
+                forge_core::files::sync_dir(path).map_err(|e| open_error(path, e))?;
+                return Ok(db);
+            }
         }
     }
 }
@@ -296,12 +303,8 @@ fn create_whole(path: &Path, options: &RedbOptions) -> Result<Option<Database>> 
     let _ = std::fs::remove_file(&tmp);
     let db = linked?;
     if db.is_some() {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // The link is durable with its directory.
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        // The link is durable with its directory.
+        forge_core::files::sync_dir(path).map_err(|e| open_error(path, e))?;
     }
     Ok(db)
 }
@@ -566,7 +569,8 @@ fn keep_copy(path: &Path, from: u64) -> Result<PathBuf> {
     let partial = copy.with_extension("bak.partial");
     let made = std::fs::copy(path, &partial)
         .and_then(|_| std::fs::File::open(&partial)?.sync_all())
-        .and_then(|()| std::fs::rename(&partial, &copy));
+        .and_then(|()| std::fs::rename(&partial, &copy))
+        .and_then(|()| forge_core::files::sync_dir(&copy));
     made.map_err(|e| {
         let _ = std::fs::remove_file(&partial);
         Error::backend(

@@ -173,7 +173,11 @@ fn the_file_is_in_wal_mode_with_the_requested_synchronous_setting() {
     let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
         let store = open(dir.path()).await;
-        assert_eq!(store.options().synchronous, Synchronous::Normal);
+        assert_eq!(
+            store.options().synchronous,
+            Synchronous::Full,
+            "the default must sync every commit (a power cut keeps what was confirmed)"
+        );
         // journal_mode is persistent: a fresh connection sees WAL.
         assert_eq!(
             pragma(dir.path(), "journal_mode").await,
@@ -183,11 +187,11 @@ fn the_file_is_in_wal_mode_with_the_requested_synchronous_setting() {
         store.close().await;
 
         let url = format!(
-            "sqlite://{}?synchronous=full&busy_timeout_ms=1500",
+            "sqlite://{}?synchronous=normal&busy_timeout_ms=1500",
             dir.path().join("forge.db").display()
         );
         let full = SqliteStore::open(&url).await.unwrap();
-        assert_eq!(full.options().synchronous, Synchronous::Full);
+        assert_eq!(full.options().synchronous, Synchronous::Normal);
         assert_eq!(
             full.options().busy_timeout,
             std::time::Duration::from_millis(1500)

@@ -63,6 +63,9 @@ pub enum PgStop {
 /// A throwaway Postgres cluster.
 pub struct Postgres {
     dir: tempfile::TempDir,
+    /// Its Unix socket's directory (apart from `dir`: a test file system may not hold
+    /// sockets).
+    sockets: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
     via_runuser: bool,
@@ -74,6 +77,12 @@ const PG_DIRS: &[&str] = &["/usr/lib/postgresql/15/bin", "/usr/local/bin", "/usr
 impl Postgres {
     /// initdb and start on `port` (one of 25432–25434: below the ephemeral port range, so no client socket holds it), or `None` after a loud skip.
     pub fn start(port: u16, test: &str) -> Option<Self> {
+        Self::start_in(port, test, &std::env::temp_dir())
+    }
+
+    /// As [`Postgres::start`], with the cluster's directory made under `parent` (a
+    /// test file system, say).
+    pub fn start_in(port: u16, test: &str, parent: &Path) -> Option<Self> {
         let Some(initdb) = find("initdb", PG_DIRS) else {
             absent("initdb not found (PostgreSQL server binaries)", test);
             return None;
@@ -85,20 +94,27 @@ impl Postgres {
         }
         let dir = tempfile::Builder::new()
             .prefix("forge-pg-")
+            .tempdir_in(parent)
+            .expect("temp dir");
+        let sockets = tempfile::Builder::new()
+            .prefix("forge-pg-sockets-")
             .tempdir()
             .expect("temp dir");
         let via_runuser = is_root();
         if via_runuser {
-            let chown = Command::new("chown")
-                .arg("-R")
-                .arg("postgres")
-                .arg(dir.path())
-                .status()
-                .expect("chown");
-            assert!(chown.success(), "chown of {} failed", dir.path().display());
+            for d in [dir.path(), sockets.path()] {
+                let chown = Command::new("chown")
+                    .arg("-R")
+                    .arg("postgres")
+                    .arg(d)
+                    .status()
+                    .expect("chown");
+                assert!(chown.success(), "chown of {} failed", d.display());
+            }
         }
         let pg = Self {
             dir,
+            sockets,
             bin,
             port,
             via_runuser,
@@ -151,7 +167,7 @@ impl Postgres {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1",
             self.port,
-            self.dir.path().display()
+            self.sockets.path().display()
         );
         let mut attempts = 0;
         let out = loop {
@@ -242,15 +258,20 @@ pub struct Redis {
 
 impl Redis {
     /// Starts `redis-server` on `port` (one of 6390–6394) with `appendfsync` = `fsync`
-    /// (`always` or `everysec`), or `None` after a loud skip.
+    /// (`always`, `everysec` or `no`), or `None` after a loud skip.
     pub fn start(port: u16, fsync: &'static str, test: &str) -> Option<Self> {
+        Self::start_in(port, fsync, test, &std::env::temp_dir())
+    }
+
+    /// As [`Redis::start`], with its directory (the AOF) made under `parent`.
+    pub fn start_in(port: u16, fsync: &'static str, test: &str, parent: &Path) -> Option<Self> {
         let Some(bin) = find("redis-server", &["/usr/bin", "/usr/local/bin"]) else {
             absent("redis-server not found", test);
             return None;
         };
         let dir = tempfile::Builder::new()
             .prefix("forge-redis-")
-            .tempdir()
+            .tempdir_in(parent)
             .expect("temp dir");
         let mut r = Self {
             dir,

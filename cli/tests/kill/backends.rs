@@ -135,6 +135,10 @@ impl Drop for RedisPrefix {
 /// The store of one backend for the whole test: each run gets its own URL and tenant.
 pub enum Place {
     File(Backend, tempfile::TempDir),
+    /// A file store whose URLs carry `?QUERY` (e.g. `synchronous=normal`; the power-cut
+    /// campaign's weaker settings).
+    #[allow(dead_code)]
+    FileWith(Backend, tempfile::TempDir, String),
     Postgres(Pg),
     Redis(RedisPrefix),
 }
@@ -156,6 +160,10 @@ impl Place {
         match self {
             Self::File(Backend::Redb, dir) => format!("redb://{}", file(dir.path(), run, "redb")),
             Self::File(_, dir) => format!("sqlite://{}", file(dir.path(), run, "db")),
+            Self::FileWith(Backend::Redb, dir, q) => {
+                format!("redb://{}?{q}", file(dir.path(), run, "redb"))
+            }
+            Self::FileWith(_, dir, q) => format!("sqlite://{}?{q}", file(dir.path(), run, "db")),
             Self::Postgres(pg) => pg.url(),
             Self::Redis(r) => r.url(""),
         }
@@ -166,7 +174,7 @@ impl Place {
     /// write with nothing to set up.
     pub fn fresh_url(&self, run: &str) -> Option<String> {
         match self {
-            Self::File(..) => Some(self.url(run)),
+            Self::File(..) | Self::FileWith(..) => Some(self.url(run)),
             Self::Postgres(pg) => Some(pg.fresh_url(run)),
             Self::Redis(_) => None,
         }

@@ -10,12 +10,14 @@ use forge_core::{Error, Result};
 /// When a commit reaches the disk (SQLite's `synchronous` in WAL mode).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Synchronous {
-    /// `NORMAL` (the default): a commit survives a crash of the process at once, and a
-    /// crash of the machine once the WAL is synced (at the next checkpoint). A power
-    /// loss may lose the last commits but never corrupts the file.
-    #[default]
+    /// `NORMAL` (opt-in, `synchronous=normal`): a commit survives a crash of the process
+    /// at once, but reaches the disk only at the next checkpoint's sync of the WAL. A
+    /// power loss can take every commit since then (the confirmed boundaries with them)
+    /// and never corrupts the file. Fewer syncs, the same bytes written.
     Normal,
-    /// `FULL`: every commit syncs the WAL before it returns, so it survives a power loss.
+    /// `FULL` (the default): every commit syncs the WAL before it returns, so a
+    /// confirmed boundary survives a power loss.
+    #[default]
     Full,
 }
 
@@ -261,13 +263,13 @@ mod tests {
     fn parses_paths_and_options_and_names_what_is_wrong() {
         let o = SqliteOptions::from_url("sqlite://data/forge.db").unwrap();
         assert_eq!(o, SqliteOptions::new("data/forge.db"));
-        assert_eq!(o.synchronous, Synchronous::Normal);
+        assert_eq!(o.synchronous, Synchronous::Full);
         let o = SqliteOptions::from_url(
-            "sqlite:///tmp/x.db?synchronous=FULL&busy_timeout_ms=250&readers=2",
+            "sqlite:///tmp/x.db?synchronous=NORMAL&busy_timeout_ms=250&readers=2",
         )
         .unwrap();
         assert_eq!(o.path, PathBuf::from("/tmp/x.db"));
-        assert_eq!(o.synchronous, Synchronous::Full);
+        assert_eq!(o.synchronous, Synchronous::Normal);
         assert_eq!(o.busy_timeout, Duration::from_millis(250));
         assert_eq!(o.readers, 2);
         assert_eq!(o.wal_autocheckpoint, 1000);

@@ -66,7 +66,8 @@ impl SqliteStore {
     /// # Errors
     /// As [`SqliteStore::open`].
     pub async fn open_with(options: SqliteOptions) -> Result<Self> {
-        create_whole(&options).await;
+        let existed = options.path.exists();
+        create_whole(&options).await?;
         files::check_not_empty(&options.path)?;
         files::check_wal(&options.path)?;
         // sqlx leaves journal_mode alone and synchronous at FULL: both are set here.
@@ -93,6 +94,11 @@ impl SqliteStore {
             .connect_with(writer_options)
             .await
             .map_err(|e| in_file(map(e), &options.path))?;
+        if !existed {
+            // Made in place (no hard links here, or another process made it): its name
+            // is durable with its directory.
+            forge_core::files::sync_dir(&options.path).map_err(|e| dir_error(&options.path, &e))?;
+        }
         {
             let mut tx = writer
                 .begin_with("BEGIN IMMEDIATE")
@@ -192,14 +198,14 @@ impl SqliteStore {
 /// Where this cannot be done (the path exists, its directory is not writable, hard
 /// links are not supported) the store is opened in place, and any error is reported by
 /// that open.
-async fn create_whole(options: &SqliteOptions) {
+async fn create_whole(options: &SqliteOptions) -> Result<()> {
     let path = &options.path;
     forge_core::files::remove_abandoned_creations(path);
     if path.exists() {
-        return;
+        return Ok(());
     }
     let Some(tmp) = forge_core::files::creation_path(path) else {
-        return;
+        return Ok(());
     };
     let linked = match make(&tmp, options).await {
         Ok(()) => std::fs::hard_link(&tmp, path).is_ok(),
@@ -214,12 +220,16 @@ async fn create_whole(options: &SqliteOptions) {
     }
     if linked {
         // The link is durable with its directory.
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        forge_core::files::sync_dir(path).map_err(|e| dir_error(path, &e))?;
     }
+    Ok(())
+}
+
+/// A failed directory sync: a store error naming the file, never ignored (the file's
+/// name would not survive a power cut).
+fn dir_error(path: &std::path::Path, e: &std::io::Error) -> forge_core::Error {
+    let e = std::io::Error::new(e.kind(), format!("SQLite database {}: {e}", path.display()));
+    Error::backend("sqlite", false, e)
 }
 
 /// A new database at `tmp` with the store's page size, WAL mode and schema, everything
