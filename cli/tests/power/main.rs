@@ -1,0 +1,415 @@
+//! Power-cut campaign: a real `forge-store` writer streams W1 with `--confirmations`
+//! into a store on `forge-powerfs`, a test file system that keeps every write in memory
+//! until its file is synced and every new directory entry (create, link, rename,
+//! unlink) until its directory is synced. The writer is SIGKILLed at a random point
+//! (after a random confirmation, or after a random delay), every server process using
+//! the file system is killed too, and the power is cut: everything not synced is
+//! dropped, as a machine that lost power would. Then the servers start again on what
+//! is left, `forge-store recover` runs in a new process, and the checks of the kill
+//! campaign run (`cli/tests/kill/check.rs`): every confirmed boundary stored once in
+//! its last confirmed form, nothing open, a second `recover` changing nothing.
+//!
+//! Backends: redb (file and journal), SQLite, a throwaway Postgres cluster whose data
+//! directory is on the file system, and a throwaway Redis whose AOF directory is on it.
+//! Each runs under its defaults; a check of the check runs the settings that must lose
+//! (SQLite `synchronous=normal`, Postgres `synchronous_commit=off`, Redis `appendfsync
+//! no`) and fails unless they do lose confirmed boundaries.
+//!
+//! Size: `FORGE_POWER_RUNS` cuts per backend and setting (default 4);
+//! `scripts/faults/power.sh N` runs a large campaign. `FORGE_POWER_SEED` reruns the same
+//! kill points. Without FUSE (`/dev/fuse`, permission to mount) every test skips loudly;
+//! under `FORGE_TEST_REQUIRE_FUSE=1` that is a failure. Postgres and Redis skip loudly
+//! without their server binaries, and fail under `FORGE_TEST_REQUIRE_SERVICES=1`.
+
+#[allow(dead_code)]
+#[path = "../kill/backends.rs"]
+mod backends;
+#[allow(dead_code)]
+#[path = "../kill/check.rs"]
+mod check;
+#[allow(dead_code)]
+#[path = "../kill/child.rs"]
+mod child;
+#[allow(dead_code)]
+#[path = "../kill/kinds.rs"]
+mod kinds;
+#[path = "../common/servers.rs"]
+mod servers;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use backends::{Backend, Pg, Place, RedisPrefix};
+use check::Figures;
+use child::KillAt;
+use forge_powercut::{Mounted, Rules};
+use kinds::Kind;
+
+/// A seeded generator (splitmix64), as the kill campaign's.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        if n == 0 {
+            0
+        } else {
+            (z ^ (z >> 31)) % n
+        }
+    }
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}")),
+        Err(_) => default,
+    }
+}
+
+/// Mounts a power-cut file system on a new directory, or `None` after a loud skip
+/// (a failure under `FORGE_TEST_REQUIRE_FUSE=1`).
+fn mount(test: &str) -> Option<(tempfile::TempDir, Mounted)> {
+    let dir = tempfile::Builder::new()
+        .prefix("forge-power-")
+        .tempdir()
+        .expect("temp dir");
+    match Mounted::mount(dir.path(), Rules::Strict) {
+        Ok(m) => Some((dir, m)),
+        Err(e) => {
+            let required = std::env::var("FORGE_TEST_REQUIRE_FUSE").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "{test}: the power-cut file system could not be mounted: {e} \
+                 (FORGE_TEST_REQUIRE_FUSE=1, so this is a failure)"
+            );
+            eprintln!(
+                "SKIPPED {test}: the power-cut file system could not be mounted ({e}); \
+                 it needs /dev/fuse and fuse3"
+            );
+            None
+        }
+    }
+}
+
+/// A server whose files are on the power-cut file system: stopped hard before the cut
+/// (its process must not write after the power is gone), started again after it.
+enum Server {
+    None,
+    Postgres(servers::Postgres),
+    Redis(servers::Redis),
+}
+
+impl Server {
+    fn crash(&mut self) {
+        match self {
+            Self::None => {}
+            Self::Postgres(pg) => pg.stop(servers::PgStop::Immediate),
+            Self::Redis(r) => r.stop(servers::RedisStop::Kill),
+        }
+    }
+
+    fn restart(&mut self) {
+        match self {
+            Self::None => {}
+            Self::Postgres(pg) => pg.start_again(),
+            Self::Redis(r) => r.start_again(),
+        }
+    }
+}
+
+/// What a campaign on one backend and setting found.
+struct Found {
+    line: String,
+    figures: Figures,
+    /// Confirmed boundaries missing or older after the cut.
+    lost: usize,
+}
+
+/// Runs `runs` cuts of `kind` writers on `place`, cutting power on `fs` after each kill.
+fn campaign(
+    label: &str,
+    fs: &Mounted,
+    place: &Place,
+    server: &mut Server,
+    kind: Kind,
+    runs: usize,
+    rng: &mut Rng,
+) -> Found {
+    let started = Instant::now();
+    let mut f = Figures::default();
+    let (mut full, mut total) = (Duration::ZERO, 0usize);
+    let (mut dropped_bytes, mut cuts) = (0u64, 0usize);
+    for i in 0..=runs {
+        let at = if i == 0 {
+            KillAt::Never
+        } else if i % 2 == 1 && total > 1 {
+            let n = 1 + rng.below(total as u64 - 1) as usize;
+            KillAt::After(n, Duration::from_millis(rng.below(3)))
+        } else {
+            let within = full.as_millis() as u64 * 9 / 10;
+            KillAt::Delay(Duration::from_millis(rng.below(within + 1)))
+        };
+        let name = format!(
+            "p{}{i}x{:x}",
+            &kind.name()[..3],
+            backends::nanos() % 0xFFFF_FFFF
+        );
+        let r = kinds::start(kind, place, None, &name, at);
+        let o = &r.outcome;
+        if i == 0 {
+            assert!(
+                o.finished,
+                "{label} {name}: the full run did not finish: {} {}",
+                o.status, o.stderr
+            );
+            full = o.ran;
+            total = o.confirmed.len();
+            assert!(total > 0, "{label} {name}: a full run confirmed nothing");
+        }
+        f.runs += 1;
+        f.kills += usize::from(o.killed);
+        f.finished += usize::from(o.finished);
+        if !o.killed && !o.finished {
+            f.other += 1;
+            f.problem(
+                &name,
+                format!("the writer failed: {} {}", o.status, o.stderr),
+            );
+        }
+        // The power goes: servers die with the machine, then what was not synced.
+        server.crash();
+        let cut = fs
+            .cut()
+            .expect("the power-cut file system mounts again after the cut");
+        dropped_bytes += cut.dropped_bytes;
+        cuts += 1;
+        server.restart();
+        let before = f.problems.len();
+        kinds::verify(kind, &r, &name, &mut f);
+        if f.problems.len() > before {
+            f.problem(
+                &name,
+                format!(
+                    "kill point {at:?}, {} confirmations read",
+                    o.confirmed.len()
+                ),
+            );
+        }
+    }
+    let lost = f.lost + f.changed;
+    let line = format!(
+        "power {label:<28} cuts {cuts} (writer killed {}, finished first {}), confirmed \
+         boundaries checked {}, lost {}, changed {}, duplicates {}, open left {}, \
+         recover-idempotence failures {}, failed recovers {}, other failures {}, unsynced \
+         bytes dropped by the cuts {dropped_bytes} ({:.1} s)",
+        f.kills,
+        f.finished,
+        f.confirmed,
+        f.lost,
+        f.changed,
+        f.duplicates,
+        f.open_left,
+        f.not_idempotent,
+        f.recover_failed,
+        f.other,
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!("{line}");
+    Found {
+        line,
+        figures: f,
+        lost,
+    }
+}
+
+fn runs() -> usize {
+    env_number("FORGE_POWER_RUNS", 4) as usize
+}
+
+fn rng(backend: Backend) -> Rng {
+    let seed = env_number(
+        "FORGE_POWER_SEED",
+        (backends::nanos() % 1_000_000_007) as u64,
+    );
+    eprintln!("power: seed {seed} (FORGE_POWER_SEED={seed} reruns the same kill points)");
+    Rng(seed ^ (backend as u64).wrapping_mul(0x1000_0001))
+}
+
+/// A default setting keeps every confirmed boundary through every cut.
+fn assert_kept(found: &[Found]) {
+    let failed: Vec<String> = found
+        .iter()
+        .filter(|x| x.figures.failed())
+        .map(|x| format!("{}\n  {}", x.line, x.figures.problems.join("\n  ")))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// A setting that must lose, lost: else the harness cannot tell synced from unsynced.
+fn assert_lost(found: &Found, setting: &str) {
+    assert!(
+        found.lost > 0,
+        "check of the check: {setting} lost nothing in {} cuts, so these cuts cannot tell \
+         a synced write from an unsynced one\n{}",
+        found.figures.runs,
+        found.line
+    );
+}
+
+/// A directory for the stores, made durable (its name synced) before the first cut.
+fn stores_dir(fs: &Mounted, mount: &Path) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("stores-")
+        .tempdir_in(mount)
+        .expect("a directory on the power-cut file system");
+    fs.sync();
+    dir
+}
+
+#[test]
+fn a_power_cut_loses_nothing_confirmed_on_redb() {
+    let Some((mount, fs)) = mount("power cut on redb") else {
+        return;
+    };
+    let mut rng = rng(Backend::Redb);
+    let place = Place::File(Backend::Redb, stores_dir(&fs, mount.path()));
+    let found: Vec<Found> = [Kind::Replay, Kind::Every]
+        .into_iter()
+        .map(|kind| {
+            let label = format!("redb {}", kind.name());
+            campaign(
+                &label,
+                &fs,
+                &place,
+                &mut Server::None,
+                kind,
+                runs(),
+                &mut rng,
+            )
+        })
+        .collect();
+    assert_kept(&found);
+}
+
+#[test]
+fn a_power_cut_loses_nothing_confirmed_on_sqlite_and_synchronous_normal_loses() {
+    let Some((mount, fs)) = mount("power cut on SQLite") else {
+        return;
+    };
+    let mut rng = rng(Backend::Sqlite);
+    let place = Place::File(Backend::Sqlite, stores_dir(&fs, mount.path()));
+    let kept: Vec<Found> = [Kind::Replay, Kind::Every]
+        .into_iter()
+        .map(|kind| {
+            let label = format!("sqlite {}", kind.name());
+            campaign(
+                &label,
+                &fs,
+                &place,
+                &mut Server::None,
+                kind,
+                runs(),
+                &mut rng,
+            )
+        })
+        .collect();
+    let normal = Place::FileWith(
+        Backend::Sqlite,
+        stores_dir(&fs, mount.path()),
+        "synchronous=normal".to_owned(),
+    );
+    let weak = campaign(
+        "sqlite synchronous=normal",
+        &fs,
+        &normal,
+        &mut Server::None,
+        Kind::Replay,
+        runs(),
+        &mut rng,
+    );
+    assert_kept(&kept);
+    assert_lost(&weak, "SQLite synchronous=normal");
+}
+
+#[test]
+#[ignore = "pg_ctl start after the cut fails on the power-cut file system (the restarted cluster exits during startup); reported open"]
+fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_loses() {
+    let test = "power cut on Postgres";
+    let Some((mount, fs)) = mount(test) else {
+        return;
+    };
+    let parent = stores_dir(&fs, mount.path());
+    let Some(pg) = servers::Postgres::start_in(25435, test, parent.path()) else {
+        return;
+    };
+    fs.sync(); // the new cluster (initdb --no-sync) is the machine's starting state
+    let mut rng = rng(Backend::Postgres);
+    let base = pg.url();
+    let mut server = Server::Postgres(pg);
+    let place = Place::Postgres(Pg::create(&base));
+    fs.sync();
+    let kept = campaign(
+        "postgres replay",
+        &fs,
+        &place,
+        &mut server,
+        Kind::Replay,
+        runs(),
+        &mut rng,
+    );
+    let off = Place::Postgres(Pg::create(&format!(
+        "{base}?options=-c%20synchronous_commit%3Doff"
+    )));
+    fs.sync();
+    let weak = campaign(
+        "postgres synchronous_commit=off",
+        &fs,
+        &off,
+        &mut server,
+        Kind::Replay,
+        runs(),
+        &mut rng,
+    );
+    drop((place, off));
+    assert_kept(&[kept]);
+    assert_lost(&weak, "Postgres synchronous_commit=off");
+}
+
+#[test]
+fn a_power_cut_loses_nothing_confirmed_on_redis_always_and_appendfsync_no_loses() {
+    let test = "power cut on Redis";
+    let Some((mount, fs)) = mount(test) else {
+        return;
+    };
+    let mut rng = rng(Backend::Redis);
+    let mut found = Vec::new();
+    for (port, policy) in [(6395, "always"), (6396, "no")] {
+        let parent = stores_dir(&fs, mount.path());
+        let Some(r) = servers::Redis::start_in(port, policy, test, parent.path()) else {
+            return;
+        };
+        fs.sync();
+        let place = Place::Redis(RedisPrefix::new(&r.url(), "power"));
+        let mut server = Server::Redis(r);
+        let label = format!("redis appendfsync {policy}");
+        found.push(campaign(
+            &label,
+            &fs,
+            &place,
+            &mut server,
+            Kind::Replay,
+            runs(),
+            &mut rng,
+        ));
+        drop(place);
+    }
+    let weak = found.pop().expect("the appendfsync no run");
+    assert_kept(&found);
+    assert_lost(&weak, "Redis appendfsync no");
+}
