@@ -45,6 +45,15 @@ use child::KillAt;
 use forge_powercut::{Mounted, Rules};
 use kinds::Kind;
 
+/// One campaign at a time: a cut unmounts, and two mounts cut and remounted at once
+/// have made a remount fail.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A seeded generator (splitmix64), as the kill campaign's.
 struct Rng(u64);
 
@@ -274,6 +283,7 @@ fn stores_dir(fs: &Mounted, mount: &Path) -> tempfile::TempDir {
 
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_redb() {
+    let _serial = serial();
     let Some((mount, fs)) = mount("power cut on redb") else {
         return;
     };
@@ -299,6 +309,7 @@ fn a_power_cut_loses_nothing_confirmed_on_redb() {
 
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_sqlite_and_synchronous_normal_loses() {
+    let _serial = serial();
     let Some((mount, fs)) = mount("power cut on SQLite") else {
         return;
     };
@@ -340,6 +351,7 @@ fn a_power_cut_loses_nothing_confirmed_on_sqlite_and_synchronous_normal_loses() 
 #[test]
 #[ignore = "pg_ctl start after the cut fails on the power-cut file system (the restarted cluster exits during startup); reported open"]
 fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_loses() {
+    let _serial = serial();
     let test = "power cut on Postgres";
     let Some((mount, fs)) = mount(test) else {
         return;
@@ -383,6 +395,7 @@ fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_lo
 
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_redis_always_and_appendfsync_no_loses() {
+    let _serial = serial();
     let test = "power cut on Redis";
     let Some((mount, fs)) = mount(test) else {
         return;
