@@ -147,6 +147,13 @@ fn err(e: i32) -> Errno {
     Errno::from_i32(e)
 }
 
+fn done(reply: ReplyEmpty, result: Result<(), i32>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
 fn attr(ino: u64, n: &Node) -> FileAttr {
     let (kind, size) = match &n.body {
         Body::File(d) => (FileType::RegularFile, d.size),
@@ -321,17 +328,11 @@ impl Filesystem for Fs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.state().remove(parent.0, name, false) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.state().remove(parent.0, name, false));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.state().remove(parent.0, name, true) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.state().remove(parent.0, name, true));
     }
 
     fn symlink(
@@ -364,13 +365,10 @@ impl Filesystem for Fs {
     ) {
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
-        match self
-            .state()
-            .rename(parent.0, name, newparent.0, newname, no_replace, exchange)
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        let result =
+            self.state()
+                .rename(parent.0, name, newparent.0, newname, no_replace, exchange);
+        done(reply, result);
     }
 
     fn link(
@@ -470,10 +468,7 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.state().fsync(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.state().fsync(ino.0));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -544,10 +539,7 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.state().sync_dir(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.state().sync_dir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
