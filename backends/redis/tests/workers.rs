@@ -108,10 +108,15 @@ impl Store for Logged {
 /// A worker process: projects tenant t1 into the Postgres schema of
 /// `FORGE_WORKER_PG` until killed, printing its applies and its shards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry point, started by three_workers_share_a_tenant_and_survive_the_kill_of_one"]
 async fn worker_child() {
-    let Ok(url) = std::env::var(CHILD) else {
-        return;
-    };
+    let url = std::env::var(CHILD).unwrap_or_else(|_| {
+        panic!(
+            "worker_child is a child process of \
+             three_workers_share_a_tenant_and_survive_the_kill_of_one and runs only with \
+             {CHILD} set"
+        )
+    });
     let pg = std::env::var("FORGE_WORKER_PG").expect("FORGE_WORKER_PG");
     let name = std::env::var("FORGE_WORKER_NAME").expect("FORGE_WORKER_NAME");
     let target: Arc<dyn Store> = Arc::new(Logged(Arc::new(
@@ -173,7 +178,13 @@ impl Drop for Worker {
 
 fn spawn_worker(url: &str, pg: &str, name: &str) -> Worker {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["worker_child", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "worker_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, url)
         .env("FORGE_WORKER_PG", pg)
         .env("FORGE_WORKER_NAME", name)
