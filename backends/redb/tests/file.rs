@@ -80,21 +80,35 @@ fn close_waits_for_a_cancelled_write_and_releases_the_file() {
 
 const CHILD_ENV: &str = "FORGE_REDB_TEST_CHILD_DB";
 
+/// The dead writer of [`another_process_reads_what_a_dead_writer_committed`]: commits,
+/// then exits without closing the database, as a crash would. Started any other way
+/// (without [`CHILD_ENV`]), it fails.
+#[test]
+#[ignore = "child-process entry point, started by \
+            another_process_reads_what_a_dead_writer_committed"]
+fn dead_writer_child() {
+    let path = std::env::var_os(CHILD_ENV).unwrap_or_else(|| {
+        panic!(
+            "dead_writer_child is the child of \
+             another_process_reads_what_a_dead_writer_committed and runs only with \
+             {CHILD_ENV} set"
+        )
+    });
+    let store = RedbStore::open(&path).unwrap();
+    runtime().block_on(apply_all(&store, &sample_history()));
+    std::mem::forget(store);
+    std::process::exit(0);
+}
+
 #[test]
 fn another_process_reads_what_a_dead_writer_committed() {
-    if let Some(path) = std::env::var_os(CHILD_ENV) {
-        // The child: commit, then exit without closing the database, as a crash would.
-        let store = RedbStore::open(&path).unwrap();
-        runtime().block_on(apply_all(&store, &sample_history()));
-        std::mem::forget(store);
-        std::process::exit(0);
-    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("child.redb");
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "another_process_reads_what_a_dead_writer_committed",
+            "--ignored",
+            "dead_writer_child",
             "--test-threads=1",
             "--nocapture",
         ])
