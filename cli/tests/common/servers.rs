@@ -200,12 +200,23 @@ impl Postgres {
         self.running = true;
     }
 
-    /// Stops the server (`-m fast` or `-m immediate`), waiting until it is gone.
+    /// The postmaster's process id, from `postmaster.pid` (none when it is absent).
+    fn postmaster_pid(&self) -> Option<u32> {
+        let pidfile = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
+        pidfile.lines().next()?.trim().parse().ok()
+    }
+
+    /// Stops the server (`-m fast` or `-m immediate`), waiting until its postmaster
+    /// process is gone: `pg_ctl` returns once `postmaster.pid` is removed, a moment
+    /// before the process has exited. A `postmaster.pid` that comes back (a power cut
+    /// drops its unsynced removal) must name a process that no longer exists, or the
+    /// next start refuses the data directory as in use.
     pub fn stop(&mut self, how: PgStop) {
         let mode = match how {
             PgStop::Fast => "fast",
             PgStop::Immediate => "immediate",
         };
+        let pid = self.postmaster_pid();
         let out = self
             .command("pg_ctl")
             .arg("-D")
@@ -219,6 +230,14 @@ impl Postgres {
             "pg_ctl stop -m {mode} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if let Some(pid) = pid {
+            let proc = PathBuf::from(format!("/proc/{pid}"));
+            wait_until(
+                &format!("the postmaster (pid {pid}) exiting"),
+                Duration::from_secs(30),
+                || !proc.exists(),
+            );
+        }
         self.running = false;
     }
 }

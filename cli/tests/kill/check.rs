@@ -220,12 +220,13 @@ pub fn after_kill(
     first
 }
 
-/// (a): every confirmed part and message is stored once, equal to its last confirmed
-/// form.
+/// (a): every confirmed session is there, and every confirmed part and message is
+/// stored once, equal to its last confirmed form.
 fn check_confirmed(snap: &Snapshot, confirmed: &[Value], run: &str, f: &mut Figures) {
     let stored = rows(snap);
     let mut parts: HashMap<&str, &Value> = HashMap::new();
     let mut messages: HashMap<&str, &Value> = HashMap::new();
+    let mut sessions: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     for c in confirmed {
         let props = &c["event"]["properties"];
         match c["event"]["type"].as_str() {
@@ -240,16 +241,18 @@ fn check_confirmed(snap: &Snapshot, confirmed: &[Value], run: &str, f: &mut Figu
                 }
             }
             Some("session.updated") => {
-                let sid = props["info"]["id"].as_str().unwrap_or_default();
-                if !snap.contains_key(sid) {
-                    f.lost += 1;
-                    f.problem(run, format!("confirmed session {sid} is missing"));
-                }
+                sessions.insert(props["info"]["id"].as_str().unwrap_or_default());
             }
             _ => {}
         }
     }
-    f.confirmed += parts.len() + messages.len();
+    for sid in &sessions {
+        if !snap.contains_key(*sid) {
+            f.lost += 1;
+            f.problem(run, format!("confirmed session {sid} is missing"));
+        }
+    }
+    f.confirmed += sessions.len() + parts.len() + messages.len();
     for (what, want, have) in [
         ("part", &parts, &stored.parts),
         ("message", &messages, &stored.messages),

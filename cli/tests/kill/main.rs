@@ -48,6 +48,7 @@ mod backends;
 mod check;
 mod child;
 mod kinds;
+mod points;
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,7 @@ use backends::{Backend, Place};
 use check::Figures;
 use child::KillAt;
 use kinds::{Kind, KINDS};
+use points::{env_number, Points, Rng};
 
 /// The span of a project run's kill points, ms after its start.
 const PROJECT_WORK_MS: u64 = 1_200;
@@ -66,46 +68,6 @@ const CREATE_SWEEP: usize = 4;
 const CREATE_SPAN_MS: u64 = 80;
 const CREATE_SPAN_POSTGRES_MS: u64 = 400;
 
-/// A small seeded generator (splitmix64): kill points are reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}")),
-        Err(_) => default,
-    }
-}
-
-fn seed() -> u64 {
-    let seed = env_number(
-        "FORGE_KILL_SEED",
-        (backends::nanos() % 1_000_000_007) as u64,
-    );
-    eprintln!("kill: seed {seed} (FORGE_KILL_SEED={seed} reruns the same kill points)");
-    seed
-}
-
 /// The kill campaign on one backend: every kind, `FORGE_KILL_RUNS` kills each.
 fn campaign(backend: Backend) {
     let Some(place) = Place::new(backend, &format!("the kill campaign on {}", backend.name()))
@@ -113,7 +75,7 @@ fn campaign(backend: Backend) {
         return;
     };
     let kills = env_number("FORGE_KILL_RUNS", 3) as usize;
-    let seed = seed() ^ (backend as u64).wrapping_mul(0x1000_0001);
+    let seed = points::seed("FORGE_KILL_SEED", "kill") ^ (backend as u64).wrapping_mul(0x1000_0001);
     let mut rng = Rng(seed);
     let mut failed = Vec::new();
     let only = std::env::var("FORGE_KILL_KINDS").unwrap_or_default();
@@ -131,7 +93,7 @@ fn campaign(backend: Backend) {
         };
         let started = Instant::now();
         let mut f = Figures::default();
-        let (mut full, mut total) = (Duration::ZERO, 0usize);
+        let mut measured = Points::default();
         if kind == Kind::Create && backend == Backend::Redis {
             continue; // a key prefix has nothing to set up
         }
@@ -144,9 +106,7 @@ fn campaign(backend: Backend) {
             kills
         };
         for i in first..=last {
-            let at = if i == 0 {
-                KillAt::Never
-            } else if kind == Kind::Create {
+            let at = if kind == Kind::Create {
                 let span = if backend == Backend::Postgres {
                     CREATE_SPAN_POSTGRES_MS
                 } else {
@@ -160,53 +120,15 @@ fn campaign(backend: Backend) {
                 // The worker prints no confirmations; it applies the stream within about a
                 // second, then waits for more (idle rounds).
                 KillAt::Delay(Duration::from_millis(rng.below(PROJECT_WORK_MS)))
-            } else if i % 2 == 1 && total > 1 {
-                // Before the last confirmation: the kill lands while the writer works.
-                let n = 1 + rng.below(total as u64 - 1) as usize;
-                KillAt::After(n, Duration::from_millis(rng.below(3)))
             } else {
-                let within = full.as_millis() as u64 * 9 / 10;
-                KillAt::Delay(Duration::from_millis(rng.below(within + 1)))
+                measured.at(i, &mut rng)
             };
             let name = format!("k{}{i}x{}", &kind.name()[..3], nanos_tag());
-            let r = kinds::start(kind, &place, source.as_ref(), &name, at);
-            let o = &r.outcome;
+            let r = points::run(kind, &place, source.as_ref(), &name, at, &mut f);
             if i == 0 {
-                assert!(
-                    o.finished,
-                    "{name}: the full run did not finish: {} {}",
-                    o.status, o.stderr
-                );
-                full = o.ran;
-                total = o.confirmed.len();
-                assert!(
-                    total > 0 || kind == Kind::Project,
-                    "{name}: a full run printed no confirmation: {:?} {}",
-                    o.other,
-                    o.stderr
-                );
+                measured.measure(kind, &r, &name);
             }
-            f.runs += 1;
-            f.kills += usize::from(o.killed);
-            f.finished += usize::from(o.finished);
-            if !o.killed && !o.finished {
-                f.other += 1;
-                f.problem(
-                    &name,
-                    format!("the writer failed: {} {}", o.status, o.stderr),
-                );
-            }
-            let before = f.problems.len();
-            kinds::verify(kind, &r, &name, &mut f);
-            if f.problems.len() > before {
-                f.problem(
-                    &name,
-                    format!(
-                        "kill point {at:?}, {} confirmations read",
-                        o.confirmed.len()
-                    ),
-                );
-            }
+            points::check(kind, &r, &name, at, &mut f);
         }
         let line = f.line(backend.name(), kind.name(), started.elapsed().as_secs_f64());
         eprintln!("{line}");
