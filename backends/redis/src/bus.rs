@@ -6,6 +6,12 @@
 //! drains the queue and writes each drained batch as one script (atomic on the
 //! server), in order.
 //!
+//! Session and tenant streams keep about `maxlen` entries (`MAXLEN ~`). A stream that
+//! projector workers consume (a work stream, or the tenant stream when it is the work
+//! stream) is trimmed by `maxlen` only while it has no consumer group; after that the
+//! workers trim it below what every group acknowledged (or, opt-in, publishing bounds it
+//! by `work_maxlen`), so a worker that falls behind loses nothing.
+//!
 //! A batch that fails with a retryable error (the server restarted, the connection
 //! broke) is sent again with bounded backoff until [`RedisOptions::retry`]'s deadline;
 //! a resent batch that the server did write before the connection broke is recognised
@@ -330,15 +336,7 @@ async fn writer(conn: Conn, keys: Keys, opts: RedisOptions, mut rx: mpsc::Unboun
                 .retry
                 .run(crate::error::BACKEND, &server, "publish", || {
                     let retry = std::mem::replace(&mut sent, true);
-                    write(
-                        conn.clone(),
-                        &script,
-                        &keys,
-                        opts.maxlen,
-                        opts.shards,
-                        &events,
-                        retry,
-                    )
+                    write(conn.clone(), &script, &keys, &opts, &events, retry)
                 })
                 .await;
             if let Err(e) = outcome {
@@ -369,11 +367,11 @@ async fn write(
     mut conn: Conn,
     script: &Script,
     keys: &Keys,
-    maxlen: usize,
-    shards: usize,
+    opts: &RedisOptions,
     events: &[BusEvent],
     retry: bool,
 ) -> Result<()> {
+    let shards = opts.shards;
     let mut groups: Vec<Vec<&BusEvent>> = Vec::new();
     if conn.is_cluster() {
         for ev in events {
@@ -391,7 +389,11 @@ async fn write(
             continue;
         };
         let mut invocation = script.key(keys.tenant_stream(&first.tenant));
-        invocation.arg(maxlen).arg(if retry { "1" } else { "0" });
+        invocation
+            .arg(opts.maxlen)
+            .arg(if retry { "1" } else { "0" })
+            .arg(opts.work_maxlen.unwrap_or(0))
+            .arg(if shards <= 1 { "1" } else { "0" });
         for ev in &group {
             let json = serde_json::to_vec(&***ev)?;
             // Work streams carry what projector workers apply: sync events only.

@@ -21,8 +21,18 @@ pub struct RedisOptions {
     pub server: String,
     /// Every key starts with `prefix:`.
     pub prefix: String,
-    /// Approximate (`MAXLEN ~`) retention of each session and tenant stream.
+    /// Approximate (`MAXLEN ~`) retention of each session and tenant stream. A stream
+    /// projector workers consume (the work streams, and the tenant stream when it is
+    /// the work stream) is trimmed by it only while it has no consumer group; once a
+    /// group exists, only below what every group acknowledged (see
+    /// [`ProjectorWorker`](crate::ProjectorWorker)).
     pub maxlen: usize,
+    /// Opt-in bound on each work stream (`work_maxlen=N`): publishing trims it to about
+    /// N entries (the tenant stream, when it is the work stream, to about
+    /// `max(maxlen, N)`) even when consumer groups have not acknowledged them. What
+    /// goes before a worker applied it is recorded in the dead-letter stream. `None`
+    /// (the default): work streams are trimmed only below what every group acknowledged.
+    pub work_maxlen: Option<usize>,
     /// Work shards per tenant (`shards=K`, default 1): with K > 1 the bus also writes
     /// each sync event (not deltas) to one of K work streams of its tenant, chosen by
     /// the session id,
@@ -46,6 +56,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("server", &forge_core::url::redact(&self.server))
             .field("prefix", &self.prefix)
             .field("maxlen", &self.maxlen)
+            .field("work_maxlen", &self.work_maxlen)
             .field("shards", &self.shards)
             .field("response_timeout", &self.response_timeout)
             .field("block", &self.block)
@@ -60,13 +71,14 @@ fn shown(url: &str) -> String {
 }
 
 impl RedisOptions {
-    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…]`.
+    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…&shards=…&work_maxlen=…]`.
     ///
     /// Other query parameters (e.g. `protocol`) are passed on to the redis client.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a URL that is not `redis://` / `rediss://` /
-    /// `redis+unix://`, a bad prefix or a `maxlen` that is not a positive number.
+    /// `redis+unix://`, a bad prefix or a `maxlen`, `work_maxlen` or `shards` that is not
+    /// a positive number (`shards` at most [`MAX_SHARDS`]).
     pub fn from_url(url: &str) -> Result<Self> {
         if !["redis://", "rediss://", "redis+unix://", "unix://"]
             .iter()
@@ -82,6 +94,7 @@ impl RedisOptions {
             server: base.to_owned(),
             prefix: DEFAULT_PREFIX.to_owned(),
             maxlen: DEFAULT_MAXLEN,
+            work_maxlen: None,
             shards: 1,
             response_timeout: Duration::from_secs(10),
             block: Duration::from_secs(2),
@@ -99,6 +112,15 @@ impl RedisOptions {
                             shown(url)
                         ))
                     })?;
+                }
+                "work_maxlen" => {
+                    opts.work_maxlen =
+                        Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            Error::invalid(format!(
+                                "work_maxlen={v:?} in {} is not a positive number",
+                                shown(url)
+                            ))
+                        })?);
                 }
                 "shards" => {
                     opts.shards = v
@@ -287,6 +309,14 @@ mod tests {
             6
         );
         assert_eq!(d.shards, 1);
+        assert_eq!(d.work_maxlen, None);
+        assert_eq!(
+            RedisOptions::from_url("redis://h?work_maxlen=500")
+                .unwrap()
+                .work_maxlen,
+            Some(500)
+        );
+        assert!(RedisOptions::from_url("redis://h?work_maxlen=0").is_err());
         for bad in ["0", "x", "1025"] {
             let err = RedisOptions::from_url(&format!("redis://h?shards={bad}")).unwrap_err();
             assert!(err.to_string().contains("shards="), "{err}");

@@ -232,6 +232,13 @@ impl Keys {
     pub fn tenant_stream(&self, tenant: &TenantId) -> String {
         format!("{}:bus", self.tenant(tenant))
     }
+
+    /// The dead-letter stream of a tenant's projector workers: what a target store
+    /// refused and what was trimmed from a work stream before it was applied. In the
+    /// tenant's slot, like every key of the tenant.
+    pub fn dead_letters(&self, tenant: &TenantId) -> String {
+        format!("{}:dead", self.tenant(tenant))
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +264,8 @@ mod tests {
         let flat = Keys::with_layout("p", KeyLayout::Flat).unwrap();
         assert_eq!(flat.sessions(&t), "p:t:t:sessions");
         assert_eq!(flat.session_base(&t, &"a".into()), "p:t:t:s:61");
+        assert_eq!(k.dead_letters(&t), "p:t:{t}:dead");
+        assert_eq!(flat.dead_letters(&t), "p:t:t:dead");
         assert!(Keys::new("").is_err());
     }
 }
