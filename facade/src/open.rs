@@ -60,7 +60,7 @@ pub const SCHEMES: &[Scheme] = &[
     },
     Scheme {
         name: "redis",
-        shape: "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N] (store + durable Streams bus)",
+        shape: "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N&fsync=always|everysec|off] (store + durable Streams bus)",
         feature: Some("redis"),
         enabled: cfg!(feature = "redis"),
     },

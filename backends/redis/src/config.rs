@@ -5,6 +5,7 @@ use std::time::Duration;
 use forge_core::{Error, Result, RetryPolicy};
 
 use crate::conn::Conn;
+use crate::durability::{self, Fsync};
 use crate::keys::{KeyLayout, Keys};
 
 /// Default key prefix.
@@ -40,6 +41,11 @@ pub struct RedisOptions {
     /// shard at a time. Every bus and worker of a prefix must use the same K (it is
     /// recorded under `PREFIX:shards` and checked on connect).
     pub shards: usize,
+    /// The weakest durability a server may have (`fsync=always|everysec|off`, default
+    /// `always`): checked on connect against every master's `appendonly` and
+    /// `appendfsync`, so that a confirmed boundary survives a power cut unless a weaker
+    /// server is accepted here knowingly.
+    pub fsync: Fsync,
     /// Response timeout of ordinary (non-blocking) commands.
     pub response_timeout: Duration,
     /// How long one blocking `XREAD` of a subscription waits before asking again.
@@ -58,6 +64,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("maxlen", &self.maxlen)
             .field("work_maxlen", &self.work_maxlen)
             .field("shards", &self.shards)
+            .field("fsync", &self.fsync)
             .field("response_timeout", &self.response_timeout)
             .field("block", &self.block)
             .field("retry", &self.retry)
@@ -71,14 +78,15 @@ fn shown(url: &str) -> String {
 }
 
 impl RedisOptions {
-    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…&shards=…&work_maxlen=…]`.
+    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…&shards=…&work_maxlen=…&fsync=…]`.
     ///
     /// Other query parameters (e.g. `protocol`) are passed on to the redis client.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a URL that is not `redis://` / `rediss://` /
-    /// `redis+unix://`, a bad prefix or a `maxlen`, `work_maxlen` or `shards` that is not
-    /// a positive number (`shards` at most [`MAX_SHARDS`]).
+    /// `redis+unix://`, a bad prefix, a `maxlen`, `work_maxlen` or `shards` that is not
+    /// a positive number (`shards` at most [`MAX_SHARDS`]) or an `fsync` that is not
+    /// `always`, `everysec` or `off`.
     pub fn from_url(url: &str) -> Result<Self> {
         if !["redis://", "rediss://", "redis+unix://", "unix://"]
             .iter()
@@ -95,6 +103,7 @@ impl RedisOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             maxlen: DEFAULT_MAXLEN,
             work_maxlen: None,
+            fsync: Fsync::default(),
             shards: 1,
             response_timeout: Duration::from_secs(10),
             block: Duration::from_secs(2),
@@ -121,6 +130,14 @@ impl RedisOptions {
                                 shown(url)
                             ))
                         })?);
+                }
+                "fsync" => {
+                    opts.fsync = Fsync::parse(v).ok_or_else(|| {
+                        Error::invalid(format!(
+                            "fsync={v:?} in {} is not one of always, everysec, off",
+                            shown(url)
+                        ))
+                    })?;
                 }
                 "shards" => {
                     opts.shards = v
@@ -233,6 +250,7 @@ impl RedisOptions {
         } else {
             Conn::Single(single)
         };
+        durability::check(&mut conn, self.fsync, &self.server_label()).await?;
         let layout = KeyLayout::detect(&mut conn, &self.prefix).await?;
         if conn.is_cluster() && layout == KeyLayout::Flat {
             return Err(Error::invalid(format!(

@@ -3,6 +3,7 @@
 mod bus;
 mod config;
 mod conn;
+mod durability;
 mod error;
 mod keys;
 mod store;
@@ -10,6 +11,7 @@ mod worker;
 
 pub use bus::RedisBus;
 pub use config::RedisOptions;
+pub use durability::Fsync;
 pub use keys::{shard_of, KeyLayout, Keys};
 pub use store::RedisStore;
 pub use worker::{ProjectorWorker, WorkerOptions, WorkerStats};

@@ -98,6 +98,9 @@ impl Drop for Pg {
 pub struct RedisPrefix {
     pub base: String,
     pub prefix: String,
+    /// The store's `fsync=` (the weakest server durability it accepts); `None`: the
+    /// default, `always`.
+    pub fsync: Option<&'static str>,
 }
 
 impl RedisPrefix {
@@ -105,12 +108,25 @@ impl RedisPrefix {
         Self {
             base: base.to_owned(),
             prefix: format!("forge-kill-{name}-{}-{}", std::process::id(), nanos()),
+            fsync: None,
         }
+    }
+
+    /// The same, with `fsync=VALUE` on its URLs (a server that syncs less than every
+    /// write is refused otherwise). Used by the power-cut campaign.
+    #[allow(dead_code)]
+    pub fn accepting(mut self, fsync: &'static str) -> Self {
+        self.fsync = Some(fsync);
+        self
     }
 
     /// The URL of this prefix (or of a sub-prefix `sub`).
     pub fn url(&self, sub: &str) -> String {
-        with_param(&self.base, "prefix", &format!("{}{sub}", self.prefix))
+        let url = with_param(&self.base, "prefix", &format!("{}{sub}", self.prefix));
+        match self.fsync {
+            Some(v) => with_param(&url, "fsync", v),
+            None => url,
+        }
     }
 }
 

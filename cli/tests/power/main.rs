@@ -364,18 +364,19 @@ fn a_power_cut_loses_nothing_confirmed_on_redis_always_and_appendfsync_no_loses(
     let mut found = Vec::new();
     // `always` must keep everything, `no` must lose; `everysec` is measured (it may lose
     // the last second of confirmed writes, and a cut soon after a kill often finds it).
+    // The store refuses the weaker servers unless its URL accepts them (`fsync=`).
     let settings = [
-        (6395, "always", runs()),
-        (6396, "no", check_runs()),
-        (6397, "everysec", check_runs()),
+        (6395, "always", "always", runs()),
+        (6396, "no", "off", check_runs()),
+        (6397, "everysec", "everysec", check_runs()),
     ];
-    for (port, policy, cuts) in settings {
+    for (port, policy, accepting, cuts) in settings {
         let parent = stores_dir(&fs, mount.path());
         let Some(r) = servers::Redis::start_in(port, policy, test, parent.path()) else {
             return;
         };
         fs.sync();
-        let place = Place::Redis(RedisPrefix::new(&r.url(), "power"));
+        let place = Place::Redis(RedisPrefix::new(&r.url(), "power").accepting(accepting));
         let mut server = Server::Redis(r);
         let label = format!("redis appendfsync {policy}");
         found.push(campaign(

@@ -70,7 +70,10 @@ impl Cluster {
                 .args(["--cluster-node-timeout", "2000"])
                 .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
                 .args(["--save", ""])
-                .args(["--appendonly", "no"])
+                // Every write synced before the answer: what the store asks of a
+                // server by default (`fsync=always`).
+                .args(["--appendonly", "yes", "--appendfsync", "always"])
+                .args(["--appenddirname", &format!("aof-{port}")])
                 .args(["--logfile", &format!("node-{port}.log")])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
