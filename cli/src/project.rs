@@ -1,6 +1,8 @@
 //! `forge-store project`: a projector worker that reads a tenant's Redis event stream
 //! (consumer group, ACK after commit, claims a dead worker's pending entries) and
-//! projects its sync events into any store.
+//! projects its sync events into any store. Events the store refused or that were
+//! trimmed before they were applied are in the tenant's dead-letter stream; a run that
+//! put any there fails, naming how many and the stream.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -33,9 +35,16 @@ pub struct Options<'a> {
 fn print_stats(out: &mut dyn Write, stats: WorkerStats) -> Result<()> {
     writeln!(
         out,
-        "projected: {} applied, {} skipped (already stored), {} rejected, {} entries acked, \
-         {} claimed from other workers",
-        stats.applied, stats.skipped, stats.rejected, stats.acked, stats.claimed
+        "projected: {} applied, {} skipped (already stored), {} dead-lettered ({} refused by \
+         the store, {} trimmed before they were applied), {} entries acked, {} claimed from \
+         other workers",
+        stats.applied,
+        stats.skipped,
+        stats.dead_lettered(),
+        stats.rejected,
+        stats.trimmed,
+        stats.acked,
+        stats.claimed
     )?;
     Ok(())
 }
@@ -77,9 +86,22 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
         };
         worker.run_until(stop).await
     };
+    let dead_letters = worker.dead_letter_key();
     drop(worker);
     // The copy's files are left complete, also after a failed run.
     let closed = store.close().await;
-    print_stats(out, stats?)?;
-    closed.map_err(|e| anyhow!("closing {}: {e}", redact(opts.to)))
+    let stats = stats?;
+    print_stats(out, stats)?;
+    closed.map_err(|e| anyhow!("closing {}: {e}", redact(opts.to)))?;
+    if stats.dead_lettered() > 0 {
+        bail!(
+            "{} event(s) were not projected and went to the dead-letter stream {dead_letters} \
+             ({} refused by the store, {} trimmed from the stream before they were applied); \
+             `XRANGE {dead_letters} - +` lists them with their reasons",
+            stats.dead_lettered(),
+            stats.rejected,
+            stats.trimmed
+        );
+    }
+    Ok(())
 }
