@@ -160,7 +160,7 @@ impl Setup {
 }
 
 async fn until_idle(w: &mut ProjectorWorker) -> WorkerStats {
-    tokio::time::timeout(Duration::from_secs(60), w.run_until_idle())
+    tokio::time::timeout(Duration::from_mins(1), w.run_until_idle())
         .await
         .expect("the worker hung")
         .unwrap()
