@@ -28,7 +28,10 @@ pub use tree::{Cut, Rules, Stats};
 
 /// The power-cut file system, mounted at a directory.
 pub struct Mounted {
-    state: Arc<Mutex<State>>,
+    /// The state the current mount serves. A cut gives the next mount a state of its
+    /// own, so a process that outlived the cut (a lazy unmount) writes only into the
+    /// state it had.
+    state: Mutex<Arc<Mutex<State>>>,
     path: PathBuf,
     session: Mutex<Option<BackgroundSession>>,
 }
@@ -63,7 +66,7 @@ impl Mounted {
         let state = Arc::new(Mutex::new(State::new(rules)));
         let session = spawn(Arc::clone(&state), path)?;
         Ok(Self {
-            state,
+            state: Mutex::new(state),
             path: path.to_owned(),
             session: Mutex::new(Some(session)),
         })
@@ -74,44 +77,70 @@ impl Mounted {
         &self.path
     }
 
-    /// The power goes: unmounts (every process using the mount must be gone, or the
-    /// unmount is lazy), drops what was not durable, and mounts the durable state again.
+    /// The power goes: unmounts, drops what was not durable, and mounts the durable
+    /// state again. Every process using the mount should be gone; one that is not
+    /// (the unmount is then lazy, and [`Cut::lazy_unmount`] says so) keeps the old
+    /// mount and can no longer change what the new one holds.
     pub fn cut(&self) -> io::Result<Cut> {
         let mut session = self
             .session
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut lazy_unmount = false;
         if let Some(s) = session.take() {
-            unmount(s, &self.path)?;
+            lazy_unmount = unmount(s, &self.path)?;
         }
-        let cut = lock(&self.state).cut();
-        *session = Some(spawn(Arc::clone(&self.state), &self.path)?);
-        Ok(cut)
+        let mut current = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (cut, after) = {
+            let mut old = lock(&current);
+            let rules = old.rules;
+            let cut = old.cut();
+            (cut, std::mem::replace(&mut *old, State::new(rules)))
+        };
+        *current = Arc::new(Mutex::new(after));
+        *session = Some(spawn(Arc::clone(&current), &self.path)?);
+        Ok(Cut {
+            lazy_unmount,
+            ..cut
+        })
+    }
+
+    fn current(&self) -> Arc<Mutex<State>> {
+        Arc::clone(
+            &self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// `sync(1)` for this file system only: everything written becomes durable.
     pub fn sync(&self) {
-        lock(&self.state).sync_all();
+        lock(&self.current()).sync_all();
     }
 
     /// Counters since the mount.
     pub fn stats(&self) -> Stats {
-        lock(&self.state).stats
+        lock(&self.current()).stats
     }
 }
 
-fn unmount(session: BackgroundSession, path: &Path) -> io::Result<()> {
+/// Unmounts; `Ok(true)` when the mount was busy (a process still had a file open) and
+/// was detached lazily instead.
+fn unmount(session: BackgroundSession, path: &Path) -> io::Result<bool> {
     match session.umount_and_join() {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(false),
         Err(first) => {
-            // Busy (a process still has a file open): detach lazily.
             let status = std::process::Command::new("fusermount3")
                 .arg("-u")
                 .arg("-z")
                 .arg(path)
                 .status();
             match status {
-                Ok(s) if s.success() => Ok(()),
+                Ok(s) if s.success() => Ok(true),
                 _ => Err(io::Error::other(format!(
                     "unmounting {}: {first}",
                     path.display()

@@ -246,6 +246,9 @@ pub struct Cut {
     pub dropped_bytes: u64,
     /// Inodes that differed from their durable state (contents, entries or absence).
     pub dropped_nodes: u64,
+    /// The unmount found a process still using the file system and detached it lazily
+    /// (that process keeps the old mount; the new one holds only what was durable).
+    pub lazy_unmount: bool,
 }
 
 /// When a name becomes durable.
@@ -627,6 +630,7 @@ impl State {
         Cut {
             dropped_bytes,
             dropped_nodes,
+            lazy_unmount: false,
         }
     }
 }

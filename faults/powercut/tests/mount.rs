@@ -93,3 +93,28 @@ fn a_rename_holds_only_once_its_directory_is_synced_and_sync_keeps_everything() 
     assert!(!a.exists() && b.exists());
     assert_eq!(fs::read(dir.path().join("sub/c")).unwrap(), b"two");
 }
+
+#[test]
+fn a_process_that_outlives_the_cut_cannot_change_what_the_new_mount_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(fs) = mounted(dir.path(), Rules::Strict) else {
+        return;
+    };
+    let file = dir.path().join("held");
+    let mut held = File::create(&file).unwrap();
+    held.write_all(b"synced").unwrap();
+    held.sync_all().unwrap();
+    sync_dir(dir.path());
+    // The handle is still open at the cut: the old mount is detached lazily.
+    let cut = fs.cut().unwrap();
+    assert!(cut.lazy_unmount, "an open handle makes the unmount lazy");
+    let _ = held.write_all(b" and written after the power went");
+    let _ = held.sync_all();
+    drop(held);
+    assert_eq!(fs::read(&file).unwrap(), b"synced");
+    assert!(
+        !fs.cut().unwrap().lazy_unmount,
+        "nothing holds the new mount"
+    );
+    assert_eq!(fs::read(&file).unwrap(), b"synced");
+}
