@@ -157,6 +157,9 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         &panics,
         &torn,
     ));
+    // The database file is judged on its own terms: the torn-record rule above is about
+    // journal offsets. Damage to the file reads intact, is reported, or is silent;
+    // never crash-like.
     let flips = rng.flips(n / 2, crash_db.len());
     tallies.push(campaign(
         "redb file beside a journal, flips",
@@ -166,10 +169,16 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         &flips,
         &crash_original,
         &panics,
-        &torn,
+        &|_| false,
     ));
     for t in &tallies {
         assert_clean(t);
+    }
+    for t in tallies.iter().filter(|t| t.name.starts_with("redb file")) {
+        assert_eq!(
+            t.crash_like, 0,
+            "a database-file damage counted as a crash: {t}"
+        );
     }
 }
 
