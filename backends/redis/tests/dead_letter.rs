@@ -297,10 +297,86 @@ async fn entries_trimmed_while_the_worker_was_behind_are_dead_lettered() {
     let again = until_idle(&mut w).await;
     assert_eq!(again.trimmed, 10);
     assert_eq!(s.dead_letters().len(), 1);
+    drop(w);
+
+    // A gap the group has already read past: four entries are trimmed and the group
+    // receives the sixteen after them without a check in between (a read racing the
+    // trim). The worker finds them pending, applies them, and records the gap once it
+    // has caught up with the stream.
+    s.messages(&scope, &sid, 12, 21).await;
+    let delivered = s.last_delivered(&stream, "g");
+    let undelivered = s.range(&stream, &format!("({delivered}"), 1000);
+    assert_eq!(undelivered.len(), 20);
+    s.xtrim(&stream, &["MINID", &undelivered[4].id]);
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("w1")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query(&mut s.conn)
+        .unwrap();
+    let mut w = s.worker(target.clone(), "g", "w1").await;
+    let past = until_idle(&mut w).await;
+    assert_eq!(past.trimmed, 4, "{past:?}");
+    assert_eq!(past.applied, 16, "{past:?}");
+    let letters = s.dead_letters();
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_eq!(text(&letters[1], "count"), "4");
+    assert_eq!(text(&letters[1], "after"), "-");
+    assert_eq!(text(&letters[1], "before"), undelivered[19].id);
     println!(
         "gap: 10 of 20 entries trimmed while the worker was stopped -> trimmed={}, \
-         applied={}, one dead letter (count 10, after {last}, before {cut})",
-        stats.trimmed, stats.applied
+         applied={}, one dead letter (count 10, after {last}, before {cut}); 4 trimmed \
+         and read past -> trimmed={}, applied={}",
+        stats.trimmed, stats.applied, past.trimmed, past.applied
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opt_in_work_maxlen_bounds_work_streams_and_dead_letters_what_it_drops() {
+    let Some(mut s) = Setup::new("&shards=2&work_maxlen=50").await else {
+        return;
+    };
+    let target = Arc::new(MemoryStore::new());
+    let mut w = s.worker(target.clone(), "g", "w1").await;
+    until_idle(&mut w).await;
+    drop(w);
+    for i in 0..6 {
+        let (scope, sid) = s.session(&format!("bounded {i}")).await;
+        s.messages(&scope, &sid, 1, 50).await;
+    }
+    let streams: Vec<String> = (0..2)
+        .map(|k| format!("{}:t:{{t1}}:work:2:{k}", s.prefix))
+        .collect();
+    let added: u64 = streams
+        .iter()
+        .map(|k| s.stream_number(k, "entries-added"))
+        .sum();
+    let held: u64 = streams.iter().map(|k| s.xlen(k)).sum();
+    assert!(held < added / 2, "bounded: {held} of {added} held");
+
+    let mut w = s.worker(target.clone(), "g", "w1").await;
+    let stats = until_idle(&mut w).await;
+    assert!(stats.trimmed > 0, "{stats:?}");
+    assert_eq!(
+        stats.applied + stats.dead_lettered(),
+        added,
+        "every entry is applied or dead-lettered: {stats:?}"
+    );
+    let counted: u64 = s
+        .dead_letters()
+        .iter()
+        .map(|l| text(l, "count").parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counted, stats.dead_lettered());
+    println!(
+        "work_maxlen=50 (shards=2): {added} entries published, {held} held while no worker \
+         ran -> applied={}, trimmed={}, refused={} (their session's creation was trimmed)",
+        stats.applied, stats.trimmed, stats.rejected
     );
 }
 

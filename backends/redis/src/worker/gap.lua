@@ -5,15 +5,15 @@
 --
 -- Redis 7 counts every entry ever added to a stream (`entries-added`) and every entry
 -- delivered to a group (`entries-read`, exact unless the group was moved by XGROUP
--- SETID or entries were deleted by XDEL: then Redis reports none and nothing is
--- checked). Trimming removes entries from the head only, so the entries ever added up
--- to the group's last delivered id L number `entries-added` minus the entries still
--- after L, or, when L is below the first retained entry, `entries-added` minus
--- `length`; what exceeds `entries-read` was never delivered. Counting the entries after
--- L is capped; a longer backlog is checked in a later round.
+-- SETID without ENTRIESREAD or entries were deleted by XDEL: then Redis reports none and
+-- nothing is checked). Trimming removes entries from the head only, so when the
+-- group's last delivered id L is below the first retained entry, `entries-added` minus
+-- `length` entries were added up to the gap's end; when L is the stream's last id (the
+-- group has caught up), `entries-added` were. What exceeds `entries-read` was never
+-- delivered. In between (L inside the retained entries, more after it) nothing is
+-- counted: a gap the group has already read past is recorded once it has caught up.
 -- Returns {missed, after, before} per work stream (missed 0: no gap found).
 local dead, group, consumer = KEYS[#KEYS], ARGV[1], ARGV[2]
-local cap = 1000
 local out = {}
 for k = 1, #KEYS - 1 do
   local stream = KEYS[k]
@@ -27,14 +27,14 @@ for k = 1, #KEYS - 1 do
     local head = field(info, 'first-entry')
     -- The entries ever added up to the gap's end, and where the gap lies.
     local upto = nil
-    if not head then
-      upto, after, before = added, last, '+'
-    elseif below(last, head[1]) then
+    local caught_up = last == field(info, 'last-generated-id')
+    if head and below(last, head[1]) then
       upto, after, before = added - length, last, head[1]
-    else
+    elseif not head and not caught_up then
+      upto, after, before = added, last, '+'
+    elseif caught_up then
       -- The gap lies below `last`; where exactly is no longer known.
-      local rest = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', cap)
-      if #rest < cap then upto, after, before = added - #rest, '-', last end
+      upto, after, before = added, '-', last
     end
     if upto and upto > read then
       missed = upto - read

@@ -34,8 +34,8 @@
 //!   is gone (own pending entries, and those `XAUTOCLAIM` drops when a shard is taken
 //!   over), and a gap between what the group received and what the stream still holds
 //!   (Redis 7's `entries-added` and `entries-read` counters, checked before every read
-//!   of new entries; a gap found while the group is more than 1000 entries behind is
-//!   recorded once it is closer).
+//!   of new entries; a gap the group has already read past is recorded once the group
+//!   has caught up with the stream).
 //! - Trimming: after each acknowledgement the worker trims its work stream below the
 //!   lowest id some consumer group has not acknowledged (`XTRIM … MINID ~`); the tenant
 //!   stream, when it is the work stream, keeps its `maxlen` newest entries for
