@@ -11,8 +11,9 @@
 //!   command line says so in one line;
 //! - the projector worker reconnects after Redis restarts and resumes from its
 //!   consumer group: its copy ends equal to the Redis original;
-//! - a `replay` process SIGKILLed on Redis, then `recover`, then `project --until-idle`
-//!   into Postgres: the Postgres copy equals the Redis original (export compare);
+//! - a `replay` process SIGKILLed on Redis after its first confirmed boundary, then
+//!   `recover`, then `project --until-idle` into Postgres: every run's Postgres copy
+//!   holds messages and equals the Redis original (export compare);
 //! - the Redis durability window: turns confirmed before a SIGKILL of the server that
 //!   are gone after its restart, per `appendfsync` policy (none allowed with `always`).
 //!
@@ -25,6 +26,7 @@
 #[path = "common/servers.rs"]
 mod servers;
 
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -482,25 +484,51 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
         return;
     };
     let kills = env_usize("FORGE_RESTART_KILLS", 3);
+    assert!(kills > 0, "FORGE_RESTART_KILLS=0 would compare nothing");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("turns.jsonl");
     let text: Vec<String> = (0..40).map(|i| turn(i, 40)).collect();
     std::fs::write(&file, text.join("\n")).unwrap();
     let mut interrupted = 0;
     let mut republished = 0;
+    let (mut compared, mut messages) = (0, 0);
     for k in 0..kills {
         let from = format!("{}?prefix=kill{k}", redis.url());
         let to = format!("{}?schema=copy{k}", pg.url());
         let sid = format!("ses_kill_{k}");
         let mut child = Command::new(env!("CARGO_BIN_EXE_forge-store"))
-            .args(["--backend", &from, "replay", "--session", &sid])
+            .args([
+                "--backend",
+                &from,
+                "--confirmations",
+                "replay",
+                "--session",
+                &sid,
+            ])
             .arg(&file)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let delay = 50 + random_below(400);
+        // The kill lands after the first confirmed boundary, so the session exists
+        // and every run has a copy to compare. The rest of stdout is drained so the
+        // writer never blocks on a full pipe.
+        let (first, confirmed) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if line.contains("\"confirmed\"") {
+                    let _ = first.send(());
+                }
+            }
+        });
+        confirmed
+            .recv_timeout(Duration::from_mins(1))
+            .unwrap_or_else(|_| {
+                panic!("run {k}: the replay exited or confirmed nothing within a minute")
+            });
+        let delay = random_below(400);
         std::thread::sleep(Duration::from_millis(delay));
         if child.try_wait().unwrap().is_none() {
             interrupted += 1;
@@ -517,21 +545,29 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
             &["project", "--from", &from, "--to", &to, "--until-idle"],
         );
         let sessions = cli(&from, &["sessions", "--json"]);
-        if !sessions.contains(&sid) {
-            // Killed before the session was written: nothing to compare.
-            continue;
-        }
+        assert!(
+            sessions.contains(&sid),
+            "run {k}: the session of a confirmed boundary is missing: {sessions}"
+        );
         let original = cli(&from, &["export", &sid]);
         let copy = cli(&to, &["export", &sid]);
         assert_eq!(
             copy, original,
-            "run {k} (killed after {delay} ms): the Postgres copy differs from Redis"
+            "run {k} (killed {delay} ms after the first confirmation): the Postgres copy \
+             differs from Redis"
         );
+        let doc: serde_json::Value = serde_json::from_str(&copy).unwrap();
+        let n = doc["messages"].as_array().map_or(0, Vec::len);
+        assert!(n > 0, "run {k}: the copy has no message: {copy}");
+        compared += 1;
+        messages += n;
     }
+    assert_eq!(compared, kills, "every run compared a copy");
     eprintln!(
         "restart: {kills} replay processes SIGKILLed on Redis ({interrupted} mid-stream), \
          recover ({republished} committed events republished to the bus), project into \
-         Postgres: every copy equals the Redis original"
+         Postgres: {compared} copies ({messages} messages) compared, each equal to the \
+         Redis original"
     );
 }
 
