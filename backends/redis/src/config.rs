@@ -85,7 +85,7 @@ impl RedisOptions {
     /// # Errors
     /// [`Error::InvalidInput`] for a URL that is not `redis://` / `rediss://` /
     /// `redis+unix://`, a bad prefix, a `maxlen`, `work_maxlen` or `shards` that is not
-    /// a positive number (`shards` at most [`MAX_SHARDS`]) or an `fsync` that is not
+    /// a positive number (`shards` at most 1024), or an `fsync` that is not
     /// `always`, `everysec` or `off`.
     pub fn from_url(url: &str) -> Result<Self> {
         if !["redis://", "rediss://", "redis+unix://", "unix://"]
