@@ -308,7 +308,7 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
         return;
     };
     let d = Deployment::provision(&admin, true);
-    let mut checks = 0;
+    let mut c = Checks::default();
 
     // Tenant A: a replayed session; tenant B: the same ids (imported), other text.
     let report = d.json(
@@ -320,27 +320,26 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
             SAME_SESSION,
         ],
     );
-    assert_eq!(report["session"], SAME_SESSION);
+    c.that(report["session"] == SAME_SESSION, &report);
     let a_doc = d.export("A", SAME_SESSION);
     let b_doc = retexted(&a_doc, B_TEXT);
     let b_file = d.dir.path().join("b.json");
     std::fs::write(&b_file, serde_json::to_string(&b_doc).unwrap()).unwrap();
     let imported = d.json("B", &["import", b_file.to_str().unwrap()]);
-    assert_eq!(
-        imported["sessions"].as_array().unwrap().len(),
-        1,
-        "{imported}"
+    c.eq(
+        imported["sessions"].as_array().map(Vec::len),
+        Some(1),
+        &imported,
     );
-    assert_eq!(
+    c.eq(
         d.export("A", SAME_SESSION),
-        a_doc,
-        "an import into B with A's ids changed nothing of A"
+        a_doc.clone(),
+        "an import into B with A's ids changed nothing of A",
     );
-    assert_eq!(d.export("B", SAME_SESSION), b_doc);
+    c.eq(d.export("B", SAME_SESSION), b_doc.clone(), "B's import");
     let mut a_strings = Vec::new();
     strings(&a_doc, &mut a_strings);
-    assert!(!a_strings.iter().any(|s| s == B_TEXT));
-    checks += 3;
+    c.that(!a_strings.iter().any(|s| s == B_TEXT), "B's text in A");
 
     // A crashed turn in both tenants, under the same session id.
     for t in ["A", "B"] {
@@ -355,14 +354,13 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
         );
     }
     let both: BTreeSet<String> = [SAME_SESSION, CRASH_SESSION].map(str::to_owned).into();
-    assert_eq!(d.session_ids("A"), both);
-    assert_eq!(d.session_ids("B"), both);
-    assert_eq!(
+    c.eq(d.session_ids("A"), both.clone(), "A's sessions");
+    c.eq(d.session_ids("B"), both, "B's sessions");
+    c.eq(
         d.session_ids("C"),
         BTreeSet::new(),
-        "an unused tenant sees nothing"
+        "an unused tenant sees nothing",
     );
-    checks += 3;
 
     // history: A's pages carry only A's text, B's only B's.
     let a_hist = d.json("A", &["history", SAME_SESSION, "--all"]);
@@ -370,11 +368,15 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
     let (mut a_s, mut b_s) = (Vec::new(), Vec::new());
     strings(&a_hist, &mut a_s);
     strings(&b_hist, &mut b_s);
-    assert!(!a_s.iter().any(|s| s == B_TEXT), "B's text in A's history");
-    assert!(b_s.iter().any(|s| s == B_TEXT));
-    assert_eq!(
-        a_hist["messages"].as_array().unwrap().len(),
-        b_hist["messages"].as_array().unwrap().len()
+    c.that(!a_s.iter().any(|s| s == B_TEXT), "B's text in A's history");
+    c.that(
+        b_s.iter().any(|s| s == B_TEXT),
+        "B's text missing in B's history",
+    );
+    c.eq(
+        a_hist["messages"].as_array().map(Vec::len),
+        b_hist["messages"].as_array().map(Vec::len),
+        "A's and B's histories have as many messages",
     );
     // Tenant C cannot read or export the id that exists in A and B.
     for args in [
@@ -382,10 +384,12 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
         &["export", SAME_SESSION][..],
     ] {
         let out = d.cli_at(&d.url(), "C", args);
-        assert!(!out.status.success(), "{args:?} in C: {}", stdout(&out));
-        assert!(stderr(&out).contains(SAME_SESSION), "{}", stderr(&out));
+        c.that(
+            !out.status.success(),
+            format_args!("{args:?} in C: {}", stdout(&out)),
+        );
+        c.that(stderr(&out).contains(SAME_SESSION), stderr(&out));
     }
-    checks += 4;
 
     // recover: the crash example leaves open work (its `crash` line stops the replay
     // as a killed writer would) in A and B; recover closes it per tenant only.
@@ -393,34 +397,62 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
         let h = d.json(t, &["history", CRASH_SESSION, "--all"]);
         open_things(h["messages"].as_array().unwrap())
     };
-    assert_ne!(open("A"), (0, 0));
-    assert_ne!(open("B"), (0, 0));
+    c.that(open("A") != (0, 0), "A has open work before recover");
+    c.that(open("B") != (0, 0), "B has open work before recover");
     let rec = d.json("A", &["recover"]);
-    assert_eq!(rec["report"]["sessions"], 1, "{rec}");
-    assert_eq!(open("A"), (0, 0), "A recovered");
-    assert_ne!(open("B"), (0, 0), "tenant-wide recover in A left B alone");
+    c.that(rec["report"]["sessions"] == 1, &rec);
+    c.eq(open("A"), (0, 0), "A recovered");
+    c.that(open("B") != (0, 0), "tenant-wide recover in A left B alone");
     let rec = d.json("B", &["recover", CRASH_SESSION]);
-    assert_eq!(rec["report"]["sessions"], 1, "{rec}");
-    assert_eq!(open("B"), (0, 0));
+    c.that(rec["report"]["sessions"] == 1, &rec);
+    c.eq(open("B"), (0, 0), "B recovered");
     let again = d.json("A", &["recover"]);
-    assert_eq!(again["report"]["sessions"], 0, "recover twice: {again}");
-    checks += 7;
+    c.that(
+        again["report"]["sessions"] == 0,
+        format_args!("recover twice: {again}"),
+    );
 
-    let attempts = runtime().block_on(async {
-        checks += library_checks(&d, &a_doc, &b_doc).await;
-        switch_off_attempts(&d).await
+    let mut attempts = Checks::default();
+    runtime().block_on(async {
+        library_checks(&d, &a_doc, &b_doc, &mut c).await;
+        switch_off_attempts(&d, &mut attempts).await;
     });
     eprintln!(
-        "tenancy under plain login role {}: {checks} isolation checks passed (CLI \
+        "tenancy under plain login role {}: {} isolation checks passed (CLI \
          replay/import/export/sessions/history/recover, library open/PostgresStore), \
-         {attempts} checks of ways around row-level security",
-        d.login
+         {} checks of ways around row-level security",
+        d.login, c.0, attempts.0
     );
 }
 
+/// Counts the checks a test makes, so the figure it prints is the number it made.
+#[derive(Debug, Default)]
+struct Checks(usize);
+
+impl Checks {
+    /// Fails the test with `what` unless `ok`; counts one check.
+    #[track_caller]
+    fn that(&mut self, ok: bool, what: impl std::fmt::Display) {
+        assert!(ok, "{what}");
+        self.0 += 1;
+    }
+
+    /// Fails the test unless `got == want`; counts one check.
+    #[track_caller]
+    fn eq<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        got: T,
+        want: T,
+        what: impl std::fmt::Display,
+    ) {
+        assert_eq!(got, want, "{what}");
+        self.0 += 1;
+    }
+}
+
 /// The library as the login role: `forge_store::open` and `PostgresStore`.
-async fn library_checks(d: &Deployment, a_doc: &Value, b_doc: &Value) -> usize {
-    let (a, b, c) = (
+async fn library_checks(d: &Deployment, a_doc: &Value, b_doc: &Value, c: &mut Checks) {
+    let (a, b, t_c) = (
         TenantId::new("A").unwrap(),
         TenantId::new("B").unwrap(),
         TenantId::new("C").unwrap(),
@@ -432,14 +464,24 @@ async fn library_checks(d: &Deployment, a_doc: &Value, b_doc: &Value) -> usize {
         let sid = &sid;
         async move { serde_json::to_value(forge.export(t, sid).await.unwrap()).unwrap() }
     };
-    assert_eq!(&export(&a).await, a_doc);
-    assert_eq!(&export(&b).await, b_doc);
-    assert!(forge.export(&c, &sid).await.is_err());
-    assert!(forge.sessions(&c).await.unwrap().is_empty());
+    c.eq(&export(&a).await, a_doc, "A's export through the library");
+    c.eq(&export(&b).await, b_doc, "B's export through the library");
+    c.that(
+        forge.export(&t_c, &sid).await.is_err(),
+        "C exports A's and B's session id",
+    );
+    c.that(
+        forge.sessions(&t_c).await.unwrap().is_empty(),
+        "C lists sessions",
+    );
 
     // PostgresStore runs as the login role itself (no SET ROLE: it is not privileged).
     let store = PostgresStore::connect(&d.url()).await.unwrap();
-    assert_eq!(store.current_role().await.unwrap(), d.login);
+    c.eq(
+        store.current_role().await.unwrap(),
+        d.login.clone(),
+        "PostgresStore's role",
+    );
     store.close().await;
 
     // A URL presetting the tenant setting for the whole connection: every transaction
@@ -447,22 +489,25 @@ async fn library_checks(d: &Deployment, a_doc: &Value, b_doc: &Value) -> usize {
     let preset = forge_store::open(&d.url_with("&options=-c%20forge.tenant%3DB"))
         .await
         .unwrap();
-    assert_eq!(
-        serde_json::to_value(preset.export(&a, &sid).await.unwrap()).unwrap(),
-        *a_doc
+    c.eq(
+        &serde_json::to_value(preset.export(&a, &sid).await.unwrap()).unwrap(),
+        a_doc,
+        "A's export on a URL presetting tenant B",
     );
-    assert!(preset.sessions(&c).await.unwrap().is_empty());
+    c.that(
+        preset.sessions(&t_c).await.unwrap().is_empty(),
+        "C lists sessions on a URL presetting tenant B",
+    );
 
     // Tenant ids that try to smuggle SQL or another tenant are refused before any query.
     for bad in ["A' OR 'x'='x", "A;SET ROLE postgres", "", "B\0", "*", "A B"] {
-        assert!(TenantId::new(bad).is_err(), "{bad:?}");
+        c.that(TenantId::new(bad).is_err(), format_args!("{bad:?}"));
     }
-    9
 }
 
 /// Raw SQL as the login role, and URLs asking the server for more: every way to get
 /// past row-level security fails.
-async fn switch_off_attempts(d: &Deployment) -> usize {
+async fn switch_off_attempts(d: &Deployment, c: &mut Checks) {
     let url = d.url();
     let mut conn = PgConnection::connect(&url).await.unwrap();
     sqlx::raw_sql(AssertSqlSafe(format!(
@@ -472,7 +517,6 @@ async fn switch_off_attempts(d: &Deployment) -> usize {
     .execute(&mut conn)
     .await
     .unwrap();
-    let mut n = 0;
     let forbidden = [
         "ALTER TABLE sessions DISABLE ROW LEVEL SECURITY",
         "ALTER TABLE messages NO FORCE ROW LEVEL SECURITY",
@@ -482,40 +526,40 @@ async fn switch_off_attempts(d: &Deployment) -> usize {
         "SET SESSION AUTHORIZATION postgres",
     ];
     for sql in forbidden {
-        let err = sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(&mut conn)
-            .await
-            .expect_err(sql);
-        eprintln!("refused as expected: {sql}: {err}");
-        n += 1;
+        let res = sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut conn).await;
+        c.that(res.is_err(), format_args!("{sql} succeeded"));
+        if let Err(err) = res {
+            eprintln!("refused as expected: {sql}: {err}");
+        }
     }
-    let err = sqlx::raw_sql(AssertSqlSafe(format!(
+    let res = sqlx::raw_sql(AssertSqlSafe(format!(
         "ALTER ROLE \"{}\" BYPASSRLS",
         d.login
     )))
     .execute(&mut conn)
-    .await
-    .expect_err("ALTER ROLE … BYPASSRLS");
-    eprintln!("refused as expected: ALTER ROLE BYPASSRLS: {err}");
-    n += 1;
+    .await;
+    c.that(res.is_err(), "ALTER ROLE … BYPASSRLS succeeded");
+    if let Err(err) = res {
+        eprintln!("refused as expected: ALTER ROLE BYPASSRLS: {err}");
+    }
 
     // Without the tenant setting nothing is visible.
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sessions")
         .fetch_one(&mut conn)
         .await
         .unwrap();
-    assert_eq!(count, 0, "rows visible without forge.tenant");
+    c.eq(count, 0, "rows visible without forge.tenant");
     // row_security = off makes a query that RLS would filter fail, not bypass.
     sqlx::raw_sql("SET row_security = off")
         .execute(&mut conn)
         .await
         .unwrap();
-    let err = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions")
+    let res = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions")
         .fetch_one(&mut conn)
-        .await
-        .expect_err("row_security = off must make the query fail");
-    assert!(err.to_string().contains("row-level security"), "{err}");
-    n += 2;
+        .await;
+    c.that(res.is_err(), "row_security = off must make the query fail");
+    let err = res.map_or_else(|e| e.to_string(), |_| String::new());
+    c.that(err.contains("row-level security"), &err);
     conn.close().await.unwrap();
 
     // The same through the library: a URL switching row_security off gets errors, never
@@ -530,13 +574,13 @@ async fn switch_off_attempts(d: &Deployment) -> usize {
             .expect_err("row_security=off URL")
             .to_string(),
     };
-    assert!(err.contains("row-level security"), "{err}");
+    c.that(err.contains("row-level security"), &err);
     eprintln!("refused as expected: URL with row_security=off: {err}");
-    let err = forge_store::open(&d.url_with("&options=-c%20role%3Dpostgres"))
-        .await
-        .expect_err("role=postgres URL");
-    eprintln!("refused as expected: URL with role=postgres: {err}");
-    n += 2;
+    let res = forge_store::open(&d.url_with("&options=-c%20role%3Dpostgres")).await;
+    c.that(res.is_err(), "a role=postgres URL connected");
+    if let Err(err) = res {
+        eprintln!("refused as expected: URL with role=postgres: {err}");
+    }
 
     // The limit of database-side isolation: whoever holds the role's credentials and
     // writes raw SQL chooses the tenant setting. Row-level security separates the
@@ -559,10 +603,9 @@ async fn switch_off_attempts(d: &Deployment) -> usize {
         .fetch_one(&mut *tx)
         .await
         .unwrap();
-    assert_eq!(visible, 2, "the setting selects the tenant");
+    c.eq(visible, 2, "the setting selects the tenant");
     tx.rollback().await.unwrap();
     conn.close().await.unwrap();
-    n + 1
 }
 
 // ---------------------------------------------------------------------------------------
