@@ -327,16 +327,16 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
     std::fs::write(&b_file, serde_json::to_string(&b_doc).unwrap()).unwrap();
     let imported = d.json("B", &["import", b_file.to_str().unwrap()]);
     c.eq(
-        imported["sessions"].as_array().map(Vec::len),
-        Some(1),
+        &imported["sessions"].as_array().map(Vec::len),
+        &Some(1),
         &imported,
     );
     c.eq(
-        d.export("A", SAME_SESSION),
-        a_doc.clone(),
+        &d.export("A", SAME_SESSION),
+        &a_doc,
         "an import into B with A's ids changed nothing of A",
     );
-    c.eq(d.export("B", SAME_SESSION), b_doc.clone(), "B's import");
+    c.eq(&d.export("B", SAME_SESSION), &b_doc, "B's import");
     let mut a_strings = Vec::new();
     strings(&a_doc, &mut a_strings);
     c.that(!a_strings.iter().any(|s| s == B_TEXT), "B's text in A");
@@ -354,11 +354,11 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
         );
     }
     let both: BTreeSet<String> = [SAME_SESSION, CRASH_SESSION].map(str::to_owned).into();
-    c.eq(d.session_ids("A"), both.clone(), "A's sessions");
-    c.eq(d.session_ids("B"), both, "B's sessions");
+    c.eq(&d.session_ids("A"), &both, "A's sessions");
+    c.eq(&d.session_ids("B"), &both, "B's sessions");
     c.eq(
-        d.session_ids("C"),
-        BTreeSet::new(),
+        &d.session_ids("C"),
+        &BTreeSet::new(),
         "an unused tenant sees nothing",
     );
 
@@ -374,8 +374,8 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
         "B's text missing in B's history",
     );
     c.eq(
-        a_hist["messages"].as_array().map(Vec::len),
-        b_hist["messages"].as_array().map(Vec::len),
+        &a_hist["messages"].as_array().map(Vec::len),
+        &b_hist["messages"].as_array().map(Vec::len),
         "A's and B's histories have as many messages",
     );
     // Tenant C cannot read or export the id that exists in A and B.
@@ -401,11 +401,11 @@ fn a_plain_login_role_keeps_every_tenant_to_itself() {
     c.that(open("B") != (0, 0), "B has open work before recover");
     let rec = d.json("A", &["recover"]);
     c.that(rec["report"]["sessions"] == 1, &rec);
-    c.eq(open("A"), (0, 0), "A recovered");
+    c.eq(&open("A"), &(0, 0), "A recovered");
     c.that(open("B") != (0, 0), "tenant-wide recover in A left B alone");
     let rec = d.json("B", &["recover", CRASH_SESSION]);
     c.that(rec["report"]["sessions"] == 1, &rec);
-    c.eq(open("B"), (0, 0), "B recovered");
+    c.eq(&open("B"), &(0, 0), "B recovered");
     let again = d.json("A", &["recover"]);
     c.that(
         again["report"]["sessions"] == 0,
@@ -439,10 +439,10 @@ impl Checks {
 
     /// Fails the test unless `got == want`; counts one check.
     #[track_caller]
-    fn eq<T: PartialEq + std::fmt::Debug>(
+    fn eq<T: PartialEq + std::fmt::Debug + ?Sized>(
         &mut self,
-        got: T,
-        want: T,
+        got: &T,
+        want: &T,
         what: impl std::fmt::Display,
     ) {
         assert_eq!(got, want, "{what}");
@@ -478,8 +478,8 @@ async fn library_checks(d: &Deployment, a_doc: &Value, b_doc: &Value, c: &mut Ch
     // PostgresStore runs as the login role itself (no SET ROLE: it is not privileged).
     let store = PostgresStore::connect(&d.url()).await.unwrap();
     c.eq(
-        store.current_role().await.unwrap(),
-        d.login.clone(),
+        &store.current_role().await.unwrap(),
+        &d.login,
         "PostgresStore's role",
     );
     store.close().await;
@@ -548,7 +548,7 @@ async fn switch_off_attempts(d: &Deployment, c: &mut Checks) {
         .fetch_one(&mut conn)
         .await
         .unwrap();
-    c.eq(count, 0, "rows visible without forge.tenant");
+    c.eq(&count, &0, "rows visible without forge.tenant");
     // row_security = off makes a query that RLS would filter fail, not bypass.
     sqlx::raw_sql("SET row_security = off")
         .execute(&mut conn)
@@ -603,7 +603,7 @@ async fn switch_off_attempts(d: &Deployment, c: &mut Checks) {
         .fetch_one(&mut *tx)
         .await
         .unwrap();
-    c.eq(visible, 2, "the setting selects the tenant");
+    c.eq(&visible, &2, "the setting selects the tenant");
     tx.rollback().await.unwrap();
     conn.close().await.unwrap();
 }
