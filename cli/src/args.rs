@@ -225,7 +225,9 @@ pub enum Command {
         /// This worker's consumer name.
         #[arg(long, default_value = "worker-1")]
         consumer: String,
-        /// Stop once the stream has nothing new instead of running until Ctrl-C.
+        /// Stop once the stream has nothing new instead of running until Ctrl-C. Either
+        /// way, the command exits non-zero when an event went to the dead-letter stream
+        /// (refused by the target store, or trimmed before it was applied).
         #[arg(long)]
         until_idle: bool,
     },
