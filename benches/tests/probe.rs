@@ -199,7 +199,8 @@ fn redis_memory_usage_and_persistence_see_the_store_keys() {
             .unwrap()
             .as_nanos();
         let prefix = format!("forge-probe-{}-{nanos}", std::process::id());
-        let store_url = format!("{url}?prefix={prefix}");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let store_url = format!("{url}{sep}prefix={prefix}");
         let store = forge_redis::RedisStore::connect(&store_url).await.unwrap();
         let pattern = redis_store_pattern(&store);
         assert_eq!(pattern, format!("{prefix}:*"));

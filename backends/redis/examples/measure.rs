@@ -38,7 +38,8 @@ async fn main() -> forge_core::Result<()> {
         .or_else(|| std::env::var("FORGE_TEST_REDIS_URL").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let prefix = format!("forge-measure-{:016x}", rand::random::<u64>());
-    let url = format!("{server}?prefix={prefix}");
+    let sep = if server.contains('?') { '&' } else { '?' };
+    let url = format!("{server}{sep}prefix={prefix}");
     let tenant = TenantId::new("bench").unwrap();
     let text = "x".repeat(24); // a typical token-sized delta
 
