@@ -11,7 +11,7 @@
 //!   command line says so in one line;
 //! - the projector worker reconnects after Redis restarts and resumes from its
 //!   consumer group: its copy ends equal to the Redis original;
-//! - a `replay` process SIGKILLed on Redis after its first confirmed boundary, then
+//! - a `replay` process SIGKILLed on Redis after its first confirmed message, then
 //!   `recover`, then `project --until-idle` into Postgres: every run's Postgres copy
 //!   holds messages and equals the Redis original (export compare);
 //! - the Redis durability window: turns confirmed before a SIGKILL of the server that
@@ -511,14 +511,14 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // The kill lands after the first confirmed boundary, so the session exists
-        // and every run has a copy to compare. The rest of stdout is drained so the
-        // writer never blocks on a full pipe.
+        // The kill lands after the first confirmed message, so the session exists with a
+        // message and every run has a copy to compare. The rest of stdout is drained so
+        // the writer never blocks on a full pipe.
         let (first, confirmed) = std::sync::mpsc::channel();
         let out = child.stdout.take().unwrap();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if line.contains("\"confirmed\"") {
+                if line.contains("\"confirmed\"") && line.contains("\"message.updated\"") {
                     let _ = first.send(());
                 }
             }
@@ -526,7 +526,7 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
         confirmed
             .recv_timeout(Duration::from_mins(1))
             .unwrap_or_else(|_| {
-                panic!("run {k}: the replay exited or confirmed nothing within a minute")
+                panic!("run {k}: the replay exited or confirmed no message within a minute")
             });
         let delay = random_below(400);
         std::thread::sleep(Duration::from_millis(delay));
@@ -553,7 +553,7 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
         let copy = cli(&to, &["export", &sid]);
         assert_eq!(
             copy, original,
-            "run {k} (killed {delay} ms after the first confirmation): the Postgres copy \
+            "run {k} (killed {delay} ms after the first confirmed message): the Postgres copy \
              differs from Redis"
         );
         let doc: serde_json::Value = serde_json::from_str(&copy).unwrap();
