@@ -508,9 +508,15 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
             .arg(&file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+            text
+        });
         // The kill lands after the first confirmed message, so the session exists with a
         // message and every run has a copy to compare. The rest of stdout is drained so
         // the writer never blocks on a full pipe.
@@ -523,11 +529,14 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
                 }
             }
         });
-        confirmed
-            .recv_timeout(Duration::from_mins(1))
-            .unwrap_or_else(|_| {
-                panic!("run {k}: the replay exited or confirmed no message within a minute")
-            });
+        if confirmed.recv_timeout(Duration::from_mins(1)).is_err() {
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            panic!(
+                "run {k}: the replay exited or confirmed no message within a minute ({status}): {}",
+                errors.join().unwrap_or_default()
+            );
+        }
         let delay = random_below(400);
         std::thread::sleep(Duration::from_millis(delay));
         if child.try_wait().unwrap().is_none() {
@@ -615,7 +624,8 @@ fn redis_durability_window_per_appendfsync_policy() {
         };
         let (mut confirmed_total, mut lost_total, mut runs_losing) = (0, 0, 0);
         for k in 0..kills {
-            let url = format!("{}?prefix=dur{k}", redis.url());
+            // The store refuses an everysec server unless its URL accepts one.
+            let url = format!("{}?prefix=dur{k}&fsync={policy}", redis.url());
             let sids: Vec<SessionId> = (0..DURABILITY_WRITERS)
                 .map(|w| SessionId::from(format!("ses_durability_{w}")))
                 .collect();
