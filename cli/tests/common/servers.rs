@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -323,7 +324,10 @@ impl Redis {
     /// Starts the stopped server on the same directory (its AOF is loaded) and waits
     /// until it answers.
     pub fn start_again(&mut self) {
+        // A process group of its own: a kill takes the server's forked children too (an
+        // AOF rewrite), as a power cut would.
         let child = Command::new(&self.bin)
+            .process_group(0)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--appendonly", "yes", "--appendfsync", self.fsync])
             .args(["--save", ""])
@@ -346,7 +350,7 @@ impl Redis {
         };
         match how {
             RedisStop::Kill => {
-                let _ = child.kill();
+                kill_group(child.id());
             }
             RedisStop::Shutdown => {
                 let sent = redis::Client::open(self.url().as_str())
@@ -364,8 +368,40 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            kill_group(child.id());
             let _ = child.wait();
         }
     }
+}
+
+/// SIGKILL to every process of the group `pgid`, then waits until none is left.
+fn kill_group(pgid: u32) {
+    let group = format!("-{pgid}");
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &group])
+        .stderr(Stdio::null())
+        .status();
+    wait_until(
+        &format!("the processes of group {pgid} exiting"),
+        Duration::from_secs(30),
+        || {
+            // Done when the group holds only the leader (a zombie until its parent
+            // waits for it) and zombies.
+            Command::new("pgrep")
+                .args(["-g", &pgid.to_string()])
+                .output()
+                .map_or(true, |o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .all(|pid| pid.trim() == pgid.to_string() || is_zombie(pid.trim()))
+                })
+        },
+    );
+}
+
+fn is_zombie(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
 }

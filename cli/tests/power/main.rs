@@ -165,9 +165,16 @@ fn campaign(
             .expect("the power-cut file system mounts again after the cut");
         dropped_bytes += cut.dropped_bytes;
         cuts += 1;
-        // A process still using the mount (it keeps the old one, and cannot reach the
-        // new one): counted, as a sign that something outlived the power.
-        lazy += usize::from(cut.lazy_unmount);
+        // A process still using the mount outlived the power: it keeps the old mount
+        // and cannot reach the new one, but the cut was not the machine's.
+        if cut.lazy_unmount {
+            lazy += 1;
+            f.other += 1;
+            f.problem(
+                &name,
+                "a process still used the file system at the cut (a busy unmount)",
+            );
+        }
         server.restart();
         points::check(kind, &r, &name, at, &mut f);
     }
