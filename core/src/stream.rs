@@ -544,6 +544,33 @@ mod tests {
         );
     }
 
+    /// `KINDS` is kept by hand; serde's own list of the enum's tags is the truth. A
+    /// variant missing from `KINDS` would be skipped as unknown by a lenient reader.
+    #[test]
+    fn kinds_lists_exactly_the_types_the_enum_accepts() {
+        let err = StreamEvent::from_json(r#"{"type":"no-such-kind"}"#)
+            .unwrap_err()
+            .to_string();
+        let (_, expected) = err
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("serde's error lists the variants: {err}"));
+        let expected = expected.split(" at line").next().unwrap_or(expected);
+        let accepted: std::collections::BTreeSet<&str> = expected
+            .split(", ")
+            .map(|k| k.trim().trim_matches('`'))
+            .collect();
+        let listed: std::collections::BTreeSet<&str> = StreamEvent::KINDS.iter().copied().collect();
+        assert_eq!(
+            listed, accepted,
+            "StreamEvent::KINDS against the enum's tags"
+        );
+        assert_eq!(
+            listed.len(),
+            StreamEvent::KINDS.len(),
+            "no kind listed twice"
+        );
+    }
+
     #[test]
     fn unknown_type_is_named_in_the_error() {
         let err = StreamEvent::from_json(r#"{"type":"text-delat","id":"0"}"#)
