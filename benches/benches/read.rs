@@ -1,4 +1,4 @@
-//! The read path (ARCHITECTURE §7).
+//! The read path (docs/design.md §5).
 //!
 //! Groups (criterion ids):
 //! - `read/page_50/{memory,redb,sqlite}`: one page, `Store::messages(tenant, session,

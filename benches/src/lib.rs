@@ -1,7 +1,7 @@
 //! forge-bench: how many bytes each backend writes for each byte the model streams.
 //!
-//! - [`workload`]: the W1 workload of ARCHITECTURE §10 (seeded, with event times) and
-//!   W1×N (N sessions at once, interleaved in event time).
+//! - [`workload`]: the W1 workload (docs/backends.md, "Workload W1"; seeded, with event
+//!   times) and W1×N (N sessions at once, interleaved in event time).
 //! - [`run`]: drives a workload through the Processor on one backend, in one mode and
 //!   commit policy, in event time, and measures it.
 //! - [`probe`]: what each engine physically wrote (process I/O counters, redb's

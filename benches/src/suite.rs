@@ -39,8 +39,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The full plan of ARCHITECTURE §10: W1 at T = 10, 100, 1000; W1×64 and W1×1000;
-    /// windows 0, 10, 100 ms.
+    /// The full plan (docs/backends.md, "Workload W1"): W1 at T = 10, 100, 1000; W1×64
+    /// and W1×1000; windows 0, 10, 100 ms.
     pub fn full(targets: Vec<Target>, dir: PathBuf) -> Self {
         Self {
             targets,

@@ -263,7 +263,8 @@ pub enum Command {
         /// Write a JUnit XML report to this file.
         #[arg(long)]
         junit: Option<PathBuf>,
-        /// Run only this property (or §9 group), e.g. `pagination`.
+        /// Run only this property, e.g. `pagination`, or the tests of one contract
+        /// property (`bus` runs `bus` and `bus_resume`).
         #[arg(long)]
         only: Option<String>,
     },

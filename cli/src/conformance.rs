@@ -38,7 +38,7 @@ pub struct Options<'a> {
     pub cases: Option<u32>,
     /// Where to write a JUnit XML report.
     pub junit: Option<&'a Path>,
-    /// Run only this property (or §9 group).
+    /// Run only this property (or the tests of one contract property).
     pub only: Option<String>,
     /// Whether to draw progress.
     pub progress: Progress,

@@ -11,8 +11,9 @@ use clap::{Args, ValueEnum};
 /// A workload `gen` can write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
-    /// W1 of ARCHITECTURE §10: per turn 400 B of user text, 2,000 B of reasoning,
-    /// 2,400 B of text in 550 deltas, 3 tool calls (300 B input, 4,000 B output).
+    /// W1 (docs/backends.md, "Workload W1"): per turn 400 B of user text, 2,000 B of
+    /// reasoning, 2,400 B of text in 550 deltas, 3 tool calls (300 B input, 4,000 B
+    /// output).
     W1,
 }
 

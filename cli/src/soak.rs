@@ -2,14 +2,14 @@
 //! time, for minutes; then the stored history is compared row for row with what the
 //! same streams give on the in-memory reference backend.
 //!
-//! Each session streams W1 turns (ARCHITECTURE §10) at their event times (deltas 20 ms
-//! apart, tools 1 s; `--speed` compresses time), starting at a random offset within
-//! the first turn, through the backend's engine as `serve` runs it: its bus, its
-//! commit policy (`--commit`, `--commit-window-ms`). A subscriber per session measures
-//! delta → subscriber latency. The report gives the duration, sessions, turns, rows
-//! checked, the process's resident memory (VmRSS at the start and the end, VmHWM as the
-//! peak, sampled every few seconds) and latency p50/p99/max. Any row that differs
-//! from the reference makes the command fail, naming it.
+//! Each session streams W1 turns (docs/backends.md, "Workload W1") at their event
+//! times (deltas 20 ms apart, tools 1 s; `--speed` compresses time), starting at a
+//! random offset within the first turn, through the backend's engine as `serve` runs
+//! it: its bus, its commit policy (`--commit`, `--commit-window-ms`). A subscriber per
+//! session measures delta → subscriber latency. The report gives the duration,
+//! sessions, turns, rows checked, the process's resident memory (VmRSS at the start and
+//! the end, VmHWM as the peak, sampled every few seconds) and latency p50/p99/max. Any
+//! row that differs from the reference makes the command fail, naming it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;

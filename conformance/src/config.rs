@@ -21,7 +21,7 @@ pub struct Config {
     /// Generated cases per property. Heavy properties (concurrency) run a quarter of
     /// them, at least two; every property runs at least one.
     pub cases: u32,
-    /// Run only the property with this name, or the properties of this §9 heading
+    /// Run only the property with this name, or the tests of this contract property
     /// (`bus` runs `bus` and `bus_resume`). `None` runs everything.
     pub only: Option<String>,
     /// Upper bound on shrinking a failure: iterations.
@@ -79,7 +79,7 @@ impl Config {
         self
     }
 
-    /// This config running only `only` (a property name or a §9 heading).
+    /// This config running only `only` (a property name or a contract property's).
     #[must_use]
     pub fn with_only(mut self, only: impl Into<String>) -> Self {
         self.only = Some(only.into());

@@ -27,39 +27,46 @@ pub use progress::{NoProgress, Progress, ProgressEvent};
 pub use report::{Outcome, PropertyResult, Report};
 pub use services::{service_url, REQUIRE_SERVICES};
 
-/// One property of the contract (ARCHITECTURE §9). Each is its own test.
+/// One property of the contract (docs/conformance.md, "The contract"). Each is its own
+/// test.
 ///
-/// Two of the nine headings are split where part of them needs a capability, so that the
-/// part that does not apply is reported as skipped instead of silently passing:
+/// Two of the nine properties are split where part of them needs a capability, so that
+/// the part that does not apply is reported as skipped instead of silently passing:
 /// [`Property::CrashDurableBus`] (crash boundary on a durable bus) and
 /// [`Property::BusResume`] (resume from a seq).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Property {
-    /// §9.1: upsert/remove sequences leave the store equal to the reference model.
+    /// Contract property 1: upsert/remove sequences leave the store equal to the
+    /// reference model.
     Upsert,
-    /// §9.2: paging yields every message exactly once in order, also with appends.
+    /// Contract property 2: paging yields every message exactly once in order, also
+    /// with appends.
     Pagination,
-    /// §9.3: `filter_compacted` through the backend equals the reference function.
+    /// Contract property 3: `filter_compacted` through the backend equals the reference
+    /// function.
     FilterCompacted,
-    /// §9.4: finalize / recover close everything and keep completed blocks exactly.
+    /// Contract property 4: finalize / recover close everything and keep completed
+    /// blocks exactly.
     CrashBoundary,
-    /// §9.4 on a durable bus: recover rebuilds streamed text from the bus.
+    /// Contract property 4 on a durable bus: recover rebuilds streamed text from the
+    /// bus.
     CrashDurableBus,
-    /// §9.5: deltas never reach the store, a text part is written at most twice,
-    /// a sync event is published only after its commit.
+    /// Contract property 5: deltas never reach the store, a text part is written at
+    /// most twice, a sync event is published only after its commit.
     WriteDiscipline,
-    /// §9.6: per-session order, every subscriber sees the same sequence.
+    /// Contract property 6: per-session order, every subscriber sees the same sequence.
     Bus,
-    /// §9.6 on a durable bus: replay / subscribe from a seq returns exactly the later
-    /// events.
+    /// Contract property 6 on a durable bus: replay / subscribe from a seq returns
+    /// exactly the later events.
     BusResume,
-    /// §9.7: nothing done in one tenant is visible in another; hostile ids are rejected
-    /// or contained.
+    /// Contract property 7: nothing done in one tenant is visible in another; hostile
+    /// ids are rejected or contained.
     TenantIsolation,
-    /// §9.8: concurrent writers lose no update and surface no error.
+    /// Contract property 8: concurrent writers lose no update and surface no error.
     Concurrency,
-    /// §9.9: every kind, including unknown kinds and fields, survives write → read.
+    /// Contract property 9: every kind, including unknown kinds and fields, survives
+    /// write → read.
     RoundTrip,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
@@ -102,7 +109,7 @@ impl Property {
         }
     }
 
-    /// The §9 heading this property belongs to (`crash_durable_bus` belongs to
+    /// The contract property this test belongs to (`crash_durable_bus` belongs to
     /// `crash_boundary`, `bus_resume` to `bus`); `Config::only` accepts either.
     pub fn group(self) -> &'static str {
         match self {

@@ -1,5 +1,5 @@
 //! Tool approval (AI SDK 6+): a call waiting for the user's approval is not work a crash
-//! left open (ARCHITECTURE §6). finalize and recover leave it waiting; a later
+//! left open (docs/design.md §4). finalize and recover leave it waiting; a later
 //! `tool-result` completes it even from another message; a denial closes it as an
 //! error that says so.
 

@@ -1,4 +1,4 @@
-//! The JSON shape (ARCHITECTURE §3): opencode's exported sessions load and re-serialize
+//! The JSON shape (docs/design.md §1): opencode's exported sessions load and re-serialize
 //! without losing a field, including unknown kinds and unknown fields.
 
 use forge_core::model::{MessageBody, PartBody, ToolState, KNOWN_PART_KINDS};

@@ -1,4 +1,4 @@
-//! The Processor's write rules (ARCHITECTURE §5), proven by counting store writes.
+//! The Processor's write rules (docs/design.md §3), proven by counting store writes.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The read path (ARCHITECTURE §7): paging and `filter_compacted`.
+//! The read path (docs/design.md §5): paging and `filter_compacted`.
 
 mod common;
 

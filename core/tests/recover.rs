@@ -1,4 +1,4 @@
-//! The crash boundary (ARCHITECTURE §6): a processor dropped without finalize, then
+//! The crash boundary (docs/design.md §4): a processor dropped without finalize, then
 //! `recover`.
 
 mod common;

@@ -9,10 +9,10 @@
 //   [[two:PATH|CMD]] two tool calls (read PATH + bash CMD) in one step, then a final text answer
 //   [[slow]]      a long text answer streamed slowly (to be aborted)
 //   [[big]]       a long text answer with large usage numbers (pushes the context toward its limit)
-//   [[w1:DIR]]    one W1 turn (ARCHITECTURE §10): 2,000 B of reasoning and three `bash` calls of
-//                 300 B of input each, `cat DIR/w1-out-N.txt` (files of 4,000 B that storage-cost.sh
-//                 writes), then 2,400 B of text; content is random lowercase letters, as in W1, in
-//                 8-byte deltas
+//   [[w1:DIR]]    one W1 turn (docs/backends.md, "Workload W1"): 2,000 B of reasoning and
+//                 three `bash` calls of 300 B of input each, `cat DIR/w1-out-N.txt` (files of
+//                 4,000 B that storage-cost.sh writes), then 2,400 B of text; content is
+//                 random lowercase letters, as in W1, in 8-byte deltas
 // opencode's compaction request (its summarization prompt) gets a summary; other requests
 // without tools (title generation) get a short title. Usage: node mock-llm.mjs PORT [LOGFILE]
 import http from "node:http";

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # What the real opencode's own storage writes for W1 turns, to set beside
-# `forge-store bench` (docs/backends.md, "The system users run today").
+# `forge-store bench` (docs/backends.md, "Beside what users run today").
 #
 #   scripts/opencode/storage-cost.sh [TURNS]      (default 5)
 #
 # Starts the pinned opencode (`serve`, in a throw-away HOME/XDG tree) against
 # mock-llm.mjs, makes one warm-up turn (migrations and first-use writes), then sends
-# TURNS prompts, each one W1 turn (ARCHITECTURE §10: 400 B of user text, 2,000 B of
-# reasoning, three bash calls of 300 B input and 4,000 B output, 2,400 B of text, in
-# 8-byte deltas), waiting for each to finish, with strace attached to the serve
+# TURNS prompts, each one W1 turn (docs/backends.md, "Workload W1": 400 B of user
+# text, 2,000 B of reasoning, three bash calls of 300 B input and 4,000 B output,
+# 2,400 B of text, in 8-byte deltas), waiting for each to finish, with strace attached to the serve
 # process: it sums the bytes every write system call of opencode passed to its SQLite
 # files (database, WAL, journal) — what `forge-store bench` counts for SQLite (the
 # writer's bytes, WAL and checkpoints). Then it checkpoints the database from another

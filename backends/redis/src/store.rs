@@ -328,7 +328,7 @@ impl Store for RedisStore {
         // first, so a batch that refers to a missing row is refused before any write,
         // as on a single server. (Atomic per tenant: a crash between two tenants' parts
         // leaves the first applied, which is what a crash before the batch was
-        // confirmed may do; see ARCHITECTURE §7.)
+        // confirmed may do; see docs/design.md §6.)
         let mut tenants: Vec<&TenantId> = Vec::new();
         for env in batch {
             if !tenants.contains(&&env.tenant) {

@@ -1,4 +1,4 @@
-//! The W1 workload of ARCHITECTURE §10, with event times, and W1×N.
+//! The W1 workload (docs/backends.md, "Workload W1"), with event times, and W1×N.
 //!
 //! A [`Script`] is one session: what it does at each event time. Content is seeded
 //! random lowercase letters (incompressible enough that no engine is flattered by

@@ -1,8 +1,9 @@
-//! §9.6 Bus: per-session order, every subscriber of a session sees the same sequence,
-//! tenant subscribers see their tenant's events in per-session order and nothing of
-//! another tenant ([`Property::Bus`]); on a durable bus, replay / subscribe from a seq
-//! return exactly the later events, with nothing missed or repeated across the switch
-//! from backlog to live, also while events are being published ([`Property::BusResume`]).
+//! Bus (contract property 6, docs/conformance.md): per-session order, every subscriber
+//! of a session sees the same sequence, tenant subscribers see their tenant's events in
+//! per-session order and nothing of another tenant ([`Property::Bus`]); on a durable
+//! bus, replay / subscribe from a seq return exactly the later events, with nothing
+//! missed or repeated across the switch from backlog to live, also while events are
+//! being published ([`Property::BusResume`]).
 //!
 //! Large cases publish thousands of events: past any per-subscriber buffer of 1,024
 //! (read only after the publisher is done) and any retention of 1,024 per session. A

@@ -1,6 +1,6 @@
-//! §9.8 Concurrency: many tokio tasks write many sessions (one each) and one shared
-//! session at once (new messages, and updates to parts of one hot message), reading
-//! between writes. No call may fail ("database is locked" and the like), no update may
+//! Concurrency (contract property 8, docs/conformance.md): many tokio tasks write many
+//! sessions (one each) and one shared session at once (new messages, and updates to
+//! parts of one hot message), reading between writes. No call may fail ("database is locked" and the like), no update may
 //! be lost, and the shared session's seq is the highest one applied. The shared
 //! session's messages and parts get ids generated as the engine generates them
 //! (`MessageId::generate`), by every writer at once on two worker threads, many in one

@@ -1,6 +1,6 @@
-//! §9.4 Crash boundary: for any model stream cut at any point, then finalized (the
-//! process is alive) or crashed (processor and projector dropped without finalize) and
-//! recovered by a restarted projector:
+//! Crash boundary (contract property 4, docs/conformance.md): for any model stream cut
+//! at any point, then finalized (the process is alive) or crashed (processor and
+//! projector dropped without finalize) and recovered by a restarted projector:
 //! - nothing is open afterwards, and the assistant message is completed;
 //! - every block completed before the cut is stored exactly as emitted and untouched;
 //! - tools left pending/running are errors ("Tool execution aborted", interrupted);

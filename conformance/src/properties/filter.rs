@@ -1,6 +1,6 @@
-//! §9.3 filter_compacted: the view read through the backend, page by page, equals the
-//! reference function over the full history, for histories with successful, failed,
-//! nested and tailed compactions and any page size.
+//! filter_compacted (contract property 3, docs/conformance.md): the view read through
+//! the backend, page by page, equals the reference function over the full history, for
+//! histories with successful, failed, nested and tailed compactions and any page size.
 //!
 //! A failure says which of the two "history lost?" answers applies: missing from the
 //! store (the full history read back differs from what was written), or hidden by the

@@ -1,5 +1,6 @@
-//! The properties, one module per §9 heading. Each module documents what it checks and
-//! exposes its case type and strategy; [`crate::replay`] re-runs a case from JSON.
+//! The properties, one module per property of the contract (docs/conformance.md, "The
+//! contract"), plus `reopen`. Each module documents what it checks and exposes its case
+//! type and strategy; [`crate::replay`] re-runs a case from JSON.
 
 pub mod bus;
 pub mod concurrency;

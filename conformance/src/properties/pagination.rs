@@ -1,6 +1,6 @@
-//! §9.2 Pagination: for any history and every page size, paging to the end yields every
-//! message exactly once, in order, with its parts in part-id order; also with appends
-//! between page reads. Large cases page histories of thousands of messages with sizes
+//! Pagination (contract property 2, docs/conformance.md): for any history and every
+//! page size, paging to the end yields every message exactly once, in order, with its
+//! parts in part-id order; also with appends between page reads. Large cases page histories of thousands of messages with sizes
 //! around and above the cap (`clamp_limit`): 999, 1,000, 1,001, 5,000, `usize::MAX`, the
 //! default, and a random size between 101 and 1,000.
 

@@ -1,6 +1,6 @@
-//! §9.9 Round-trip: every message and part kind, with every optional field, unknown
-//! roles, unknown part kinds and unknown fields at every level, survives write → read
-//! unchanged through `session`, `sessions`, `message` and `messages`; `open_items` lists
+//! Round-trip (contract property 9, docs/conformance.md): every message and part kind,
+//! with every optional field, unknown roles, unknown part kinds and unknown fields at
+//! every level, survives write → read unchanged through `session`, `sessions`, `message` and `messages`; `open_items` lists
 //! exactly the open ones; and a read-modify-write (writing back what was read) changes
 //! nothing. Every string ranges over all of Unicode and every number over its whole
 //! range (see [`crate::strategies::model::arb_text`]); large cases add a message whose

@@ -1,4 +1,4 @@
-//! §9.7 Tenant isolation:
+//! Tenant isolation (contract property 7, docs/conformance.md):
 //! - six tenants writing the same session, message and part ids never see or change
 //!   each other's rows (each equals its own reference model), and a seventh sees
 //!   nothing. Large cases first give each of the six thousands of sessions with the

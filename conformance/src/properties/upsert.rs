@@ -1,5 +1,6 @@
-//! §9.1 Upsert: any sequence of batches of upserts and removes, ids repeating, leaves
-//! the store equal to the reference model, checked after every batch.
+//! Upsert (contract property 1, docs/conformance.md): any sequence of batches of upserts
+//! and removes, ids repeating, leaves the store equal to the reference model, checked
+//! after every batch.
 //!
 //! The case is a command sequence run against the backend and the model side by side
 //! (a state machine: every batch is a transition, the model decides whether it must be

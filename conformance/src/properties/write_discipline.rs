@@ -1,4 +1,5 @@
-//! §9.5 Write discipline: for any stream (cut, then finalized or crashed and recovered):
+//! Write discipline (contract property 5, docs/conformance.md): for any stream (cut,
+//! then finalized or crashed and recovered):
 //! - deltas never reach the store: after every stream event, every row of the answer in
 //!   the store is exactly the last row written through the projector, and the session's
 //!   stored seq is the last committed one (a delta's seq never lands in the store);

@@ -1,5 +1,5 @@
 //! What a processor must have persisted after any prefix of a model stream: a small
-//! reference processor (ARCHITECTURE §5) the crash-boundary properties compare with.
+//! reference processor (docs/design.md §3) the crash-boundary properties compare with.
 
 use std::collections::HashMap;
 
@@ -61,7 +61,7 @@ pub struct Fed {
     pub deltas: usize,
 }
 
-/// Plays `events` the way the Processor (ARCHITECTURE §5) must.
+/// Plays `events` the way the Processor (docs/design.md §3) must.
 pub fn feed(events: &[StreamEvent]) -> Fed {
     let mut fed = Fed::default();
     let mut blocks: HashMap<String, usize> = HashMap::new();

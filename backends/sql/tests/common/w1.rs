@@ -1,5 +1,5 @@
-//! Workload W1 of ARCHITECTURE §10, driven through forge-core's `Processor`: what one
-//! turn costs a backend in transactions, statements and rows.
+//! Workload W1 (docs/backends.md, "Workload W1"), driven through forge-core's
+//! `Processor`: what one turn costs a backend in transactions, statements and rows.
 //!
 //! Each turn: a user message with a 400 B text part; an assistant message with
 //! step-start, reasoning 2,000 B as 250 deltas of 8 B, text 1,600 B as 200 deltas, 3 tool
