@@ -1,25 +1,30 @@
 //! Power-cut campaign: a real `forge-store` writer streams W1 with `--confirmations`
-//! into a store on `forge-powerfs`, a test file system that keeps every write in memory
+//! into a store on `forge-powercut`, a test file system that keeps every write in memory
 //! until its file is synced and every new directory entry (create, link, rename,
 //! unlink) until its directory is synced. The writer is SIGKILLed at a random point
 //! (after a random confirmation, or after a random delay), every server process using
-//! the file system is killed too, and the power is cut: everything not synced is
-//! dropped, as a machine that lost power would. Then the servers start again on what
-//! is left, `forge-store recover` runs in a new process, and the checks of the kill
-//! campaign run (`cli/tests/kill/check.rs`): every confirmed boundary stored once in
-//! its last confirmed form, nothing open, a second `recover` changing nothing.
+//! the file system is killed too (a Redis server with its process group, a Postgres
+//! cluster until its postmaster is gone), and the power is cut: everything not synced
+//! is dropped, as a machine that lost power would. A process still using the file
+//! system at the cut fails the campaign. Then the servers start again on what is left,
+//! `forge-store recover` runs in a new process, and the checks of the kill campaign run
+//! (`cli/tests/kill/check.rs`): every confirmed boundary stored once in its last
+//! confirmed form, nothing open, a second `recover` changing nothing.
 //!
 //! Backends: redb (file and journal), SQLite, a throwaway Postgres cluster whose data
 //! directory is on the file system, and a throwaway Redis whose AOF directory is on it.
 //! Each runs under its defaults; a check of the check runs the settings that must lose
 //! (SQLite `synchronous=normal`, Postgres `synchronous_commit=off`, Redis `appendfsync
-//! no`) and fails unless they do lose confirmed boundaries.
+//! no`) and fails unless they do lose confirmed boundaries; Redis `appendfsync
+//! everysec` is measured. Each campaign also prints what its full run wrote to the file
+//! system (bytes, file and directory syncs): the cost of the setting.
 //!
-//! Size: `FORGE_POWER_RUNS` cuts per backend and setting (default 4);
-//! `scripts/faults/power.sh N` runs a large campaign. `FORGE_POWER_SEED` reruns the same
-//! kill points. Without FUSE (`/dev/fuse`, permission to mount) every test skips loudly;
-//! under `FORGE_TEST_REQUIRE_FUSE=1` that is a failure. Postgres and Redis skip loudly
-//! without their server binaries, and fail under `FORGE_TEST_REQUIRE_SERVICES=1`.
+//! Size: `FORGE_POWER_RUNS` cuts per backend, writer and default setting (default 4);
+//! `FORGE_POWER_CHECK_RUNS` per setting that must lose (default as many, up to 20);
+//! `scripts/faults/power.sh N` runs a large campaign. `FORGE_POWER_SEED` reruns the
+//! same kill points. Without FUSE (`/dev/fuse`, permission to mount) every test skips
+//! loudly; under `FORGE_TEST_REQUIRE_FUSE=1` that is a failure. Postgres and Redis skip
+//! loudly without their server binaries, and fail under `FORGE_TEST_REQUIRE_SERVICES=1`.
 
 #[allow(dead_code)]
 #[path = "../kill/backends.rs"]
