@@ -9,8 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_core::model::{PartBody, ToolState};
 use forge_core::{
-    Capabilities, Cursor, Envelope, MessageId, MessageWithParts, OpenItems, Page, Part, Result,
-    SessionId, SessionState, Store, SyncEvent, TenantId,
+    Cursor, Envelope, Forward, OpenItems, Page, Part, Result, SessionId, SessionState, Store,
+    SyncEvent, TenantId,
 };
 
 /// What one property exercised, for the report.
@@ -123,9 +123,9 @@ pub(crate) struct Measured {
 }
 
 #[async_trait]
-impl Store for Measured {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for Measured {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         self.stats.batch(batch.len());
@@ -136,21 +136,10 @@ impl Store for Measured {
         }
         self.inner.apply(batch).await
     }
-    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.inner.session(tenant, id).await
-    }
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         let out = self.inner.sessions(tenant).await?;
         self.stats.listing(out.len());
         Ok(out)
-    }
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.inner.message(tenant, session, id).await
     }
     async fn messages(
         &self,
@@ -171,9 +160,5 @@ impl Store for Measured {
         let open = self.inner.open_items(tenant, session).await?;
         self.stats.listing(open.messages.len() + open.parts.len());
         Ok(open)
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
     }
 }

@@ -6,10 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use forge_core::{
-    Bus, Capabilities, Cursor, Envelope, MessageId, MessageWithParts, OpenItems, Page, Result,
-    SessionId, SessionState, Store, SyncEvent, TenantId,
-};
+use forge_core::{Bus, Forward, Result, Store};
 
 use parking_lot::Mutex;
 
@@ -441,46 +438,8 @@ impl fmt::Debug for Guarded {
     }
 }
 
-#[async_trait]
-impl Store for Guarded {
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        self.store.apply(batch).await
-    }
-    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.store.session(tenant, id).await
-    }
-    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        self.store.sessions(tenant).await
-    }
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.store.message(tenant, session, id).await
-    }
-    async fn messages(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        self.store.messages(tenant, session, before, limit).await
-    }
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> Result<OpenItems> {
-        self.store.open_items(tenant, session).await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.store.close().await
+impl Forward for Guarded {
+    fn inner(&self) -> &dyn Store {
+        &*self.store
     }
 }

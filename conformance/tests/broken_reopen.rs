@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use forge_conformance::{last_handle, BackendFactory, Config, FnFactory, Outcome, Property};
 use forge_conformance::{Report, StoreMap};
 use forge_core::{
-    Bus, Capabilities, Cursor, Envelope, LocalBus, MemoryStore, MessageId, MessageWithParts,
-    OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Bus, Capabilities, Cursor, Envelope, Forward, LocalBus, MemoryStore, MessageId,
+    MessageWithParts, OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
 
 /// What a handle keeps only in memory.
@@ -298,42 +298,15 @@ fn a_backend_that_cannot_reopen_is_skipped_with_the_reason() {
 #[derive(Debug)]
 struct ClaimsDurable(MemoryStore);
 
-#[async_trait]
-impl Store for ClaimsDurable {
+impl Forward for ClaimsDurable {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
     fn capabilities(&self) -> Capabilities {
         let mut caps = self.0.capabilities();
         caps.name = "claims-durable";
         caps.durable = true;
         caps
-    }
-    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        self.0.apply(batch).await
-    }
-    async fn session(&self, t: &TenantId, s: &SessionId) -> Result<Option<SessionState>> {
-        self.0.session(t, s).await
-    }
-    async fn sessions(&self, t: &TenantId) -> Result<Vec<SessionState>> {
-        self.0.sessions(t).await
-    }
-    async fn message(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        m: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.0.message(t, s, m).await
-    }
-    async fn messages(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        self.0.messages(t, s, before, limit).await
-    }
-    async fn open_items(&self, t: &TenantId, s: Option<&SessionId>) -> Result<OpenItems> {
-        self.0.open_items(t, s).await
     }
 }
 

@@ -7,10 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_conformance::{guarded, BackendFactory, Config, Outcome, Property, StoreMap};
-use forge_core::{
-    Bus, Capabilities, Cursor, Envelope, LocalBus, MemoryStore, MessageId, MessageWithParts,
-    OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
-};
+use forge_core::{Bus, Forward, LocalBus, MemoryStore, Result, SessionState, Store, TenantId};
 use parking_lot::Mutex;
 
 /// A store that panics on every `sessions` call: every case that lists sessions panics.
@@ -18,42 +15,12 @@ use parking_lot::Mutex;
 struct Panics(MemoryStore);
 
 #[async_trait]
-impl Store for Panics {
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        self.0.apply(batch).await
-    }
-    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.0.session(tenant, id).await
+impl Forward for Panics {
+    fn inner(&self) -> &dyn Store {
+        &self.0
     }
     async fn sessions(&self, _: &TenantId) -> Result<Vec<SessionState>> {
         panic!("sessions() of a store that panics")
-    }
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.0.message(tenant, session, id).await
-    }
-    async fn messages(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        self.0.messages(tenant, session, before, limit).await
-    }
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> Result<OpenItems> {
-        self.0.open_items(tenant, session).await
     }
 }
 

@@ -11,9 +11,9 @@ use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::event::{Envelope, SyncEvent};
-use crate::id::{MessageId, PartId, SessionId};
-use crate::model::MessageWithParts;
-use crate::store::{Capabilities, Cursor, OpenItems, Page, SessionState, Store};
+use crate::forward::Forward;
+use crate::id::{PartId, SessionId};
+use crate::store::{Cursor, Page, Store};
 use crate::tenant::TenantId;
 
 /// Totals of what was applied through a [`CountingStore`].
@@ -78,9 +78,9 @@ impl CountingStore {
 }
 
 #[async_trait]
-impl Store for CountingStore {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
@@ -101,23 +101,6 @@ impl Store for CountingStore {
         Ok(())
     }
 
-    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.inner.session(tenant, id).await
-    }
-
-    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        self.inner.sessions(tenant).await
-    }
-
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.inner.message(tenant, session, id).await
-    }
-
     async fn messages(
         &self,
         tenant: &TenantId,
@@ -127,17 +110,5 @@ impl Store for CountingStore {
     ) -> Result<Page> {
         self.counts.lock().totals.page_reads += 1;
         self.inner.messages(tenant, session, before, limit).await
-    }
-
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> Result<OpenItems> {
-        self.inner.open_items(tenant, session).await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
     }
 }

@@ -172,7 +172,8 @@ impl OpenItems {
 /// Durable storage of sessions, messages and parts.
 ///
 /// Backends are chosen at run time by URL and used as `Arc<dyn Store>`. The conformance
-/// suite tests the `# Behavior` bullets below, one property per bullet.
+/// suite tests the `# Behavior` bullets below, one property per bullet. A wrapper that
+/// changes some methods of another store implements [`Forward`](crate::Forward) instead.
 #[async_trait]
 pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// What this backend can do.

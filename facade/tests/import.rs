@@ -5,10 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_store::core::{Capabilities, LocalBus, OpenItems, Page};
+use forge_store::core::LocalBus;
 use forge_store::{
-    CoreError, Cursor, Engine, Envelope, Error, Forge, MessageId, MessageWithParts, SessionId,
-    SessionState, Store, SyncEvent, TenantId,
+    CoreError, Engine, Envelope, Error, Forge, Forward, SessionId, Store, SyncEvent, TenantId,
 };
 use serde_json::{json, Value};
 
@@ -23,9 +22,9 @@ struct Failing {
 }
 
 #[async_trait]
-impl Store for Failing {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for Failing {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> forge_store::core::Result<()> {
@@ -37,45 +36,6 @@ impl Store for Failing {
             return Err(CoreError::backend("redb", false, "No space left on device"));
         }
         self.inner.apply(batch).await
-    }
-
-    async fn session(
-        &self,
-        tenant: &TenantId,
-        id: &SessionId,
-    ) -> forge_store::core::Result<Option<SessionState>> {
-        self.inner.session(tenant, id).await
-    }
-
-    async fn sessions(&self, tenant: &TenantId) -> forge_store::core::Result<Vec<SessionState>> {
-        self.inner.sessions(tenant).await
-    }
-
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> forge_store::core::Result<Option<MessageWithParts>> {
-        self.inner.message(tenant, session, id).await
-    }
-
-    async fn messages(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> forge_store::core::Result<Page> {
-        self.inner.messages(tenant, session, before, limit).await
-    }
-
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> forge_store::core::Result<OpenItems> {
-        self.inner.open_items(tenant, session).await
     }
 }
 

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use common::{fresh_prefix, user_message, with_prefix, Cleanup};
 use forge_core::id::now_ms;
 use forge_core::{
-    Bus, Capabilities, Cursor, Engine, Envelope, Error, MemoryStore, MessageId, MessageWithParts,
-    OpenItems, Page, Result, Scope, Session, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Bus, Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Result, Scope, Session,
+    SessionId, Store, SyncEvent, TenantId,
 };
 use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions, WorkerStats};
 use redis::streams::{StreamId, StreamRangeReply};
@@ -397,41 +397,15 @@ impl Flaky {
 }
 
 #[async_trait]
-impl Store for Flaky {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for Flaky {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
     }
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         if self.down.load(Ordering::SeqCst) {
             return Err(Error::backend("test", true, "target store down"));
         }
         self.inner.apply(batch).await
-    }
-    async fn session(&self, t: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.inner.session(t, id).await
-    }
-    async fn sessions(&self, t: &TenantId) -> Result<Vec<SessionState>> {
-        self.inner.sessions(t).await
-    }
-    async fn message(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.inner.message(t, s, id).await
-    }
-    async fn messages(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        self.inner.messages(t, s, before, limit).await
-    }
-    async fn open_items(&self, t: &TenantId, s: Option<&SessionId>) -> Result<OpenItems> {
-        self.inner.open_items(t, s).await
     }
 }
 

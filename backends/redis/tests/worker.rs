@@ -11,9 +11,8 @@ use common::{fresh_prefix, user_message, with_prefix, Cleanup};
 use forge_core::id::now_ms;
 use forge_core::processor::assistant_message;
 use forge_core::{
-    Bus, Capabilities, Cursor, Engine, Envelope, Error, MemoryStore, MessageId, MessageWithParts,
-    OpenItems, Outcome, Page, ProcessorOptions, Result, Session, SessionId, SessionState, Store,
-    StreamEvent, SyncEvent, TenantId,
+    Bus, Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Outcome,
+    ProcessorOptions, Result, Session, SessionId, Store, StreamEvent, SyncEvent, TenantId,
 };
 use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
 
@@ -134,38 +133,12 @@ async fn worker_projects_the_stream_into_another_store_idempotently() {
 struct Broken(MemoryStore);
 
 #[async_trait]
-impl Store for Broken {
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
+impl Forward for Broken {
+    fn inner(&self) -> &dyn Store {
+        &self.0
     }
     async fn apply(&self, _: &[Envelope<SyncEvent>]) -> Result<()> {
         Err(Error::backend("test", true, "target store down"))
-    }
-    async fn session(&self, t: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.0.session(t, id).await
-    }
-    async fn sessions(&self, t: &TenantId) -> Result<Vec<SessionState>> {
-        self.0.sessions(t).await
-    }
-    async fn message(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.0.message(t, s, id).await
-    }
-    async fn messages(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        self.0.messages(t, s, before, limit).await
-    }
-    async fn open_items(&self, t: &TenantId, s: Option<&SessionId>) -> Result<OpenItems> {
-        self.0.open_items(t, s).await
     }
 }
 

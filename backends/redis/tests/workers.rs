@@ -25,9 +25,8 @@ use common::{fresh_prefix, user_message, with_prefix, Cleanup};
 use forge_core::id::now_ms;
 use forge_core::processor::{assistant_message, Outcome};
 use forge_core::{
-    Bus, Capabilities, Cursor, Engine, Envelope, Event, MemoryStore, MessageId, MessageWithParts,
-    OpenItems, Page, ProcessorOptions, Result, Session, SessionId, SessionState, Store,
-    StreamEvent, SyncEvent, TenantId,
+    Bus, Engine, Envelope, Event, Forward, MemoryStore, MessageWithParts, ProcessorOptions, Result,
+    Session, SessionId, Store, StreamEvent, SyncEvent, TenantId,
 };
 use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
 use forge_sql::postgres::testing::TestSchema;
@@ -58,9 +57,9 @@ fn now_ns() -> u128 {
 struct Logged(Arc<dyn Store>);
 
 #[async_trait]
-impl Store for Logged {
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
+impl Forward for Logged {
+    fn inner(&self) -> &dyn Store {
+        &*self.0
     }
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -72,36 +71,6 @@ impl Store for Logged {
         }
         let _ = out.flush();
         Ok(())
-    }
-    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.0.session(tenant, id).await
-    }
-    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        self.0.sessions(tenant).await
-    }
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<MessageWithParts>> {
-        self.0.message(tenant, session, id).await
-    }
-    async fn messages(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page> {
-        self.0.messages(tenant, session, before, limit).await
-    }
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> Result<OpenItems> {
-        self.0.open_items(tenant, session).await
     }
 }
 

@@ -16,9 +16,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::{
-    recover, Bus, BusCapabilities, BusEvent, Capabilities, Cursor, DirectProjector, Envelope,
-    Event, MessageId, MessageWithParts, OpenItems, Page, Part, PartId, Replay, SessionId,
-    SessionState, Store, Subscription, SyncEvent, TenantId, Topic,
+    recover, Bus, BusCapabilities, BusEvent, DirectProjector, Envelope, Event, Forward, Part,
+    PartId, Replay, SessionId, Store, Subscription, SyncEvent, TenantId, Topic,
 };
 use parking_lot::Mutex;
 
@@ -55,9 +54,9 @@ struct RecordingStore {
 }
 
 #[async_trait]
-impl Store for RecordingStore {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for RecordingStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> forge_core::Result<()> {
         self.inner.apply(batch).await?;
@@ -71,40 +70,6 @@ impl Store for RecordingStore {
             }
         }
         Ok(())
-    }
-    async fn session(
-        &self,
-        t: &TenantId,
-        id: &SessionId,
-    ) -> forge_core::Result<Option<SessionState>> {
-        self.inner.session(t, id).await
-    }
-    async fn sessions(&self, t: &TenantId) -> forge_core::Result<Vec<SessionState>> {
-        self.inner.sessions(t).await
-    }
-    async fn message(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        id: &MessageId,
-    ) -> forge_core::Result<Option<MessageWithParts>> {
-        self.inner.message(t, s, id).await
-    }
-    async fn messages(
-        &self,
-        t: &TenantId,
-        s: &SessionId,
-        before: Option<&Cursor>,
-        limit: usize,
-    ) -> forge_core::Result<Page> {
-        self.inner.messages(t, s, before, limit).await
-    }
-    async fn open_items(
-        &self,
-        t: &TenantId,
-        s: Option<&SessionId>,
-    ) -> forge_core::Result<OpenItems> {
-        self.inner.open_items(t, s).await
     }
 }
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use forge_core::id::now_ms;
 use forge_core::processor::assistant_message;
 use forge_core::{
-    Bus, BusCapabilities, BusEvent, CountingStore, Envelope, Error, Event, FlushMode,
+    Bus, BusCapabilities, BusEvent, CountingStore, Envelope, Error, Event, FlushMode, Forward,
     GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore, Processor, Projector, Replay,
     Result, Scope, Session, SessionId, Store, Subscription, SyncEvent, TenantId, Topic,
 };
@@ -271,9 +271,9 @@ pub struct Refusing {
 }
 
 #[async_trait]
-impl Store for Refusing {
-    fn capabilities(&self) -> forge_core::Capabilities {
-        self.inner.capabilities()
+impl Forward for Refusing {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         let refused = self.refuse.lock().clone();
@@ -283,39 +283,5 @@ impl Store for Refusing {
             }
         }
         self.inner.apply(batch).await
-    }
-    async fn session(
-        &self,
-        tenant: &TenantId,
-        id: &SessionId,
-    ) -> Result<Option<forge_core::SessionState>> {
-        self.inner.session(tenant, id).await
-    }
-    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<forge_core::SessionState>> {
-        self.inner.sessions(tenant).await
-    }
-    async fn message(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        id: &forge_core::MessageId,
-    ) -> Result<Option<forge_core::MessageWithParts>> {
-        self.inner.message(tenant, session, id).await
-    }
-    async fn messages(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        before: Option<&forge_core::Cursor>,
-        limit: usize,
-    ) -> Result<forge_core::Page> {
-        self.inner.messages(tenant, session, before, limit).await
-    }
-    async fn open_items(
-        &self,
-        tenant: &TenantId,
-        session: Option<&SessionId>,
-    ) -> Result<forge_core::OpenItems> {
-        self.inner.open_items(tenant, session).await
     }
 }

@@ -1,0 +1,164 @@
+//! `Forward`: a [`Store`] that wraps another and changes only some of its methods.
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::event::{Envelope, SyncEvent};
+use crate::id::{MessageId, SessionId};
+use crate::model::MessageWithParts;
+use crate::store::{Capabilities, Cursor, OpenItems, Page, SessionState, Store};
+use crate::tenant::TenantId;
+
+/// A store that wraps another: every [`Store`] method forwards to [`inner`](Self::inner)
+/// unless the wrapper overrides it. A type implementing `Forward` is a `Store` (a blanket
+/// impl), so a wrapper that changes one method writes that one method and `inner`.
+///
+/// The methods have the names and signatures of [`Store`]'s, and an override keeps the
+/// contract of the method it replaces (its `# Behavior` list). [`close`](Self::close)
+/// forwards too, as the contract asks of wrappers.
+///
+/// Call a wrapper through [`Store`] (as `Arc<dyn Store>`, or `Store::apply(&w, …)`):
+/// with both traits in scope, a method call on the concrete type is ambiguous.
+///
+/// # Example
+///
+/// A store that refuses every write and reads through to the one it wraps:
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use async_trait::async_trait;
+/// use forge_core::{Envelope, Error, Forward, MemoryStore, Result, Store, SyncEvent, TenantId};
+///
+/// #[derive(Debug)]
+/// struct ReadOnly(Arc<dyn Store>);
+///
+/// #[async_trait]
+/// impl Forward for ReadOnly {
+///     fn inner(&self) -> &dyn Store {
+///         &*self.0
+///     }
+///
+///     async fn apply(&self, _: &[Envelope<SyncEvent>]) -> Result<()> {
+///         Err(Error::Unsupported("this store is read-only".into()))
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let store: Arc<dyn Store> = Arc::new(ReadOnly(Arc::new(MemoryStore::new())));
+/// assert_eq!(store.capabilities().name, "memory");
+/// assert!(store.sessions(&TenantId::default()).await?.is_empty());
+/// assert!(store.apply(&[]).await.is_err());
+/// # Ok::<_, Error>(())
+/// # }).unwrap();
+/// ```
+#[async_trait]
+pub trait Forward: std::fmt::Debug + Send + Sync + 'static {
+    /// The store calls are forwarded to.
+    fn inner(&self) -> &dyn Store;
+
+    /// [`Store::capabilities`]; forwards by default.
+    fn capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
+    }
+
+    /// [`Store::apply`]; forwards by default.
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        self.inner().apply(batch).await
+    }
+
+    /// [`Store::session`]; forwards by default.
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        self.inner().session(tenant, id).await
+    }
+
+    /// [`Store::sessions`]; forwards by default.
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        self.inner().sessions(tenant).await
+    }
+
+    /// [`Store::message`]; forwards by default.
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        self.inner().message(tenant, session, id).await
+    }
+
+    /// [`Store::messages`]; forwards by default.
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        self.inner().messages(tenant, session, before, limit).await
+    }
+
+    /// [`Store::open_items`]; forwards by default.
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        self.inner().open_items(tenant, session).await
+    }
+
+    /// [`Store::close`]; forwards by default.
+    async fn close(&self) -> Result<()> {
+        self.inner().close().await
+    }
+}
+
+#[async_trait]
+impl<T: Forward> Store for T {
+    fn capabilities(&self) -> Capabilities {
+        Forward::capabilities(self)
+    }
+
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        Forward::apply(self, batch).await
+    }
+
+    async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
+        Forward::session(self, tenant, id).await
+    }
+
+    async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
+        Forward::sessions(self, tenant).await
+    }
+
+    async fn message(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        Forward::message(self, tenant, session, id).await
+    }
+
+    async fn messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        before: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        Forward::messages(self, tenant, session, before, limit).await
+    }
+
+    async fn open_items(
+        &self,
+        tenant: &TenantId,
+        session: Option<&SessionId>,
+    ) -> Result<OpenItems> {
+        Forward::open_items(self, tenant, session).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        Forward::close(self).await
+    }
+}
