@@ -1,92 +1,16 @@
 //! The file system's contents, twice: what processes see (`live`) and what a disk would
 //! hold after a power cut (`durable`). Pure logic, no FUSE.
-//!
-//! File data is kept in chunks shared between the two trees (`Arc`), so syncing a file
-//! copies a map of pointers, not its bytes, and a write after a sync copies only the
-//! chunks it touches.
+//! File data is in [`Data`] (`data.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::SystemTime;
 
-/// Bytes per chunk of file data.
-pub const CHUNK: usize = 16 * 1024;
+pub use crate::data::Data;
 
 /// The root directory's inode number.
 pub const ROOT: u64 = 1;
-
-/// File contents: chunks by index (a missing chunk reads as zeros) and a length.
-#[derive(Clone, Debug, Default)]
-pub struct Data {
-    chunks: BTreeMap<u64, Arc<Vec<u8>>>,
-    /// Length in bytes.
-    pub size: u64,
-}
-
-impl Data {
-    /// Up to `len` bytes from `offset` (fewer at the end of the file).
-    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
-        if offset >= self.size {
-            return Vec::new();
-        }
-        let end = (offset + len as u64).min(self.size);
-        let mut out = vec![0u8; (end - offset) as usize];
-        let mut at = offset;
-        while at < end {
-            let index = at / CHUNK as u64;
-            let within = (at % CHUNK as u64) as usize;
-            let n = (CHUNK - within).min((end - at) as usize);
-            if let Some(chunk) = self.chunks.get(&index) {
-                let dst = (at - offset) as usize;
-                out[dst..dst + n].copy_from_slice(&chunk[within..within + n]);
-            }
-            at += n as u64;
-        }
-        out
-    }
-
-    /// Writes `bytes` at `offset`, growing the file as needed.
-    pub fn write(&mut self, offset: u64, bytes: &[u8]) {
-        let mut at = offset;
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            let index = at / CHUNK as u64;
-            let within = (at % CHUNK as u64) as usize;
-            let n = (CHUNK - within).min(rest.len());
-            let chunk = self
-                .chunks
-                .entry(index)
-                .or_insert_with(|| Arc::new(vec![0u8; CHUNK]));
-            Arc::make_mut(chunk)[within..within + n].copy_from_slice(&rest[..n]);
-            rest = &rest[n..];
-            at += n as u64;
-        }
-        self.size = self.size.max(offset + bytes.len() as u64);
-    }
-
-    /// Sets the length: cuts (zeroing the cut part of the last chunk, so growing again
-    /// reads zeros) or extends with zeros.
-    pub fn truncate(&mut self, size: u64) {
-        if size < self.size {
-            let first_gone = size.div_ceil(CHUNK as u64);
-            self.chunks.retain(|&i, _| i < first_gone);
-            let within = (size % CHUNK as u64) as usize;
-            if within > 0 {
-                if let Some(chunk) = self.chunks.get_mut(&(size / CHUNK as u64)) {
-                    Arc::make_mut(chunk)[within..].fill(0);
-                }
-            }
-        }
-        self.size = size;
-    }
-
-    /// Bytes held in chunks (for the statistics).
-    pub fn allocated(&self) -> u64 {
-        self.chunks.len() as u64 * CHUNK as u64
-    }
-}
 
 /// What a node is.
 #[derive(Clone, Debug)]
@@ -636,122 +560,4 @@ impl State {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(s: &mut State, parent: u64, name: &str) -> u64 {
-        let n = Node::new(Body::File(Data::default()), 0o644, 0, 0, parent);
-        s.make(parent, OsStr::new(name), n).unwrap()
-    }
-
-    fn content(s: &State, parent: u64, name: &str) -> Option<Vec<u8>> {
-        let ino = s.lookup(parent, OsStr::new(name)).ok()?;
-        match &s.node(ino).ok()?.body {
-            Body::File(d) => Some(d.read(0, d.size as usize)),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn data_reads_back_what_was_written_across_chunks_and_truncates_to_zeros() {
-        let mut d = Data::default();
-        let bytes: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
-        d.write(5, &bytes);
-        assert_eq!(d.size, 40_005);
-        assert_eq!(d.read(5, 40_000), bytes);
-        assert_eq!(d.read(0, 5), vec![0; 5]);
-        d.truncate(20_000);
-        d.truncate(30_000);
-        assert_eq!(d.read(19_990, 10), bytes[19_985..19_995].to_vec());
-        assert_eq!(d.read(20_000, 10_000), vec![0; 10_000]);
-    }
-
-    #[test]
-    fn a_synced_file_in_a_synced_directory_survives_and_later_writes_do_not() {
-        let mut s = State::new(Rules::Strict);
-        let f = file(&mut s, ROOT, "a");
-        s.write(f, 0, b"kept").unwrap();
-        s.fsync(f).unwrap();
-        s.sync_dir(ROOT).unwrap();
-        s.write(f, 4, b" lost").unwrap();
-        let cut = s.cut();
-        assert_eq!(cut.dropped_bytes, 5);
-        assert_eq!(content(&s, ROOT, "a").as_deref(), Some(&b"kept"[..]));
-    }
-
-    #[test]
-    fn under_strict_rules_a_synced_file_whose_directory_was_not_synced_is_gone() {
-        let mut s = State::new(Rules::Strict);
-        let f = file(&mut s, ROOT, "a");
-        s.write(f, 0, b"x").unwrap();
-        s.fsync(f).unwrap();
-        s.cut();
-        assert_eq!(content(&s, ROOT, "a"), None);
-
-        let mut e = State::new(Rules::Ext4);
-        let f = file(&mut e, ROOT, "a");
-        e.write(f, 0, b"x").unwrap();
-        e.fsync(f).unwrap();
-        e.cut();
-        assert_eq!(content(&e, ROOT, "a").as_deref(), Some(&b"x"[..]));
-    }
-
-    #[test]
-    fn a_name_synced_before_its_data_is_an_empty_file() {
-        let mut s = State::new(Rules::Strict);
-        let f = file(&mut s, ROOT, "a");
-        s.write(f, 0, b"x").unwrap();
-        s.sync_dir(ROOT).unwrap();
-        s.cut();
-        assert_eq!(content(&s, ROOT, "a").as_deref(), Some(&b""[..]));
-    }
-
-    #[test]
-    fn renames_and_unlinks_hold_only_once_their_directory_is_synced() {
-        let mut s = State::new(Rules::Strict);
-        let f = file(&mut s, ROOT, "a");
-        s.write(f, 0, b"x").unwrap();
-        s.fsync(f).unwrap();
-        s.sync_dir(ROOT).unwrap();
-        s.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("b"), false, false)
-            .unwrap();
-        s.cut();
-        assert!(content(&s, ROOT, "a").is_some() && content(&s, ROOT, "b").is_none());
-        s.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("b"), false, false)
-            .unwrap();
-        s.sync_dir(ROOT).unwrap();
-        s.cut();
-        assert!(content(&s, ROOT, "a").is_none() && content(&s, ROOT, "b").is_some());
-        s.remove(ROOT, OsStr::new("b"), false).unwrap();
-        s.cut();
-        assert!(
-            content(&s, ROOT, "b").is_some(),
-            "an unsynced unlink is undone"
-        );
-    }
-
-    #[test]
-    fn a_rename_replaces_its_target_and_a_directory_keeps_its_link_counts() {
-        let mut s = State::new(Rules::Strict);
-        let a = file(&mut s, ROOT, "a");
-        file(&mut s, ROOT, "b");
-        s.write(a, 0, b"new").unwrap();
-        s.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("b"), false, false)
-            .unwrap();
-        assert_eq!(content(&s, ROOT, "b").as_deref(), Some(&b"new"[..]));
-        let d = Node::new(Body::Dir(BTreeMap::new()), 0o755, 0, 0, ROOT);
-        let d = s.make(ROOT, OsStr::new("d"), d).unwrap();
-        assert_eq!(s.node(ROOT).unwrap().nlink, 3);
-        assert_eq!(
-            s.remove(ROOT, OsStr::new("d"), false),
-            Err(EISDIR),
-            "unlink of a directory"
-        );
-        file(&mut s, d, "inner");
-        assert_eq!(s.remove(ROOT, OsStr::new("d"), true), Err(ENOTEMPTY));
-        s.sync_all();
-        s.cut();
-        assert_eq!(s.node(ROOT).unwrap().nlink, 3);
-        assert!(content(&s, d, "inner").is_some());
-    }
-}
+mod tests;
