@@ -12,17 +12,18 @@ use forge_core::{
 };
 use parking_lot::Mutex;
 use redb::backends::FileBackend;
-use redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableError};
+use redb::{Builder, Database, ReadTransaction, ReadableDatabase};
 
 use crate::config::{Durability, RedbOptions};
 use crate::counting::{CountingBackend, IoCounters};
 use crate::error::{in_write, join, map, open as open_error, BACKEND};
 use crate::journal::{self, Journal};
-use crate::schema::{
-    JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL_SIZE_KEY, MESSAGES, META, OPEN_MESSAGES,
-    OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
-};
+use crate::schema::{JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL_SIZE_KEY, META};
 use crate::{read, write};
+
+mod version;
+
+use version::init_schema;
 
 /// A [`Store`] in one redb file: embedded, durable, one write transaction per batch.
 ///
@@ -481,137 +482,6 @@ fn recover_journal(db: &Database, path: PathBuf, counters: Option<IoCounters>) -
     );
     checkpoint(db, &mut journal)?;
     Ok(journal)
-}
-
-/// Checks the schema version, or stamps it and creates the tables in a new file.
-///
-/// A file of the current version is only read, so opening writes nothing.
-fn init_schema(db: &Database, path: &Path) -> Result<()> {
-    let txn = db.begin_read().map_err(map)?;
-    let version = match txn.open_table(META) {
-        Ok(meta) => meta
-            .get(SCHEMA_VERSION_KEY)
-            .map_err(map)?
-            .map(|v| v.value()),
-        Err(TableError::TableDoesNotExist(_)) => None,
-        Err(e) => return Err(open_error(path, e)),
-    };
-    match version {
-        Some(SCHEMA_VERSION) => return Ok(()),
-        Some(v @ (1 | 2)) => {
-            drop(txn);
-            let kept = keep_copy(path, v)?;
-            upgrade(db, v)?;
-            tracing::warn!(
-                file = %path.display(),
-                copy = %kept.display(),
-                "upgraded the file from forge-store schema version {v} to {SCHEMA_VERSION}; \
-                 the file as it was is kept beside it (older releases can open the copy)"
-            );
-            return Ok(());
-        }
-        Some(v) => {
-            return Err(Error::Unsupported(format!(
-                "{} has forge-store schema version {v}; this release reads version \
-                 {SCHEMA_VERSION} (written by a newer forge-store?)",
-                path.display()
-            )))
-        }
-        None => {}
-    }
-    let foreign: Vec<String> = txn
-        .list_tables()
-        .map_err(map)?
-        .map(|h| redb::TableHandle::name(&h).to_owned())
-        .collect();
-    if !foreign.is_empty() {
-        return Err(Error::invalid(format!(
-            "{} is a redb file without a forge-store schema version (tables: {}); \
-             refusing to use it",
-            path.display(),
-            foreign.join(", ")
-        )));
-    }
-    drop(txn);
-
-    let txn = begin_durable(db)?;
-    {
-        txn.open_table(META)
-            .map_err(map)?
-            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
-            .map_err(map)?;
-        txn.open_table(SESSIONS).map_err(map)?;
-        txn.open_table(MESSAGES).map_err(map)?;
-        txn.open_table(PARTS).map_err(map)?;
-        txn.open_table(OPEN_MESSAGES).map_err(map)?;
-        txn.open_table(OPEN_PARTS).map_err(map)?;
-        txn.open_table(PART_MESSAGES).map_err(map)?;
-    }
-    txn.commit().map_err(map)
-}
-
-/// The path of the copy [`keep_copy`] makes of a file of schema version `from`.
-fn copy_path(path: &Path, from: u64) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".schema-v{from}.bak"));
-    PathBuf::from(name)
-}
-
-/// Copies the file, as opened and before its upgrade, to `<file>.schema-v<from>.bak`
-/// (an older release can open that copy). The file has no write of this process yet,
-/// and redb keeps no state outside it, so the copy is a consistent file. A copy already
-/// there (an upgrade that failed after copying) is of the same file and is kept.
-fn keep_copy(path: &Path, from: u64) -> Result<PathBuf> {
-    let copy = copy_path(path, from);
-    if copy.exists() {
-        return Ok(copy);
-    }
-    let partial = copy.with_extension("bak.partial");
-    let made = std::fs::copy(path, &partial)
-        .and_then(|_| std::fs::File::open(&partial)?.sync_all())
-        .and_then(|()| std::fs::rename(&partial, &copy))
-        .and_then(|()| forge_core::files::sync_dir(&copy));
-    made.map_err(|e| {
-        let _ = std::fs::remove_file(&partial);
-        Error::backend(
-            crate::error::BACKEND,
-            false,
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "{} needs an upgrade from schema version {from}, and the copy kept \
-                     before upgrading could not be written to {}: {e}",
-                    path.display(),
-                    copy.display()
-                ),
-            ),
-        )
-    })?;
-    Ok(copy)
-}
-
-/// Upgrades a file of schema version `from` (1 or 2) in one durable write transaction:
-/// 1 → 2 builds `part_messages` from the part rows; 2 → 3 only stamps the version (the
-/// journal's `meta` keys start absent: generation 0, nothing applied).
-fn upgrade(db: &Database, from: u64) -> Result<()> {
-    use redb::ReadableTable;
-    let txn = begin_durable(db)?;
-    {
-        if from == 1 {
-            let parts = txn.open_table(PARTS).map_err(map)?;
-            let mut index = txn.open_table(PART_MESSAGES).map_err(map)?;
-            for entry in parts.iter().map_err(map)? {
-                let (key, _) = entry.map_err(map)?;
-                let (t, s, m, p) = key.value();
-                index.insert((t, s, p, m), ()).map_err(map)?;
-            }
-        }
-        txn.open_table(META)
-            .map_err(map)?
-            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
-            .map_err(map)?;
-    }
-    txn.commit().map_err(map)
 }
 
 #[async_trait]
