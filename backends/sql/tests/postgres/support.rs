@@ -1,0 +1,128 @@
+//! Helpers of the Postgres tests: a fresh schema and store per test, raw connections,
+//! row counts per tenant, roles dropped after the test, and lock-waiter polling.
+
+use forge_sql::postgres::testing::TestSchema;
+use forge_sql::PostgresStore;
+use sqlx::{Connection, PgConnection, Row};
+
+use crate::common::*;
+
+/// A fresh schema and a store on it, or `None` when the service is not configured.
+pub(crate) async fn fresh(test: &str) -> Option<(TestSchema, PostgresStore)> {
+    let url = postgres_url(test)?;
+    let schema = TestSchema::create(&url)
+        .await
+        .unwrap_or_else(|e| panic!("FORGE_TEST_POSTGRES_URL is set but unusable: {e}"));
+    let store = PostgresStore::connect(&schema.url()).await.unwrap();
+    Some((schema, store))
+}
+
+pub(crate) async fn done(schema: TestSchema, store: PostgresStore) {
+    store.close().await;
+    schema.drop().await.unwrap();
+}
+
+/// A plain connection as the URL's user with the schema on the search path.
+pub(crate) async fn raw(schema: &TestSchema) -> PgConnection {
+    let url = postgres_url("raw").unwrap();
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SET search_path TO \"{}\"",
+        schema.name()
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn
+}
+
+pub(crate) async fn count_rows(
+    conn: &mut PgConnection,
+    tenant_setting: Option<&str>,
+) -> Vec<(String, i64)> {
+    let mut tx = conn.begin().await.unwrap();
+    if let Some(t) = tenant_setting {
+        sqlx::query("SELECT set_config('forge.tenant', $1, true)")
+            .bind(t)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    for table in ["sessions", "messages", "parts"] {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT tenant::text, count(*) FROM {table} GROUP BY tenant ORDER BY tenant"
+        )))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        for r in rows {
+            out.push((
+                format!("{table}/{}", r.get::<String, _>(0)),
+                r.get::<i64, _>(1),
+            ));
+        }
+    }
+    tx.commit().await.unwrap();
+    out
+}
+
+/// A role dropped when the value is (after the schema it owns).
+pub(crate) struct DroppedRole {
+    pub(crate) url: String,
+    pub(crate) name: String,
+}
+
+impl Drop for DroppedRole {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            runtime().block_on(async {
+                let mut conn = PgConnection::connect(&url).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP ROLE IF EXISTS \"{name}\""
+                )))
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop role {}: {dropped:?}", self.name);
+        }
+    }
+}
+
+/// `url` with every transaction of its connections defaulting to `SERIALIZABLE`, as a
+/// server, database or role configured with `default_transaction_isolation` gives.
+pub(crate) fn serializable_by_default(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20default_transaction_isolation%3Dserializable")
+}
+
+/// Waits until `n` lock requests of `locktype` are waiting (not granted) and match
+/// `filter` (SQL over `pg_locks`, binding `$1`).
+pub(crate) async fn wait_for_waiters(conn: &mut PgConnection, filter: &str, bind: i64, n: i64) {
+    let sql = format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND {filter}");
+    let start = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(bind)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{waiting} of {n} lock waiters after 30 s ({filter})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// `pg_locks` columns of an advisory lock on a 64-bit key, matched against `$1`.
+pub(crate) const ADVISORY_KEY: &str =
+    "locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1";
