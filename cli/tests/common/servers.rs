@@ -374,7 +374,8 @@ impl Drop for Redis {
     }
 }
 
-/// SIGKILL to every process of the group `pgid`, then waits until none is left.
+/// SIGKILL to every process of the group `pgid`, then waits until none is left but the
+/// leader (a zombie until its parent waits for it) and other zombies.
 fn kill_group(pgid: u32) {
     let group = format!("-{pgid}");
     let _ = Command::new("kill")
@@ -385,23 +386,27 @@ fn kill_group(pgid: u32) {
         &format!("the processes of group {pgid} exiting"),
         Duration::from_secs(30),
         || {
-            // Done when the group holds only the leader (a zombie until its parent
-            // waits for it) and zombies.
-            Command::new("pgrep")
-                .args(["-g", &pgid.to_string()])
-                .output()
-                .map_or(true, |o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .all(|pid| pid.trim() == pgid.to_string() || is_zombie(pid.trim()))
-                })
+            group_members(pgid)
+                .iter()
+                .all(|&(pid, state)| pid == pgid || state == 'Z')
         },
     );
 }
 
-fn is_zombie(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-    })
+/// The processes of group `pgid` and their states, read from `/proc/PID/stat`
+/// (`PID (COMM) STATE PPID PGRP …`).
+fn group_members(pgid: u32) -> Vec<(u32, char)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = rest.next()?.chars().next()?;
+            let group: u32 = rest.nth(1)?.parse().ok()?;
+            (group == pgid).then_some((pid, state))
+        })
+        .collect()
 }
