@@ -1,113 +1,99 @@
-//! Text and reasoning blocks: open, deltas (the hot path: no store I/O, no
-//! logging), close.
+//! Text and reasoning blocks: open, deltas (the hot path: no store I/O, no logging,
+//! no allocation beyond the delta's reference-counted ids), close.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
-use super::Processor;
+use super::inflight::{BlockBody, OpenBlock};
+use super::machine::{Machine, OnCommit};
 use crate::close;
 use crate::error::{Error, Result};
-use crate::event::{Event, PartDelta};
-use crate::model::{Part, PartBody};
-
-fn text_of(part: &mut Part) -> Option<&mut String> {
-    match &mut part.body {
-        PartBody::Text(t) => Some(&mut t.text),
-        PartBody::Reasoning(r) => Some(&mut r.text),
-        _ => None,
-    }
-}
+use crate::event::PartDelta;
+use crate::id::PartId;
 
 fn trim_end_in_place(s: &mut String) {
     let len = s.trim_end().len();
     s.truncate(len);
 }
 
-impl Processor {
-    /// The delta path: append to the open block and publish; no store I/O.
-    pub(super) fn delta(&mut self, id: &str, text: String, kind: &'static str) -> Result<()> {
-        let Some(part) = self.blocks.get_mut(id) else {
+impl Machine {
+    /// The delta path: append to the open block and publish. With
+    /// [`ProcessorOptions::persist_every_delta`](super::ProcessorOptions::persist_every_delta)
+    /// the block's part is also committed after the publish.
+    pub(super) fn block_delta(&mut self, id: &str, text: String, kind: &'static str) -> Result<()> {
+        let Some(block) = self.blocks.get_mut(id) else {
             return Err(Error::invalid(format!(
                 "{kind}-delta for block {id:?}, which is not open"
             )));
         };
-        if part.kind() != kind {
+        if block.body.kind() != kind {
             return Err(Error::invalid(format!(
                 "{kind}-delta for block {id:?}, which is a {} block",
-                part.kind()
+                block.body.kind()
             )));
         }
-        if let Some(buf) = text_of(part) {
-            buf.push_str(&text);
-        }
+        block.body.text_mut().push_str(&text);
         let delta = PartDelta {
-            session_id: part.session_id.clone(),
-            message_id: part.message_id.clone(),
-            part_id: part.id.clone(),
+            session_id: self.session_id.clone(),
+            message_id: self.message.id.clone(),
+            part_id: block.id.clone(),
             field: Cow::Borrowed("text"),
             delta: text,
         };
-        self.projector.emit(&self.scope, Event::PartDelta(delta))?;
-        self.stats.deltas += 1;
+        let persist = self
+            .opts
+            .persist_every_delta
+            .then(|| block.clone().into_part(&self.session_id, &self.message.id));
+        self.delta(delta);
+        if let Some(part) = persist {
+            self.commit_part(part);
+        }
         Ok(())
     }
 
-    /// With [`ProcessorOptions::persist_every_delta`](super::ProcessorOptions::persist_every_delta): rewrites the block's part.
-    pub(super) async fn persist_delta(&mut self, id: &str) -> Result<()> {
-        if !self.opts.persist_every_delta {
-            return Ok(());
-        }
-        match self.blocks.get(id) {
-            Some(part) => {
-                let part = part.clone();
-                self.commit_part(part).await
-            }
-            None => Ok(()),
-        }
-    }
-
-    pub(super) async fn open_block(&mut self, id: String, body: PartBody) -> Result<()> {
+    /// `text-start` / `reasoning-start`: the empty part is committed, and the block is
+    /// open once that commit succeeded.
+    pub(super) fn open_block(&mut self, id: String, body: BlockBody) -> Result<()> {
         if self.blocks.contains_key(&id) {
             return Err(Error::invalid(format!(
                 "{}-start for block {id:?}, which is already open",
                 body.kind()
             )));
         }
-        let part = self.new_part(body);
-        self.commit_part(part.clone()).await?;
-        self.blocks.insert(id, part);
+        let block = OpenBlock {
+            id: PartId::generate(),
+            body,
+        };
+        self.commit_part(block.clone().into_part(&self.session_id, &self.message.id));
+        self.on_commit = Some(OnCommit::Open(id, block));
         Ok(())
     }
 
-    pub(super) async fn end_block(&mut self, id: &str, kind: &str) -> Result<()> {
-        match self.blocks.get(id) {
+    /// `text-end` / `reasoning-end`: the whole part, trailing whitespace trimmed, the
+    /// text hook applied (text only), `time.end` set.
+    pub(super) fn end_block(&mut self, id: &str, kind: &str) -> Result<()> {
+        let mut block = match self.blocks.remove(id) {
             None => {
                 return Err(Error::invalid(format!(
                     "{kind}-end for block {id:?}, which is not open"
                 )))
             }
-            Some(p) if p.kind() != kind => {
+            Some(b) if b.body.kind() != kind => {
+                let open = b.body.kind();
+                self.blocks.insert(id.to_owned(), b);
                 return Err(Error::invalid(format!(
-                    "{kind}-end for block {id:?}, which is a {} block",
-                    p.kind()
-                )))
+                    "{kind}-end for block {id:?}, which is a {open} block"
+                )));
             }
-            Some(_) => {}
-        }
-        let Some(mut part) = self.blocks.remove(id) else {
-            unreachable!("checked above")
+            Some(b) => b,
         };
         let now = self.now();
-        if let Some(text) = text_of(&mut part) {
-            trim_end_in_place(text);
-            if let (PartBody::Text(_), Some(hook)) = (&part.body, &self.opts.text_hook) {
-                let hook = Arc::clone(hook);
-                if let Some(text) = text_of(&mut part) {
-                    hook(text);
-                }
-            }
+        trim_end_in_place(block.body.text_mut());
+        if let (BlockBody::Text(t), Some(hook)) = (&mut block.body, &self.opts.text_hook) {
+            hook(&mut t.text);
         }
+        let mut part = block.into_part(&self.session_id, &self.message.id);
         close::close_block(&mut part, now, None);
-        self.commit_part(part).await
+        self.commit_part(part);
+        Ok(())
     }
 }

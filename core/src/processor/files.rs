@@ -1,14 +1,13 @@
 //! Generated files (`file`, `reasoning-file`) and cited sources (`source`): one closed
 //! part each.
 
-use super::Processor;
-use crate::error::Result;
+use super::machine::Machine;
 use crate::model::{FilePart, JsonMap, PartBody, SourcePart};
 use crate::stream::{GeneratedFile, Source};
 
-impl Processor {
+impl Machine {
     /// A generated file: one closed `file` part, its content as a `data:` URL.
-    pub(super) async fn file(&mut self, file: GeneratedFile, reasoning: bool) -> Result<()> {
+    pub(super) fn file(&mut self, file: GeneratedFile, reasoning: bool) {
         let mut extra = JsonMap::new();
         if reasoning {
             extra.insert("reasoning".into(), serde_json::Value::Bool(true));
@@ -21,13 +20,13 @@ impl Processor {
             source: None,
             extra,
         }));
-        self.commit_part(part).await
+        self.commit_part(part);
     }
 }
 
-impl Processor {
+impl Machine {
     /// A cited source: one closed `source` part with the SDK's fields.
-    pub(super) async fn source(&mut self, source: Source) -> Result<()> {
+    pub(super) fn source(&mut self, source: Source) {
         let part = self.new_part(PartBody::Source(SourcePart {
             source_type: source.source_type,
             source_id: source.id,
@@ -38,6 +37,6 @@ impl Processor {
             metadata: source.provider_metadata,
             extra: JsonMap::new(),
         }));
-        self.commit_part(part).await
+        self.commit_part(part);
     }
 }

@@ -25,139 +25,84 @@
 //! finalize committed, `session.error` (a failed turn, not an aborted one), then
 //! `session.status` idle and `session.idle`.
 //!
-//! Inside, one file per concern: options and stats, the turn's start and finalize, text
-//! and reasoning blocks (the delta path), tools, steps, and the messages around a turn.
+//! # Decisions apart from effects
+//!
+//! The decisions are a state machine, [`Machine`]: it takes one input at a time (the
+//! open message, a stream event, finalize), changes its state and queues
+//! [`Effect`]s: rows to commit as one batch, deltas to publish, statuses to publish.
+//! It does no I/O; its only clock is the injected [`ProcessorOptions::clock`]. The
+//! one store read a decision needs (a result or an approval response addressing a
+//! call of an earlier message that waits for approval) is a question,
+//! [`Machine::lookup`], whose answer comes back as an input with the event.
+//! [`Processor`] is the async shell: it answers that question from the store
+//! ([`waiting_call`]) and applies the effects through the [`Projector`].
+//!
+//! The effects of one input are applied in the order [`Machine::poll`] gives them,
+//! and that order is the contract:
+//!
+//! - An input queues at most one [`Effect::Commit`]. What follows it waits for it:
+//!   if the commit fails, nothing after it is done and the input fails with the
+//!   store's error; once it succeeded, the shell calls [`Machine::committed`], which
+//!   applies what waited for it (a block opened by `text-start` is open; finalize's
+//!   turn is done), and goes on.
+//! - `start`: the open message's commit, then `session.status` busy.
+//! - A text or reasoning delta: its [`Effect::Delta`] alone, no commit (with
+//!   [`ProcessorOptions::persist_every_delta`], the delta, then the part's commit).
+//! - Finalize (also `finish`, `error` outside a step, `abort`): the batch's commit,
+//!   then `session.error` when the message's error is not an abort, then
+//!   `session.status` idle, then `session.idle`.
+//! - A delta publish that fails fails the input; a status publish reports a commit
+//!   that already succeeded, so its failure is logged and does not.
+//!
+//! In-flight state is typed: an open block is a text or a reasoning body, a call
+//! that has not ended is pending, running or waiting for approval.
+//!
+//! Inside, one file per concern: the machine and its effects, the typed in-flight
+//! state, options and stats, text and reasoning blocks (the delta path), tools and
+//! approvals, files and sources, steps, the turn's end, the messages around a turn,
+//! and the shell with its store lookup.
 
+mod approval;
 mod blocks;
 mod files;
+mod inflight;
 mod lifecycle;
+mod lookup;
+mod machine;
 mod messages;
 mod options;
+mod shell;
 mod steps;
+#[cfg(test)]
+mod tests;
 mod tools;
 
-use std::collections::{HashMap, HashSet};
-use std::fmt;
-use std::sync::Arc;
-
-use serde_json::Value;
-
 use crate::error::{Error, Result};
-use crate::event::SyncEvent;
-use crate::id::PartId;
-use crate::model::{
-    JsonMap, Message, Part, PartBody, PartTime, ReasoningPart, StepStartPart, TextPart, ToolPart,
-    ToolPending, ToolState,
-};
-use crate::projector::{Projector, Scope};
+use crate::model::{JsonMap, Part, PartTime, ReasoningPart, TextPart};
 use crate::stream::StreamEvent;
 
+use inflight::BlockBody;
+
+pub use lookup::{waiting_call, APPROVAL_SEARCH_MESSAGES};
+pub use machine::{Effect, Ended, Machine};
 pub use messages::{assistant_message, message_error_from, user_message};
 pub use options::{Clock, Flow, Outcome, ProcessorOptions, ProcessorStats, TextHook};
+pub use shell::Processor;
+pub use tools::TOOL_DENIED;
 
-/// Consumes one assistant message's stream.
-pub struct Processor {
-    projector: Arc<dyn Projector>,
-    scope: Scope,
-    message: Message,
-    /// Open text/reasoning blocks by stream block id; the part accumulates the text.
-    blocks: HashMap<String, Part>,
-    /// Tool calls not yet completed, by call id.
-    tools: HashMap<String, Part>,
-    /// Tool calls of this message waiting for the user's approval, by call id: not open
-    /// work, so finalize leaves them as they are.
-    awaiting: HashMap<String, Part>,
-    /// Every call id this message has seen: a call id is used once per message.
-    calls: HashSet<String>,
-    /// A `start-step` is open (its `finish-step` has not come).
-    in_step: bool,
-    /// An `error` inside a step, recorded on the message when `finish` closes it.
-    pending_error: Option<crate::model::MessageError>,
-    opts: ProcessorOptions,
-    stats: ProcessorStats,
-    done: bool,
-}
-
-impl fmt::Debug for Processor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Processor")
-            .field("scope", &self.scope)
-            .field("message", &self.message.id)
-            .field("open_blocks", &self.blocks.len())
-            .field("open_tools", &self.tools.len())
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Processor {
-    /// Records a new call id, or refuses one this message has used already.
-    fn new_call(&mut self, id: &str, what: &str) -> Result<()> {
-        if self.calls.contains(id) {
-            return Err(Error::invalid(format!(
-                "{what} for call {id}, a call id this message has used already"
-            )));
-        }
-        self.calls.insert(id.to_owned());
-        Ok(())
-    }
-
-    /// Whether the stream reported an `error` inside a step and only its `finish-step`
-    /// / `finish` may follow: a caller whose stream moves on (a new message, the end of
-    /// the input) closes the answer with `finalize(Outcome::Finished)`, which records
-    /// that error.
-    pub fn awaits_finish_after_error(&self) -> bool {
-        self.pending_error.is_some()
-    }
-
-    /// The assistant message as last persisted.
-    pub fn message(&self) -> &Message {
-        &self.message
-    }
-
-    /// What this processor has done so far.
-    pub fn stats(&self) -> ProcessorStats {
-        self.stats
-    }
-
-    /// The session scope it writes to.
-    pub fn scope(&self) -> &Scope {
-        &self.scope
-    }
-
-    fn now(&self) -> i64 {
-        (self.opts.clock)()
-    }
-
-    async fn commit(&mut self, events: Vec<SyncEvent>) -> Result<()> {
-        let n = events.len() as u64;
-        self.projector.commit(&self.scope, events).await?;
-        self.stats.commits += 1;
-        self.stats.rows += n;
-        Ok(())
-    }
-
-    fn new_part(&self, body: PartBody) -> Part {
-        Part {
-            id: PartId::generate(),
-            session_id: self.scope.session_id.clone(),
-            message_id: self.message.id.clone(),
-            body,
-        }
-    }
-
-    async fn commit_part(&mut self, part: Part) -> Result<()> {
-        self.commit(vec![SyncEvent::PartUpdated { part }]).await
-    }
-
-    /// Handles one stream event.
+impl Machine {
+    /// Handles one stream event: changes the turn's state and queues its effects.
+    /// `waiting` answers [`Machine::lookup`] for this event (the part of the earlier
+    /// message's call waiting for approval, if the session has one); pass `None` when
+    /// it asked nothing.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for an event that does not fit the stream so far (a delta
-    /// for a block that is not open, a result for a tool that is not running, anything
-    /// after the turn was finalized); store errors from commits. Nothing committed before
-    /// is affected; call [`Processor::finalize`] to close the turn.
-    pub async fn handle(&mut self, event: StreamEvent) -> Result<Flow> {
+    /// [`Error::InvalidInput`] for an event that does not fit the stream so far (a
+    /// delta for a block that is not open, a result for a tool that is not running,
+    /// anything after the turn was finalized). Effects queued by earlier inputs are
+    /// not affected.
+    pub fn handle(&mut self, event: StreamEvent, waiting: Option<Part>) -> Result<()> {
+        self.begin();
         if self.done {
             return Err(Error::invalid(format!(
                 "{} after the turn was finalized",
@@ -165,19 +110,15 @@ impl Processor {
             )));
         }
         match event {
-            StreamEvent::TextDelta { id, text } => {
-                self.delta(&id, text, "text")?;
-                self.persist_delta(&id).await?;
-            }
+            StreamEvent::TextDelta { id, text } => self.block_delta(&id, text, "text")?,
             StreamEvent::ReasoningDelta { id, text } => {
-                self.delta(&id, text, "reasoning")?;
-                self.persist_delta(&id).await?;
+                self.block_delta(&id, text, "reasoning")?;
             }
             StreamEvent::TextStart { id } => {
                 let now = self.now();
                 self.open_block(
                     id,
-                    PartBody::Text(TextPart {
+                    BlockBody::Text(TextPart {
                         text: String::new(),
                         synthetic: None,
                         ignored: None,
@@ -185,44 +126,24 @@ impl Processor {
                         metadata: None,
                         extra: JsonMap::new(),
                     }),
-                )
-                .await?;
+                )?;
             }
             StreamEvent::ReasoningStart { id } => {
                 let now = self.now();
                 self.open_block(
                     id,
-                    PartBody::Reasoning(ReasoningPart {
+                    BlockBody::Reasoning(ReasoningPart {
                         text: String::new(),
                         metadata: None,
                         time: PartTime::open(now),
                         extra: JsonMap::new(),
                     }),
-                )
-                .await?;
+                )?;
             }
-            StreamEvent::TextEnd { id } => self.end_block(&id, "text").await?,
-            StreamEvent::ReasoningEnd { id } => self.end_block(&id, "reasoning").await?,
+            StreamEvent::TextEnd { id } => self.end_block(&id, "text")?,
+            StreamEvent::ReasoningEnd { id } => self.end_block(&id, "reasoning")?,
             StreamEvent::ToolInputStart { id, tool_name } => {
-                if self.tools.contains_key(&id) {
-                    return Err(Error::invalid(format!(
-                        "tool-input-start for call {id}, which is already open"
-                    )));
-                }
-                self.new_call(&id, "tool-input-start")?;
-                let part = self.new_part(PartBody::Tool(ToolPart {
-                    call_id: id.clone(),
-                    tool: tool_name,
-                    state: ToolState::Pending(ToolPending {
-                        input: Value::Object(JsonMap::new()),
-                        raw: String::new(),
-                        extra: JsonMap::new(),
-                    }),
-                    metadata: None,
-                    extra: JsonMap::new(),
-                }));
-                self.tools.insert(id, part.clone());
-                self.commit_part(part).await?;
+                self.tool_input_start(id, tool_name)?;
             }
             StreamEvent::ToolInputDelta { .. }
             | StreamEvent::ToolInputEnd { .. }
@@ -230,15 +151,14 @@ impl Processor {
             | StreamEvent::Raw {}
             | StreamEvent::Custom { .. }
             | StreamEvent::Ping {}
-            | StreamEvent::SteeringMessage {} => self.stats.ignored += 1,
-            StreamEvent::Source(source) => self.source(source).await?,
+            | StreamEvent::SteeringMessage {} => self.ignored += 1,
+            StreamEvent::Source(source) => self.source(source),
             StreamEvent::ToolApprovalRequest {
                 approval_id,
                 tool_call,
                 reason,
             } => {
-                self.approval_request(&tool_call.tool_call_id, &approval_id, reason.as_deref())
-                    .await?;
+                self.approval_request(&tool_call.tool_call_id, &approval_id, reason.as_deref())?;
             }
             StreamEvent::ToolApprovalResponse {
                 approval_id,
@@ -247,49 +167,35 @@ impl Processor {
                 reason,
             } => {
                 let call = tool_call.as_ref().map(|c| c.tool_call_id.as_str());
-                self.approval_response(&approval_id, call, approved, reason.as_deref())
-                    .await?;
+                self.approval_response(&approval_id, call, approved, reason.as_deref(), waiting)?;
             }
             StreamEvent::ToolOutputDenied { tool_call_id, .. } => {
-                self.output_denied(&tool_call_id).await?;
+                self.output_denied(&tool_call_id, waiting)?;
             }
-            StreamEvent::File { file } => self.file(file, false).await?,
-            StreamEvent::ReasoningFile { file } => self.file(file, true).await?,
+            StreamEvent::File { file } => self.file(file, false),
+            StreamEvent::ReasoningFile { file } => self.file(file, true),
             StreamEvent::ToolCall {
                 tool_call_id,
                 tool_name,
                 input,
-            } => self.tool_call(tool_call_id, tool_name, input).await?,
+            } => self.tool_call(tool_call_id, tool_name, input)?,
             StreamEvent::ToolResult {
                 tool_call_id,
                 output,
                 preliminary: true,
                 ..
-            } => self.tool_progress(&tool_call_id, output).await?,
+            } => self.tool_progress(&tool_call_id, output)?,
             StreamEvent::ToolResult {
                 tool_call_id,
                 output,
                 ..
-            } => self.tool_result(&tool_call_id, output).await?,
+            } => self.tool_result(&tool_call_id, output, waiting)?,
             StreamEvent::ToolError {
                 tool_call_id,
                 error,
                 ..
-            } => self.tool_error(&tool_call_id, &error).await?,
-            StreamEvent::StartStep {} => {
-                if self.in_step {
-                    return Err(Error::invalid(
-                        "start-step while the previous step is open (no finish-step between \
-                         two start-steps)",
-                    ));
-                }
-                self.in_step = true;
-                let part = self.new_part(PartBody::StepStart(StepStartPart {
-                    snapshot: None,
-                    extra: JsonMap::new(),
-                }));
-                self.commit_part(part).await?;
-            }
+            } => self.tool_error(&tool_call_id, &error, waiting)?,
+            StreamEvent::StartStep {} => self.start_step()?,
             StreamEvent::FinishStep {
                 finish_reason,
                 raw_finish_reason,
@@ -309,65 +215,16 @@ impl Processor {
                     cost.unwrap_or(0.0),
                     snapshot,
                     patch,
-                )
-                .await?;
+                );
             }
             StreamEvent::Finish {
                 finish_reason,
                 raw_finish_reason,
                 total_usage,
-            } => {
-                if let Some(a) = self.message.as_assistant_mut() {
-                    if let Some(reason) = finish_reason {
-                        a.finish.get_or_insert(reason);
-                    }
-                    if let Some(raw) = raw_finish_reason {
-                        a.extra.insert("rawFinish".into(), Value::String(raw));
-                    }
-                    if let Some(total) = total_usage {
-                        let tokens =
-                            serde_json::to_value(total.tokens()).map_err(Error::invalid)?;
-                        a.extra.insert("totalTokens".into(), tokens);
-                    }
-                }
-                let outcome = match self.pending_error.take() {
-                    Some(error) => Outcome::Failed(error),
-                    None => Outcome::Finished,
-                };
-                self.finalize(outcome).await?;
-            }
-            StreamEvent::Error { error } => {
-                let mut error = message_error_from(&error);
-                if error.name == crate::model::ErrorName::Auth {
-                    if let Some(a) = self.message.as_assistant() {
-                        error
-                            .data
-                            .extra
-                            .entry("providerID")
-                            .or_insert_with(|| Value::String(a.provider_id.clone()));
-                    }
-                }
-                if self.in_step {
-                    // The SDK follows an error inside a step with that step's
-                    // `finish-step` and a `finish`: they belong to this message, which
-                    // `finish` closes with the error.
-                    self.pending_error = Some(error);
-                } else {
-                    self.finalize(Outcome::Failed(error)).await?;
-                }
-            }
-            StreamEvent::Abort { reason } => {
-                let outcome = match reason {
-                    Some(reason) => Outcome::Failed(crate::model::MessageError::aborted(reason)),
-                    None => Outcome::Aborted,
-                };
-                self.finalize(outcome).await?;
-            }
+            } => self.finish(finish_reason, raw_finish_reason, total_usage)?,
+            StreamEvent::Error { error } => self.error(&error),
+            StreamEvent::Abort { reason } => self.abort(reason),
         }
-        Ok(if self.done {
-            Flow::Done
-        } else {
-            Flow::Continue
-        })
+        Ok(())
     }
 }

@@ -1,16 +1,34 @@
 //! Steps: a step-finish with its usage and cost, and the patch of the files it changed,
 //! committed with the assistant message in one batch.
 
-use super::Processor;
-use crate::error::Result;
-use crate::event::SyncEvent;
 use serde_json::Value;
 
-use crate::model::{JsonMap, PartBody, PatchPart, StepFinishPart};
+use super::machine::Machine;
+use crate::error::{Error, Result};
+use crate::event::SyncEvent;
+use crate::model::{JsonMap, PartBody, PatchPart, StepFinishPart, StepStartPart};
 use crate::stream::{StepPatch, Usage};
 
-impl Processor {
-    pub(super) async fn finish_step(
+impl Machine {
+    /// `start-step`: a step-start part; steps do not nest.
+    pub(super) fn start_step(&mut self) -> Result<()> {
+        if self.in_step {
+            return Err(Error::invalid(
+                "start-step while the previous step is open (no finish-step between two \
+                 start-steps)",
+            ));
+        }
+        self.in_step = true;
+        let part = self.new_part(PartBody::StepStart(StepStartPart {
+            snapshot: None,
+            extra: JsonMap::new(),
+        }));
+        self.commit_part(part);
+        Ok(())
+    }
+
+    /// `finish-step`: step-finish, patch and the message with the step's usage, one batch.
+    pub(super) fn finish_step(
         &mut self,
         reason: String,
         raw_reason: Option<String>,
@@ -18,11 +36,11 @@ impl Processor {
         cost: f64,
         snapshot: Option<String>,
         patch: Option<StepPatch>,
-    ) -> Result<()> {
+    ) {
         let tokens = usage.tokens();
         let mut extra = JsonMap::new();
-        if let Some(raw) = &raw_reason {
-            extra.insert("rawReason".into(), Value::String(raw.clone()));
+        if let Some(raw) = raw_reason {
+            extra.insert("rawReason".into(), Value::String(raw));
         }
         let mut events = vec![SyncEvent::PartUpdated {
             part: self.new_part(PartBody::StepFinish(StepFinishPart {
@@ -50,7 +68,7 @@ impl Processor {
         events.push(SyncEvent::MessageUpdated {
             info: self.message.clone(),
         });
-        self.commit(events).await
+        self.commit(events);
     }
 }
 

@@ -48,18 +48,7 @@ impl ToolPart {
         let ToolState::Running(r) = &mut self.state else {
             return false;
         };
-        let mut approval = JsonMap::new();
-        approval.insert("id".into(), Value::String(id.to_owned()));
-        approval.insert("status".into(), Value::String(APPROVAL_REQUESTED.into()));
-        if let Some(reason) = reason {
-            approval.insert("reason".into(), Value::String(reason.to_owned()));
-        }
-        let mut meta = match r.metadata.take() {
-            Some(Value::Object(m)) => m,
-            _ => JsonMap::new(),
-        };
-        meta.insert("approval".into(), Value::Object(approval));
-        r.metadata = Some(Value::Object(meta));
+        r.request_approval(id, reason);
         true
     }
 
@@ -120,6 +109,25 @@ pub struct ToolRunning {
     /// Unknown fields, kept.
     #[serde(flatten)]
     pub extra: JsonMap,
+}
+
+impl ToolRunning {
+    /// Marks the call as waiting for approval `id` (with the producer's reason):
+    /// `metadata.approval = {id, status: "requested", reason?}`, other metadata kept.
+    pub fn request_approval(&mut self, id: &str, reason: Option<&str>) {
+        let mut approval = JsonMap::new();
+        approval.insert("id".into(), Value::String(id.to_owned()));
+        approval.insert("status".into(), Value::String(APPROVAL_REQUESTED.into()));
+        if let Some(reason) = reason {
+            approval.insert("reason".into(), Value::String(reason.to_owned()));
+        }
+        let mut meta = match self.metadata.take() {
+            Some(Value::Object(m)) => m,
+            _ => JsonMap::new(),
+        };
+        meta.insert("approval".into(), Value::Object(approval));
+        self.metadata = Some(Value::Object(meta));
+    }
 }
 
 /// `status: "completed"`.

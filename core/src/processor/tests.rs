@@ -1,0 +1,235 @@
+//! The machine alone: what each input queues, in which order, with no store and no
+//! bus.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{assistant_message, Effect, Machine, ProcessorOptions};
+use crate::error::Error;
+use crate::event::{Event, SyncEvent};
+use crate::id::{MessageId, SessionId};
+use crate::model::{Part, PartBody, ToolPart, ToolRunning, ToolState, ToolTime};
+use crate::stream::StreamEvent;
+
+fn ev(json: &str) -> StreamEvent {
+    StreamEvent::from_json(json).unwrap()
+}
+
+fn machine() -> Machine {
+    let session = SessionId::generate();
+    let message = assistant_message(session.clone(), MessageId::generate(), "p", "m", 1);
+    let opts = ProcessorOptions {
+        clock: Arc::new(|| 7),
+        ..ProcessorOptions::default()
+    };
+    Machine::new(session, message, opts).unwrap()
+}
+
+/// The queued effects, each as a short label: `commit <row names>`, `delta <text>`,
+/// `session.status <type>` or the status event's name.
+fn effects(m: &mut Machine) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(effect) = m.poll() {
+        out.push(match effect {
+            Effect::Commit(rows) => {
+                let names: Vec<&str> = rows.iter().map(SyncEvent::name).collect();
+                format!("commit {}", names.join(","))
+            }
+            Effect::Delta(d) => format!("delta {}", d.delta),
+            Effect::Status(Event::SessionStatus(m)) => {
+                format!(
+                    "session.status {}",
+                    m["status"]["type"].as_str().unwrap_or("")
+                )
+            }
+            Effect::Status(e) => e.name().to_owned(),
+        });
+    }
+    out
+}
+
+/// Takes an input's effects as the shell does when every commit succeeds.
+fn applied(m: &mut Machine) -> Vec<String> {
+    let out = effects(m);
+    if out.iter().any(|e| e.starts_with("commit")) {
+        m.committed();
+    }
+    out
+}
+
+/// The parts of the next effect, if it is a commit.
+fn committed_parts(m: &mut Machine) -> Vec<Part> {
+    match m.poll() {
+        Some(Effect::Commit(rows)) => rows
+            .into_iter()
+            .filter_map(|r| match r {
+                SyncEvent::PartUpdated { part } => Some(part),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A machine past `start` with text block `t` open.
+fn with_open_text() -> Machine {
+    let mut m = machine();
+    applied(&mut m);
+    m.handle(ev(r#"{"type":"text-start","id":"t"}"#), None)
+        .unwrap();
+    applied(&mut m);
+    m
+}
+
+#[test]
+fn start_commits_the_open_message_before_reporting_busy() {
+    let mut m = machine();
+    assert_eq!(
+        effects(&mut m),
+        ["commit message.updated", "session.status busy"]
+    );
+}
+
+#[test]
+fn a_text_delta_is_a_publish_and_no_commit() {
+    let mut m = with_open_text();
+    m.handle(ev(r#"{"type":"text-delta","id":"t","text":"hi"}"#), None)
+        .unwrap();
+    assert_eq!(effects(&mut m), ["delta hi"]);
+}
+
+#[test]
+fn a_block_is_open_only_once_its_start_committed() {
+    let mut m = machine();
+    applied(&mut m);
+    m.handle(ev(r#"{"type":"text-start","id":"t"}"#), None)
+        .unwrap();
+    assert_eq!(effects(&mut m), ["commit message.part.updated"]);
+    // The commit was never reported as done: the block did not open.
+    let err = m
+        .handle(ev(r#"{"type":"text-delta","id":"t","text":"x"}"#), None)
+        .unwrap_err();
+    assert!(err.to_string().contains("which is not open"), "{err}");
+}
+
+#[test]
+fn finalize_commits_before_the_error_and_idle_reports() {
+    let mut m = with_open_text();
+    m.handle(ev(r#"{"type":"error","error":"boom"}"#), None)
+        .unwrap();
+    assert!(!m.is_done(), "done only once the batch committed");
+    assert_eq!(
+        effects(&mut m),
+        [
+            "commit message.part.updated,message.updated",
+            "session.error",
+            "session.status idle",
+            "session.idle",
+        ]
+    );
+    let ended = m.committed().unwrap();
+    assert_eq!((ended.outcome, ended.closed), ("failed", 1));
+    assert!(m.is_done());
+    let late = m.handle(ev(r#"{"type":"finish"}"#), None).unwrap_err();
+    assert!(late.to_string().contains("after the turn was finalized"));
+}
+
+#[test]
+fn an_abort_reports_no_session_error() {
+    let mut m = machine();
+    applied(&mut m);
+    m.handle(ev(r#"{"type":"abort"}"#), None).unwrap();
+    assert_eq!(
+        effects(&mut m),
+        [
+            "commit message.updated",
+            "session.status idle",
+            "session.idle"
+        ]
+    );
+}
+
+#[test]
+fn a_result_for_an_unknown_call_is_invalid_input_naming_the_call() {
+    let mut m = machine();
+    applied(&mut m);
+    let event = ev(r#"{"type":"tool-result","toolCallId":"c9","output":"ok"}"#);
+    // Only the store could know the call: the machine asks for it.
+    assert_eq!(m.lookup(&event), Some("c9"));
+    // The store had none.
+    let err = m.handle(event, None).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(msg) if msg.contains("call c9")),
+        "{err}"
+    );
+    assert!(effects(&mut m).is_empty());
+}
+
+#[test]
+fn a_result_completes_the_earlier_call_the_lookup_found() {
+    let mut m = machine();
+    applied(&mut m);
+    let earlier = MessageId::generate();
+    let mut running = ToolRunning {
+        input: Value::Null,
+        title: None,
+        metadata: None,
+        time: ToolTime {
+            start: 3,
+            extra: crate::model::JsonMap::new(),
+        },
+        extra: crate::model::JsonMap::new(),
+    };
+    running.request_approval("a1", None);
+    let waiting = Part {
+        id: crate::id::PartId::generate(),
+        session_id: m.session_id().clone(),
+        message_id: earlier.clone(),
+        body: PartBody::Tool(ToolPart {
+            call_id: "c1".into(),
+            tool: "bash".into(),
+            state: ToolState::Running(running),
+            metadata: None,
+            extra: crate::model::JsonMap::new(),
+        }),
+    };
+    let event = ev(r#"{"type":"tool-result","toolCallId":"c1","output":"done"}"#);
+    assert_eq!(m.lookup(&event), Some("c1"));
+    m.handle(event, Some(waiting)).unwrap();
+    let parts = committed_parts(&mut m);
+    assert_eq!(parts.len(), 1);
+    assert_eq!(
+        parts[0].message_id, earlier,
+        "the part stays in its message"
+    );
+    let json = serde_json::to_value(&parts[0]).unwrap();
+    assert_eq!(json["state"]["status"], "completed");
+    assert_eq!(json["state"]["output"], "done");
+    assert_eq!(json["state"]["time"]["start"], 3);
+    assert_eq!(json["state"]["time"]["end"], 7);
+    assert_eq!(json["state"]["metadata"]["approval"]["status"], "approved");
+}
+
+#[test]
+fn finalize_leaves_a_call_waiting_for_approval_and_closes_a_running_one() {
+    let mut m = machine();
+    applied(&mut m);
+    for line in [
+        r#"{"type":"tool-call","toolCallId":"w","toolName":"bash","input":{}}"#,
+        r#"{"type":"tool-approval-request","approvalId":"a","toolCall":{"toolCallId":"w"}}"#,
+        r#"{"type":"tool-call","toolCallId":"r","toolName":"bash","input":{}}"#,
+    ] {
+        m.handle(ev(line), None).unwrap();
+        applied(&mut m);
+    }
+    m.finalize(super::Outcome::Finished);
+    let closed: Vec<String> = committed_parts(&mut m)
+        .into_iter()
+        .filter_map(|part| match part.body {
+            PartBody::Tool(t) => Some(t.call_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed, ["r"]);
+}
