@@ -50,8 +50,8 @@ impl Machine {
         Ok(())
     }
 
-    /// `text-start` / `reasoning-start`: the empty part is committed, and the block is
-    /// open once that commit succeeded.
+    /// `text-start` / `reasoning-start`: the empty part is committed; the block is
+    /// open unless that commit fails.
     pub(super) fn open_block(&mut self, id: String, body: BlockBody) -> Result<()> {
         if self.blocks.contains_key(&id) {
             return Err(Error::invalid(format!(
@@ -64,7 +64,8 @@ impl Machine {
             body,
         };
         self.commit_part(block.clone().into_part(&self.session_id, &self.message.id));
-        self.on_commit = Some(OnCommit::Open(id, block));
+        self.blocks.insert(id.clone(), block);
+        self.on_commit = Some(OnCommit::Open(id));
         Ok(())
     }
 

@@ -38,12 +38,14 @@ pub struct Ended {
     pub closed: usize,
 }
 
-/// What changes once the input's commit succeeded; dropped if it did not.
+/// What hangs on the input's commit: confirmed by [`Machine::committed`], undone by
+/// the next input if the commit was never confirmed (it failed).
 #[derive(Debug)]
 pub(super) enum OnCommit {
-    /// The block opened by `text-start` / `reasoning-start`, by stream block id.
-    Open(String, OpenBlock),
-    /// Finalize: the turn is done.
+    /// The block `text-start` / `reasoning-start` opened, by stream block id: it is in
+    /// the open set already and leaves it again if its part was not committed.
+    Open(String),
+    /// Finalize: the turn is done once its batch committed.
     Finalized(Ended),
 }
 
@@ -131,15 +133,12 @@ impl Machine {
         self.effects.pop_front()
     }
 
-    /// Reports that the last [`Effect::Commit`] succeeded: what waited for it takes
-    /// effect (a new block is open; finalize's turn is done). Returns what a finalize
+    /// Reports that the last [`Effect::Commit`] succeeded: what hung on it holds (a
+    /// new block stays open; finalize's turn is done). Returns what a finalize
     /// closed when that commit was its batch.
     pub fn committed(&mut self) -> Option<Ended> {
         match self.on_commit.take()? {
-            OnCommit::Open(id, block) => {
-                self.blocks.insert(id, block);
-                None
-            }
+            OnCommit::Open(_) => None,
             OnCommit::Finalized(ended) => {
                 self.done = true;
                 Some(ended)
@@ -209,11 +208,13 @@ impl Machine {
         }
     }
 
-    /// Drops what the previous input left (effects after a failed commit, and what
-    /// waited for that commit).
+    /// Drops what the previous input left: the effects after a commit that failed,
+    /// and what that commit's input did provisionally.
     pub(super) fn begin(&mut self) {
         self.effects.clear();
-        self.on_commit = None;
+        if let Some(OnCommit::Open(id)) = self.on_commit.take() {
+            self.blocks.remove(&id);
+        }
     }
 
     pub(super) fn now(&self) -> i64 {

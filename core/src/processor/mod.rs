@@ -42,9 +42,10 @@
 //!
 //! - An input queues at most one [`Effect::Commit`]. What follows it waits for it:
 //!   if the commit fails, nothing after it is done and the input fails with the
-//!   store's error; once it succeeded, the shell calls [`Machine::committed`], which
-//!   applies what waited for it (a block opened by `text-start` is open; finalize's
-//!   turn is done), and goes on.
+//!   store's error; once it succeeded, the shell calls [`Machine::committed`] (a
+//!   finalized turn is done from then on) and goes on. What an input did that hangs
+//!   on a commit never confirmed, the next input undoes (a block opened by a
+//!   `text-start` whose part was not committed is not open).
 //! - `start`: the open message's commit, then `session.status` busy.
 //! - A text or reasoning delta: its [`Effect::Delta`] alone, no commit (with
 //!   [`ProcessorOptions::persist_every_delta`], the delta, then the part's commit).

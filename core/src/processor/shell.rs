@@ -141,35 +141,39 @@ impl Processor {
 
     /// Applies the last input's effects in order; stops at the first that fails.
     async fn apply(&mut self) -> Result<()> {
-        while let Some(effect) = self.machine.poll() {
-            match effect {
-                Effect::Commit(rows) => {
-                    let n = rows.len() as u64;
-                    self.projector.commit(&self.scope, rows).await?;
-                    self.stats.commits += 1;
-                    self.stats.rows += n;
-                    if let Some(ended) = self.machine.committed() {
-                        tracing::debug!(
-                            tenant = %self.scope.tenant,
-                            session = %self.scope.session_id,
-                            message_id = %self.machine.message().id,
-                            outcome = ended.outcome,
-                            closed = ended.closed,
-                            commits = self.stats.commits,
-                            rows = self.stats.rows,
-                            deltas = self.stats.deltas,
-                            "processor finalized",
-                        );
-                    }
-                }
-                Effect::Delta(delta) => {
+        loop {
+            // Only the rows are held across the commit's await, not a whole effect.
+            let rows = match self.machine.poll() {
+                None => return Ok(()),
+                Some(Effect::Commit(rows)) => rows,
+                Some(Effect::Delta(delta)) => {
                     self.projector.emit(&self.scope, Event::PartDelta(delta))?;
                     self.stats.deltas += 1;
+                    continue;
                 }
-                Effect::Status(event) => self.emit_status(event),
+                Some(Effect::Status(event)) => {
+                    self.emit_status(event);
+                    continue;
+                }
+            };
+            let n = rows.len() as u64;
+            self.projector.commit(&self.scope, rows).await?;
+            self.stats.commits += 1;
+            self.stats.rows += n;
+            if let Some(ended) = self.machine.committed() {
+                tracing::debug!(
+                    tenant = %self.scope.tenant,
+                    session = %self.scope.session_id,
+                    message_id = %self.machine.message().id,
+                    outcome = ended.outcome,
+                    closed = ended.closed,
+                    commits = self.stats.commits,
+                    rows = self.stats.rows,
+                    deltas = self.stats.deltas,
+                    "processor finalized",
+                );
             }
         }
-        Ok(())
     }
 
     /// Publishes a session status event (bus only). It reports a commit that already

@@ -100,7 +100,7 @@ fn a_text_delta_is_a_publish_and_no_commit() {
 }
 
 #[test]
-fn a_block_is_open_only_once_its_start_committed() {
+fn a_block_whose_start_never_committed_is_not_open() {
     let mut m = machine();
     applied(&mut m);
     m.handle(ev(r#"{"type":"text-start","id":"t"}"#), None)

@@ -300,7 +300,7 @@ impl<'a> Replayer<'a> {
             if self.opts.lenient {
                 // Opening the answer stores it: make sure the event will not be refused.
                 let scope = self.scope(at)?;
-                // Boxed: a Processor's futures are large, and this one is rarely needed.
+                // Boxed: its future holds a Machine, and it is rarely needed.
                 let probe = probe::fits_a_new_answer(
                     self.engine,
                     self.tenant,

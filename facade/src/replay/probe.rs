@@ -2,58 +2,17 @@
 //!
 //! A stream event with no assistant message open opens one implicitly, and opening
 //! one stores it. A lenient replay must store nothing for an event it then skips, so
-//! it first feeds the event to a throwaway [`Processor`] whose projector keeps
-//! nothing: the Processor itself says whether the event fits, with the same rules as
-//! the real one.
+//! it first feeds the event to a throwaway [`Machine`], the Processor's decisions
+//! without their effects: it says whether the event fits, with the same rules as the
+//! real Processor, and its effects are dropped. Nothing is written or published; the
+//! one question the machine may ask (a call of an earlier message waiting for
+//! approval) is answered by reading the store, as the Processor would.
 
-use std::fmt;
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use forge_core::id::now_ms;
-use forge_core::processor::assistant_message;
-use forge_core::projector::{Projector, Scope};
-use forge_core::{
-    Bus, Event, MessageId, Processor, ProcessorOptions, SessionId, Store, StreamEvent, SyncEvent,
-    TenantId,
-};
+use forge_core::processor::{assistant_message, waiting_call, Machine};
+use forge_core::{MessageId, ProcessorOptions, SessionId, StreamEvent, TenantId};
 
 use crate::error::{classify, Result};
-
-/// A projector that stores and publishes nothing.
-struct Discard {
-    store: Arc<dyn Store>,
-    bus: Arc<dyn Bus>,
-}
-
-impl fmt::Debug for Discard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Discard")
-    }
-}
-
-#[async_trait]
-impl Projector for Discard {
-    async fn scope(&self, tenant: &TenantId, session: &SessionId) -> forge_core::Result<Scope> {
-        Ok(Scope::new(tenant.clone(), session.clone(), 0))
-    }
-
-    async fn commit(&self, scope: &Scope, _events: Vec<SyncEvent>) -> forge_core::Result<u64> {
-        Ok(scope.last_seq())
-    }
-
-    fn emit(&self, scope: &Scope, _event: Event) -> forge_core::Result<u64> {
-        Ok(scope.last_seq())
-    }
-
-    fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    fn bus(&self) -> &Arc<dyn Bus> {
-        &self.bus
-    }
-}
 
 /// `Ok` if `event` fits as the first event of a new assistant message in `session`;
 /// the Processor's refusal, as the input error at `at`, if not. Nothing is stored or
@@ -65,11 +24,6 @@ pub(super) async fn fits_a_new_answer(
     at: &str,
     event: &StreamEvent,
 ) -> Result<()> {
-    let discard = Arc::new(Discard {
-        store: Arc::clone(&engine.store),
-        bus: Arc::clone(&engine.bus),
-    });
-    let scope = Scope::new(tenant.clone(), session.clone(), 0);
     let message = assistant_message(
         session.clone(),
         MessageId::generate(),
@@ -79,9 +33,14 @@ pub(super) async fn fits_a_new_answer(
     );
     let kind = event.kind();
     let refused = |e| classify(at.to_owned(), kind, e);
-    let mut p = Processor::start(discard, scope, message, ProcessorOptions::default())
-        .await
-        .map_err(refused)?;
-    p.handle(event.clone()).await.map_err(refused)?;
+    let mut machine =
+        Machine::new(session.clone(), message, ProcessorOptions::default()).map_err(refused)?;
+    let waiting = match machine.lookup(event) {
+        Some(call_id) => waiting_call(&*engine.store, tenant, session, call_id)
+            .await
+            .map_err(refused)?,
+        None => None,
+    };
+    machine.handle(event.clone(), waiting).map_err(refused)?;
     Ok(())
 }
