@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::inflight::{approval_id, Call, CallState, ToolHead};
 use super::machine::Machine;
 use crate::error::{Error, Result};
-use crate::model::Part;
+use crate::model::{Part, ToolRunning};
 
 impl Machine {
     /// The call id of this message's call waiting for approval `approval_id` (and, if
@@ -20,6 +20,20 @@ impl Machine {
                     && c.approval_id() == Some(approval_id)
             })
             .map(|(id, _)| id.as_str())
+    }
+
+    /// Takes call `id` out of the machine if it waits for approval.
+    fn take_awaiting(&mut self, id: &str) -> Option<(ToolHead, ToolRunning)> {
+        match self.tools.remove(id)? {
+            Call {
+                head,
+                state: CallState::Awaiting(r),
+            } => Some((head, r)),
+            other => {
+                self.tools.insert(id.to_owned(), other);
+                None
+            }
+        }
     }
 
     /// `tool-approval-request`: the running call waits for the user. It is no longer
@@ -71,25 +85,14 @@ impl Machine {
         reason: Option<&str>,
         waiting: Option<Part>,
     ) -> Result<()> {
-        let found = match (
-            self.awaiting_with(approval, call_id).map(str::to_owned),
-            call_id,
-        ) {
-            (Some(id), _) => match self.tools.remove(&id) {
-                Some(Call {
-                    head,
-                    state: CallState::Awaiting(r),
-                }) => Some((head, r)),
-                Some(other) => {
-                    self.tools.insert(id, other);
-                    None
-                }
-                None => None,
+        let found = match self.awaiting_with(approval, call_id).map(str::to_owned) {
+            Some(id) => self.take_awaiting(&id),
+            None => match call_id {
+                Some(c) if !self.calls.contains(c) => waiting
+                    .and_then(ToolHead::waiting)
+                    .filter(|(head, r)| head.call_id == c && approval_id(r) == Some(approval)),
+                _ => None,
             },
-            (None, Some(c)) if !self.calls.contains(c) => waiting
-                .and_then(ToolHead::waiting)
-                .filter(|(head, r)| head.call_id == c && approval_id(r) == Some(approval)),
-            _ => None,
         };
         let Some((head, mut running)) = found else {
             return Err(Error::invalid(format!(
