@@ -52,9 +52,11 @@ pub(super) enum OnCommit {
 /// The decisions of one assistant message's turn, apart from their effects.
 ///
 /// Drive it with one input at a time ([`Machine::handle`], [`Machine::finalize`]),
-/// then take that input's effects with [`Machine::poll`] until it returns `None`. A
-/// new input drops the effects of the previous one that were not taken (those after a
-/// commit that failed).
+/// then take that input's effects with [`Machine::poll`] until it returns `None`,
+/// confirming a successful commit with [`Machine::committed`]. A new input drops the
+/// effects of the previous one that were not taken (those after a commit that failed)
+/// and undoes what hung on a commit never confirmed. Used alone, with its effects
+/// dropped, it answers whether events fit the stream without writing anything.
 pub struct Machine {
     pub(super) session_id: SessionId,
     pub(super) message: Message,

@@ -35,7 +35,8 @@
 //! call of an earlier message that waits for approval) is a question,
 //! [`Machine::lookup`], whose answer comes back as an input with the event.
 //! [`Processor`] is the async shell: it answers that question from the store
-//! ([`waiting_call`]) and applies the effects through the [`Projector`].
+//! ([`waiting_call`]) and applies the effects through the
+//! [`Projector`](crate::projector::Projector).
 //!
 //! The effects of one input are applied in the order [`Machine::poll`] gives them,
 //! and that order is the contract:
