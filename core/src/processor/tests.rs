@@ -17,13 +17,45 @@ fn ev(json: &str) -> StreamEvent {
 }
 
 fn machine() -> Machine {
+    machine_with(ProcessorOptions::default())
+}
+
+/// A machine whose clock always says 7.
+fn machine_with(opts: ProcessorOptions) -> Machine {
     let session = SessionId::generate();
     let message = assistant_message(session.clone(), MessageId::generate(), "p", "m", 1);
     let opts = ProcessorOptions {
         clock: Arc::new(|| 7),
-        ..ProcessorOptions::default()
+        ..opts
     };
     Machine::new(session, message, opts).unwrap()
+}
+
+/// A part of an earlier message: call `c1` running and waiting for approval `a1`.
+fn waiting_in_earlier_message(m: &Machine, earlier: &MessageId) -> Part {
+    let mut running = ToolRunning {
+        input: Value::Null,
+        title: None,
+        metadata: None,
+        time: ToolTime {
+            start: 3,
+            extra: crate::model::JsonMap::new(),
+        },
+        extra: crate::model::JsonMap::new(),
+    };
+    running.request_approval("a1", None);
+    Part {
+        id: crate::id::PartId::generate(),
+        session_id: m.session_id().clone(),
+        message_id: earlier.clone(),
+        body: PartBody::Tool(ToolPart {
+            call_id: "c1".into(),
+            tool: "bash".into(),
+            state: ToolState::Running(running),
+            metadata: None,
+            extra: crate::model::JsonMap::new(),
+        }),
+    }
 }
 
 /// The queued effects, each as a short label: `commit <row names>`, `delta <text>`,
@@ -100,6 +132,47 @@ fn a_text_delta_is_a_publish_and_no_commit() {
 }
 
 #[test]
+fn persisting_every_delta_publishes_it_before_committing_the_part() {
+    let mut m = machine_with(ProcessorOptions {
+        persist_every_delta: true,
+        ..ProcessorOptions::default()
+    });
+    applied(&mut m);
+    m.handle(ev(r#"{"type":"text-start","id":"t"}"#), None)
+        .unwrap();
+    applied(&mut m);
+    m.handle(ev(r#"{"type":"text-delta","id":"t","text":"hi"}"#), None)
+        .unwrap();
+    assert_eq!(effects(&mut m), ["delta hi", "commit message.part.updated"]);
+}
+
+#[test]
+fn an_approval_response_for_an_earlier_call_asks_the_store_once() {
+    let mut m = machine();
+    applied(&mut m);
+    let earlier = MessageId::generate();
+    let response = ev(
+        r#"{"type":"tool-approval-response","approvalId":"a1","approved":true,
+        "toolCall":{"toolCallId":"c1"}}"#,
+    );
+    assert_eq!(m.lookup(&response), Some("c1"));
+    let waiting = waiting_in_earlier_message(&m, &earlier);
+    m.handle(response, Some(waiting)).unwrap();
+    let parts = committed_parts(&mut m);
+    assert_eq!(parts.len(), 1);
+    let json = serde_json::to_value(&parts[0]).unwrap();
+    assert_eq!(json["state"]["status"], "running");
+    assert_eq!(json["state"]["metadata"]["approval"]["status"], "approved");
+    // The call is this turn's open work now: its result needs no store.
+    let result = ev(r#"{"type":"tool-result","toolCallId":"c1","output":"ok"}"#);
+    assert_eq!(m.lookup(&result), None);
+    m.handle(result, None).unwrap();
+    let parts = committed_parts(&mut m);
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].message_id, earlier);
+}
+
+#[test]
 fn a_block_whose_start_never_committed_is_not_open() {
     let mut m = machine();
     applied(&mut m);
@@ -171,29 +244,7 @@ fn a_result_completes_the_earlier_call_the_lookup_found() {
     let mut m = machine();
     applied(&mut m);
     let earlier = MessageId::generate();
-    let mut running = ToolRunning {
-        input: Value::Null,
-        title: None,
-        metadata: None,
-        time: ToolTime {
-            start: 3,
-            extra: crate::model::JsonMap::new(),
-        },
-        extra: crate::model::JsonMap::new(),
-    };
-    running.request_approval("a1", None);
-    let waiting = Part {
-        id: crate::id::PartId::generate(),
-        session_id: m.session_id().clone(),
-        message_id: earlier.clone(),
-        body: PartBody::Tool(ToolPart {
-            call_id: "c1".into(),
-            tool: "bash".into(),
-            state: ToolState::Running(running),
-            metadata: None,
-            extra: crate::model::JsonMap::new(),
-        }),
-    };
+    let waiting = waiting_in_earlier_message(&m, &earlier);
     let event = ev(r#"{"type":"tool-result","toolCallId":"c1","output":"done"}"#);
     assert_eq!(m.lookup(&event), Some("c1"));
     m.handle(event, Some(waiting)).unwrap();
