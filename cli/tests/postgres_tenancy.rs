@@ -301,7 +301,7 @@ const B_TEXT: &str = "tenant B's secret text";
 
 #[test]
 fn a_plain_login_role_keeps_every_tenant_to_itself() {
-    let Some(admin) = forge_conformance::service_url(
+    let Some(admin) = forge_testkit::service_url(
         "FORGE_TEST_POSTGRES_URL",
         "tenancy under a plain login role",
     ) else {
@@ -620,7 +620,7 @@ const STREAMS: [&str; 3] = [
 
 #[test]
 fn many_cli_processes_and_tenants_at_once() {
-    let Some(admin) = forge_conformance::service_url(
+    let Some(admin) = forge_testkit::service_url(
         "FORGE_TEST_POSTGRES_URL",
         "many CLI processes and tenants on Postgres",
     ) else {
