@@ -74,22 +74,20 @@ pub struct BenchArgs {
 pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> Result<()> {
     let mut targets = Vec::new();
     for name in &args.backends {
-        targets.push(match name.trim() {
-            "memory" => Target::Memory,
-            "redb" => Target::Redb(args.redb_options.clone()),
-            "sqlite" => Target::Sqlite(args.sqlite_options.clone()),
+        let url = match name.trim() {
+            "memory" => "memory://".to_owned(),
+            "redb" => with_options("redb://", &args.redb_options),
+            "sqlite" => with_options("sqlite://", &args.sqlite_options),
             "" => continue,
             other => bail!(
                 "unknown backend {other:?} in --backends; use memory, redb, sqlite \
                  (Postgres and Redis with --postgres URL / --redis URL)"
             ),
-        });
+        };
+        targets.push(Target::new(&url)?);
     }
-    if let Some(url) = &args.postgres {
-        targets.push(Target::Postgres(url.clone()));
-    }
-    if let Some(url) = &args.redis {
-        targets.push(Target::Redis(url.clone()));
+    for url in [&args.postgres, &args.redis].into_iter().flatten() {
+        targets.push(Target::new(url)?);
     }
     if targets.is_empty() {
         bail!("no backend to measure");
@@ -219,4 +217,15 @@ pub fn script_from_replay(text: &str) -> Result<Script> {
         bail!("no user message or stream event to measure");
     }
     Ok(Script { items })
+}
+
+/// `base` (a file backend's URL without a path: its instances are temporary files) with
+/// the `key=value&…` options of `--redb-options` / `--sqlite-options`.
+fn with_options(base: &str, options: &str) -> String {
+    let options = options.trim().trim_start_matches('?');
+    if options.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{options}")
+    }
 }

@@ -51,7 +51,7 @@ fn print_stats(out: &mut dyn Write, stats: WorkerStats) -> Result<()> {
 
 /// Runs the worker until idle or Ctrl-C and prints what it did.
 pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
-    if !forge_store::is_redis(opts.from) {
+    if !forge_store::driver(opts.from).is_ok_and(|d| d.info().name == "redis") {
         bail!("--from must be a redis:// URL, got {}", redact(opts.from));
     }
     let retry = RetryPolicy::with_deadline(opts.retry);

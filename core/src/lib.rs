@@ -4,6 +4,7 @@ pub mod bus;
 pub mod close;
 pub mod codec;
 pub mod counting;
+pub mod driver;
 pub mod engine;
 pub mod error;
 pub mod event;

@@ -24,8 +24,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The URL is malformed, names an unknown scheme, or carries options its backend
-    /// does not take. `url` is redacted.
+    /// The URL is malformed or names an unknown scheme. `url` is redacted.
     #[error("cannot open backend {url}: {reason}")]
     Url {
         /// The URL, password hidden.
@@ -46,7 +45,8 @@ pub enum Error {
         /// The cargo feature that compiles the backend in.
         feature: &'static str,
     },
-    /// The backend could not be opened or connected to.
+    /// The backend could not be opened or connected to; a URL carrying options its
+    /// backend does not take is this with an [`forge_core::Error::InvalidInput`] source.
     #[error("cannot open backend {url}: {source}")]
     Open {
         /// The URL, password hidden.

@@ -4,6 +4,7 @@ mod clip;
 mod error;
 mod forge;
 mod open;
+pub mod registry;
 pub mod replay;
 mod transfer;
 
@@ -11,9 +12,9 @@ pub use clip::{clip, MESSAGE_MAX, QUOTE_MAX};
 pub use error::{ClippedError, Error, Result};
 pub use forge::{Forge, ImportReport, Recovered, ViewReport};
 pub use open::{
-    is_redis, open, open_store, open_store_with, open_with, schemes, OpenOptions, Projection,
-    Scheme, DEFAULT_URL, SCHEMES,
+    open, open_store, open_store_with, open_with, OpenOptions, Projection, DEFAULT_URL,
 };
+pub use registry::{driver, drivers, install, schemes, Scheme};
 pub use replay::{
     Line, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents, UserLine,
 };
