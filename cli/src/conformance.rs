@@ -48,11 +48,12 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
         bail!("{e}");
     }
     let driver = forge_store::driver(opts.url)?;
-    let factory = DriverFactory::new(driver, opts.url)
+    let factory = Arc::new(DriverFactory::of(driver, opts.url));
+    factory
+        .instances()
         .await
         .with_context(|| format!("cannot open backend {}", redact(opts.url)))?;
-    let instances = Arc::clone(factory.instances());
-    let factory: Arc<dyn BackendFactory> = Arc::new(factory);
+    let suite: Arc<dyn BackendFactory> = Arc::clone(&factory) as Arc<dyn BackendFactory>;
     let bar = Arc::new(opts.progress.bar(0, "conformance"));
     let shown = Arc::clone(&bar);
     let progress = move |event: ProgressEvent<'_>| match event {
@@ -61,13 +62,16 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
         ProgressEvent::Finished { .. } => shown.inc(1),
         _ => {}
     };
-    let report = run_async_with_progress(factory, config, Arc::new(progress)).await;
+    let report = run_async_with_progress(suite, config, Arc::new(progress)).await;
     bar.finish_and_clear();
-    instances
+    factory
         .close()
         .await
         .with_context(|| format!("cleaning up after the suite on {}", redact(opts.url)))?;
     write!(out, "{report}")?;
+    if let Some(how) = factory.how() {
+        writeln!(out, "instances: {how}")?;
+    }
     if let Some(path) = opts.junit {
         std::fs::write(path, junit_xml(&report))
             .with_context(|| format!("cannot write {}", path.display()))?;
