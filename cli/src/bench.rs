@@ -23,7 +23,10 @@ pub struct BenchArgs {
     /// the generated workloads.
     #[arg(long, value_name = "FILE.jsonl")]
     input: Option<PathBuf>,
-    /// Embedded backends to measure, comma-separated (memory, redb, sqlite).
+    /// Backends to measure, comma-separated: memory, redb, sqlite (with
+    /// --redb-options / --sqlite-options), or any backend URL this build opens (each
+    /// run gets a throwaway instance of it: a temporary file, a fresh schema or key
+    /// prefix).
     #[arg(long, value_delimiter = ',', default_value = "memory,redb,sqlite")]
     backends: Vec<String>,
     /// Also measure this Postgres server (a fresh schema, dropped afterwards).
@@ -79,9 +82,11 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
             "redb" => with_options("redb://", &args.redb_options),
             "sqlite" => with_options("sqlite://", &args.sqlite_options),
             "" => continue,
+            // Any backend of the registry, by URL (an installed third-party one too).
+            url if url.contains("://") => url.to_owned(),
             other => bail!(
-                "unknown backend {other:?} in --backends; use memory, redb, sqlite \
-                 (Postgres and Redis with --postgres URL / --redis URL)"
+                "unknown backend {other:?} in --backends; use memory, redb, sqlite or a \
+                 backend URL (Postgres and Redis also with --postgres URL / --redis URL)"
             ),
         };
         targets.push(Target::new(&url)?);

@@ -13,31 +13,41 @@ use forge_core::url::redact;
 use crate::clip::clip;
 use crate::error::{Error, Result};
 
-/// The drivers of this build's cargo features.
-fn builtin() -> Vec<&'static dyn Driver> {
-    vec![
-        #[cfg(feature = "redb")]
-        &forge_redb::DRIVER,
-        #[cfg(feature = "sqlite")]
-        &forge_sql::SQLITE,
-        #[cfg(feature = "postgres")]
-        &forge_sql::POSTGRES,
-        #[cfg(feature = "redis")]
-        &forge_redis::DRIVER,
-        &driver::MEMORY,
-    ]
+/// A backend that is a cargo feature of forge-store: its schemes, and its driver when
+/// the feature is on (a URL of a compiled-out one is an error naming the feature).
+struct Builtin {
+    feature: &'static str,
+    schemes: &'static [&'static str],
+    driver: Option<&'static dyn Driver>,
 }
 
-/// The backends that are cargo features of forge-store: a scheme of one that is not
-/// compiled in is an error naming the feature.
-const FEATURES: &[(&str, &str)] = &[
-    ("redb", "redb"),
-    ("sqlite", "sqlite"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-];
+/// One line per backend: its cargo feature, its URL schemes, its driver.
+macro_rules! builtin {
+    ($feature:literal, $schemes:expr, $driver:path) => {
+        Builtin {
+            feature: $feature,
+            schemes: $schemes,
+            driver: {
+                #[cfg(feature = $feature)]
+                let d: Option<&'static dyn Driver> = Some(&$driver);
+                #[cfg(not(feature = $feature))]
+                let d: Option<&'static dyn Driver> = None;
+                d
+            },
+        }
+    };
+}
+
+/// The backends of forge-store's cargo features. Adding a backend is one line here (and
+/// its feature in `Cargo.toml`).
+fn builtin() -> [Builtin; 4] {
+    [
+        builtin!("redb", &["redb"], forge_redb::DRIVER),
+        builtin!("sqlite", &["sqlite"], forge_sql::SQLITE),
+        builtin!("postgres", &["postgres", "postgresql"], forge_sql::POSTGRES),
+        builtin!("redis", &["redis", "rediss"], forge_redis::DRIVER),
+    ]
+}
 
 static INSTALLED: RwLock<Vec<&'static dyn Driver>> = RwLock::new(Vec::new());
 
@@ -54,7 +64,8 @@ pub fn install(driver: &'static dyn Driver) {
 /// ones.
 pub fn drivers() -> Vec<&'static dyn Driver> {
     let mut all: Vec<&'static dyn Driver> = INSTALLED.read().iter().rev().copied().collect();
-    all.extend(builtin());
+    all.extend(builtin().iter().filter_map(|b| b.driver));
+    all.push(&driver::MEMORY);
     all
 }
 
@@ -75,33 +86,33 @@ pub struct Scheme {
 /// Every backend this process knows: the drivers it can open, then the features it was
 /// built without.
 pub fn known() -> Vec<Scheme> {
-    let drivers = drivers();
-    let mut out: Vec<Scheme> = drivers
+    let builtin = builtin();
+    let mut out: Vec<Scheme> = drivers()
         .iter()
         .map(|d| {
             let info = d.info();
             Scheme {
                 name: info.name,
                 shape: info.shape,
-                feature: FEATURES
+                feature: builtin
                     .iter()
-                    .find(|(s, _)| info.opens(s))
-                    .map(|(_, f)| *f),
+                    .find(|b| b.driver.is_some_and(|b| std::ptr::addr_eq(b, *d)))
+                    .map(|b| b.feature),
                 enabled: true,
             }
         })
         .collect();
-    for (scheme, feature) in FEATURES {
-        let had = out.iter().any(|s| s.feature == Some(*feature));
-        if !had && !drivers.iter().any(|d| d.info().opens(scheme)) {
-            out.push(Scheme {
-                name: feature,
-                shape: scheme,
-                feature: Some(feature),
+    out.extend(
+        builtin
+            .iter()
+            .filter(|b| b.driver.is_none())
+            .map(|b| Scheme {
+                name: b.feature,
+                shape: b.schemes[0],
+                feature: Some(b.feature),
                 enabled: false,
-            });
-        }
-    }
+            }),
+    );
     out
 }
 
@@ -136,11 +147,14 @@ pub fn driver(url: &str) -> Result<&'static dyn Driver> {
         return Ok(d);
     }
     let lower = scheme.to_ascii_lowercase();
-    if let Some((_, feature)) = FEATURES.iter().find(|(s, _)| *s == lower) {
+    if let Some(b) = builtin()
+        .iter()
+        .find(|b| b.schemes.contains(&lower.as_str()))
+    {
         return Err(Error::FeatureDisabled {
             url: shown(url),
             scheme: lower,
-            feature,
+            feature: b.feature,
         });
     }
     Err(Error::Url {
