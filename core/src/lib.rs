@@ -29,7 +29,7 @@ pub mod url;
 pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
 pub use counting::{CountingStore, WriteCounts};
 pub use engine::Engine;
-pub use error::{BoxError, Error, Result, SharedError};
+pub use error::{BoxError, Error, ErrorKind, Result, SharedError};
 pub use event::{BusEvent, Envelope, Event, PartDelta, SyncEvent};
 pub use forward::Forward;
 pub use group::{FlushMode, GroupCommitOptions, GroupCommitProjector, GroupCommitStats};

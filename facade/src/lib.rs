@@ -28,10 +28,11 @@ pub use forge_core::model;
 pub use forge_core::url::{redact, server_label};
 pub use forge_core::{
     filter_compacted, read_all, Bus, BusEvent, Capabilities, CompactedView, Cursor, Engine,
-    Envelope, Event, Flow, Forward, GroupCommitOptions, Message, MessageId, MessageWithParts,
-    OpenItems, Outcome, Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector,
-    RecoverReport, Session, SessionId, SessionState, Store, StreamEvent, Subscription, SyncEvent,
-    TenantId, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    Envelope, ErrorKind, Event, Flow, Forward, GroupCommitOptions, Message, MessageId,
+    MessageWithParts, OpenItems, Outcome, Page, Part, PartDelta, PartId, Processor,
+    ProcessorOptions, Projector, RecoverReport, Session, SessionId, SessionState, Store,
+    StreamEvent, Subscription, SyncEvent, TenantId, WriteCounts, DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_LIMIT,
 };
 
 /// The error type of the engine's traits (stores, buses, projectors), which

@@ -14,7 +14,7 @@ use forge_testkit::servers::{config_set, Cluster, Redis};
 fn open(rt: &tokio::runtime::Runtime, url: &str) -> Result<(), (String, String)> {
     rt.block_on(RedisStore::connect(url))
         .map(drop)
-        .map_err(|e| (e.kind().to_owned(), e.to_string()))
+        .map_err(|e| (e.kind().as_str().to_owned(), e.to_string()))
 }
 
 #[test]
