@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::driver::{
-    Backend, Driver, DriverInfo, DriverOptions, InstanceOptions, Instances, Kind, ProbeRun,
-    StoreMap, WriteProbe, Written,
+    on_server, Backend, Driver, DriverInfo, DriverOptions, InstanceOptions, Instances, Kind,
+    ProbeRun, StoreMap, WriteProbe, Written,
 };
-use forge_core::retry::at_server;
-use forge_core::url::server_label;
-use forge_core::{Bus, Result, RetryStore, Store};
+use forge_core::{Bus, Result, Store};
 
 use crate::probe::{redis_appendfsync, redis_memory_usage, redis_persistence, RedisDisk};
 use crate::{RedisBus, RedisOptions, RedisStore};
@@ -35,15 +33,7 @@ impl Driver for RedisDriver {
     }
 
     async fn open_store(&self, url: &str, options: &DriverOptions) -> Result<Arc<dyn Store>> {
-        let server = server_label(url);
-        let store = RedisStore::connect(url)
-            .await
-            .map_err(|e| at_server(e, &server, None))?;
-        Ok(Arc::new(RetryStore::new(
-            Arc::new(store),
-            server,
-            options.retry,
-        )))
+        on_server(url, options.retry, RedisStore::connect(url)).await
     }
 
     async fn open_bus(&self, url: &str, options: &DriverOptions) -> Result<Option<Arc<dyn Bus>>> {

@@ -204,7 +204,8 @@ pub trait Instances: Send + Sync {
     fn how(&self) -> String;
 
     /// A fresh, isolated instance: a store, and the backend's own bus on it if it has
-    /// one.
+    /// one. Instances of one set on a server may share its namespace (a schema), each
+    /// user writing under tenants of its own.
     async fn fresh(&self) -> Result<Backend>;
 
     /// Closes `store` (an instance's store) and opens its storage again. `Ok(None)` when
@@ -237,6 +238,28 @@ pub trait Instances: Send + Sync {
     async fn close(&self) -> Result<()> {
         Ok(())
     }
+}
+
+/// The store a server driver opens: `connect` (to the server `url` names) wrapped in a
+/// [`crate::RetryStore`] so its calls ride out a restart of the server as `retry` says;
+/// an error connecting names the server.
+///
+/// # Errors
+/// `connect`'s, naming the server.
+pub async fn on_server<S, F>(url: &str, retry: RetryPolicy, connect: F) -> Result<Arc<dyn Store>>
+where
+    S: Store + 'static,
+    F: std::future::Future<Output = Result<S>>,
+{
+    let server = crate::url::server_label(url);
+    let store = connect
+        .await
+        .map_err(|e| crate::retry::at_server(e, &server, None))?;
+    Ok(Arc::new(crate::RetryStore::new(
+        Arc::new(store),
+        server,
+        retry,
+    )))
 }
 
 /// The driver of `url` among `drivers`, by scheme.

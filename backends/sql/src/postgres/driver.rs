@@ -5,12 +5,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::driver::{
-    Backend, Driver, DriverInfo, DriverOptions, InstanceOptions, Instances, Kind, ProbeRun,
-    StoreMap, WriteProbe, Written,
+    on_server, Backend, Driver, DriverInfo, DriverOptions, InstanceOptions, Instances, Kind,
+    ProbeRun, StoreMap, WriteProbe, Written,
 };
-use forge_core::retry::at_server;
-use forge_core::url::server_label;
-use forge_core::{Result, RetryStore, Store};
+use forge_core::{Result, Store};
 use parking_lot::Mutex;
 
 use super::testing::TestSchema;
@@ -38,15 +36,7 @@ impl Driver for PostgresDriver {
     }
 
     async fn open_store(&self, url: &str, options: &DriverOptions) -> Result<Arc<dyn Store>> {
-        let server = server_label(url);
-        let store = PostgresStore::connect(url)
-            .await
-            .map_err(|e| at_server(e, &server, None))?;
-        Ok(Arc::new(RetryStore::new(
-            Arc::new(store),
-            server,
-            options.retry,
-        )))
+        on_server(url, options.retry, PostgresStore::connect(url)).await
     }
 
     async fn instances(&self, url: &str, options: &InstanceOptions) -> Result<Arc<dyn Instances>> {
