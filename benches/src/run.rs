@@ -67,7 +67,7 @@ impl Target {
     /// # Errors
     /// When no driver of this build opens it.
     pub fn new(url: &str) -> Result<Self> {
-        let driver = forge_store::driver(url).map_err(|e| anyhow!("{e}"))?;
+        let driver = forge_store::backend::driver(url).map_err(|e| anyhow!("{e}"))?;
         Ok(Self {
             url: url.to_owned(),
             driver,

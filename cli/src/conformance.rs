@@ -47,7 +47,7 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
     if let Err(e) = config.validate() {
         bail!("{e}");
     }
-    let driver = forge_store::driver(opts.url)?;
+    let driver = forge_store::backend::driver(opts.url)?;
     let factory = Arc::new(DriverFactory::of(driver, opts.url));
     factory
         .instances()

@@ -59,7 +59,7 @@ pub enum Error {
     /// the bad item was stored.
     ///
     /// `at` and `message` are [`clip`](crate::clip)ped: one line each, every quoted
-    /// value cut to [`QUOTE_MAX`](crate::QUOTE_MAX) bytes.
+    /// value cut to [`QUOTE_MAX`](crate::text::QUOTE_MAX) bytes.
     #[error("{at}: {message}")]
     Input {
         /// Where: `line 12`, `messages[3]`, `event 40`.
@@ -286,11 +286,15 @@ mod tests {
             serde,
         );
         let text = e.to_string();
-        assert!(text.len() < 2 * crate::QUOTE_MAX, "{} bytes", text.len());
+        assert!(
+            text.len() < 2 * crate::text::QUOTE_MAX,
+            "{} bytes",
+            text.len()
+        );
         assert!(text.contains(&format!("({} bytes)", big.len())), "{text}");
         let source = std::error::Error::source(&e).expect("the parser's error");
-        assert!(source.to_string().len() < 2 * crate::QUOTE_MAX);
-        assert!(format!("{source:?}").len() < 2 * crate::QUOTE_MAX);
+        assert!(source.to_string().len() < 2 * crate::text::QUOTE_MAX);
+        assert!(format!("{source:?}").len() < 2 * crate::text::QUOTE_MAX);
         let original = source
             .downcast_ref::<ClippedError>()
             .and_then(|c| c.get_ref().downcast_ref::<serde_json::Error>());

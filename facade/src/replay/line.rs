@@ -495,7 +495,7 @@ mod tests {
         ] {
             let e = err(&line);
             assert!(
-                e.len() <= 2 * crate::QUOTE_MAX,
+                e.len() <= 2 * crate::text::QUOTE_MAX,
                 "{} bytes: {}",
                 e.len(),
                 &e[..200]
@@ -523,7 +523,7 @@ mod tests {
                 Ok(p) => panic!("{p:?}"),
             };
             assert!(e.starts_with("parts[0]: "), "{e}");
-            assert!(e.len() <= 2 * crate::QUOTE_MAX, "{} bytes", e.len());
+            assert!(e.len() <= 2 * crate::text::QUOTE_MAX, "{} bytes", e.len());
             assert!(!e.contains('\n'), "{e}");
         }
     }

@@ -249,7 +249,7 @@ impl<'a> Replayer<'a> {
     }
 
     fn count_unknown(&mut self, n: usize, kind: String) {
-        tracing::debug!(line = n, kind = %crate::clip(&kind), "event of an unknown type skipped");
+        tracing::debug!(line = n, kind = %crate::text::clip(&kind), "event of an unknown type skipped");
         match self
             .report
             .unknown_events
