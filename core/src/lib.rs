@@ -24,6 +24,7 @@ pub mod retry;
 pub mod store;
 pub mod stream;
 pub mod tenant;
+pub mod turn;
 pub mod url;
 
 pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
@@ -48,3 +49,4 @@ pub use store::{
 };
 pub use stream::StreamEvent;
 pub use tenant::TenantId;
+pub use turn::{TurnDriver, TurnOptions};
