@@ -64,12 +64,13 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
     };
     let report = run_async_with_progress(suite, config, Arc::new(progress)).await;
     bar.finish_and_clear();
+    let how = factory.how();
     factory
         .close()
         .await
         .with_context(|| format!("cleaning up after the suite on {}", redact(opts.url)))?;
     write!(out, "{report}")?;
-    if let Some(how) = factory.how() {
+    if let Some(how) = how {
         writeln!(out, "instances: {how}")?;
     }
     if let Some(path) = opts.junit {
