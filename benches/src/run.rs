@@ -1,28 +1,26 @@
 //! Drives a workload through the Processor on one backend, in one mode and commit
 //! policy, in event time, and measures what it wrote.
 //!
-//! Event time, not wall time: before each item the runner sets the Processor's clock to
-//! the item's time and moves a [`GroupCommitProjector`]'s clock there
-//! ([`GroupCommitProjector::advance`]), so a group-commit window is judged on the
-//! workload's own timing and the run never sleeps. Both modes use the same Processor,
+//! Event time, not wall time: each session is a [`TurnDriver`] with event times on, so
+//! before each item the Processor's clock is set to the item's time and a
+//! [`GroupCommitProjector`]'s clock moves there ([`GroupCommitProjector::advance`]): a
+//! group-commit window is judged on the workload's own timing and the run never sleeps. Both modes use the same Processor,
 //! projector and backend code; per-delta only switches on
 //! [`ProcessorOptions::persist_every_delta`] under the direct projector.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use forge_core::driver::{parts, Driver, InstanceOptions, Instances, Kind, WriteProbe};
-use forge_core::id::PartId;
-use forge_core::processor::assistant_message;
+use forge_core::turn::{Answerer, EventTime, TurnDriver, TurnOptions};
 use forge_core::{
-    Bus, CountingStore, DirectProjector, Event, Flow, FlushMode, GroupCommitOptions,
-    GroupCommitProjector, LocalBus, Message, MessageId, Part, Processor, ProcessorOptions,
-    Projector, Scope, Session, SessionId, Store, SyncEvent, TenantId, Topic,
+    Bus, CountingStore, DirectProjector, Event, FlushMode, GroupCommitOptions,
+    GroupCommitProjector, LocalBus, Outcome, ProcessorOptions, Projector, Session, SessionId,
+    Store, StreamEvent, SyncEvent, TenantId, Topic,
 };
 use parking_lot::Mutex;
 
@@ -178,12 +176,6 @@ struct Latency {
     received: Arc<Mutex<HashMap<(SessionId, u64), Instant>>>,
 }
 
-struct SessionRun {
-    scope: Scope,
-    processor: Option<Processor>,
-    last_user: Option<MessageId>,
-}
-
 /// Runs `scripts` (one per session) on `run.target` and measures it.
 ///
 /// # Errors
@@ -221,12 +213,19 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         Some(g) => Arc::clone(g) as Arc<dyn Projector>,
         None => Arc::new(DirectProjector::new(counting.clone(), Arc::clone(&bus))),
     };
-    let clock = Arc::new(AtomicI64::new(EPOCH_MS));
-    let tick = Arc::clone(&clock);
-    let options = ProcessorOptions {
-        clock: Arc::new(move || tick.load(Ordering::Relaxed)),
-        text_hook: None,
-        persist_every_delta: run.mode == Mode::PerDelta,
+    let options = TurnOptions {
+        processor: ProcessorOptions {
+            persist_every_delta: run.mode == Mode::PerDelta,
+            ..ProcessorOptions::default()
+        },
+        event_time: Some(EventTime {
+            epoch_ms: EPOCH_MS,
+            group: group.clone(),
+        }),
+        answerer: Answerer::Fixed {
+            provider_id: "bench".to_owned(),
+            model_id: "w1".to_owned(),
+        },
     };
 
     // Sessions are created before the clock starts: their rows are not part of W1.
@@ -237,11 +236,11 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         projector
             .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
             .await?;
-        sessions.push(SessionRun {
+        sessions.push(TurnDriver::new(
+            Arc::clone(&projector),
             scope,
-            processor: None,
-            last_user: None,
-        });
+            options.clone(),
+        ));
     }
     projector.sync().await?;
     bus.flush().await?;
@@ -251,7 +250,7 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     if run.latency {
         for s in &sessions {
             let mut sub = bus
-                .subscribe(&tenant, Topic::Session(s.scope.session_id.clone()), None)
+                .subscribe(&tenant, Topic::Session(s.scope().session_id.clone()), None)
                 .await?;
             let received = Arc::clone(&latency.received);
             subscribers.push(tokio::spawn(async move {
@@ -276,65 +275,22 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     let mut deltas = 0u64;
 
     for (i, timed) in merge(scripts) {
-        let now = EPOCH_MS + i64::try_from(timed.t_ms).unwrap_or(i64::MAX);
-        clock.store(now, Ordering::Relaxed);
-        if let Some(g) = &group {
-            g.advance(now).await?;
-        }
         let s = &mut sessions[i];
-        match &timed.item {
-            Item::User { parts } => {
-                if let Some(mut p) = s.processor.take() {
-                    p.finalize(forge_core::Outcome::Aborted).await?;
-                }
-                let (message, parts) = user_message(&s.scope.session_id, parts.clone(), now);
-                s.last_user = Some(message.id.clone());
-                let mut events = vec![SyncEvent::MessageUpdated { info: message }];
-                events.extend(
-                    parts
-                        .into_iter()
-                        .map(|part| SyncEvent::PartUpdated { part }),
-                );
-                projector.commit(&s.scope, events).await?;
-            }
-            Item::Assistant { summary } => {
-                if let Some(mut p) = s.processor.take() {
-                    p.finalize(forge_core::Outcome::Aborted).await?;
-                }
-                s.processor =
-                    Some(start_assistant(&projector, s, *summary, now, options.clone()).await?);
-            }
-            Item::Stream(event) => {
-                if s.processor.is_none() {
-                    s.processor =
-                        Some(start_assistant(&projector, s, false, now, options.clone()).await?);
-                }
-                let Some(p) = s.processor.as_mut() else {
-                    unreachable!("opened above")
-                };
-                let is_delta = matches!(
-                    event,
-                    forge_core::StreamEvent::TextDelta { .. }
-                        | forge_core::StreamEvent::ReasoningDelta { .. }
-                );
-                if is_delta {
-                    deltas += 1;
-                    if run.latency {
-                        tokio::time::sleep(PACE).await;
-                        let seq = p.scope().last_seq() + 1;
-                        latency.sent.insert((i, seq), Instant::now());
-                    }
-                }
-                if p.handle(event.clone()).await? == Flow::Done {
-                    s.processor = None;
-                }
+        s.at(timed.t_ms).await?;
+        if let Item::Stream(StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. }) =
+            &timed.item
+        {
+            deltas += 1;
+            if run.latency {
+                tokio::time::sleep(PACE).await;
+                let seq = s.scope().last_seq() + 1;
+                latency.sent.insert((i, seq), Instant::now());
             }
         }
+        s.item(timed.item.clone()).await?;
     }
     for s in &mut sessions {
-        if let Some(mut p) = s.processor.take() {
-            p.finalize(forge_core::Outcome::Aborted).await?;
-        }
+        s.finalize(Outcome::Aborted).await?;
     }
     projector.sync().await?;
     bus.flush().await?;
@@ -377,7 +333,7 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
             .sent
             .iter()
             .filter_map(|((i, seq), sent)| {
-                let key = (sessions[*i].scope.session_id.clone(), *seq);
+                let key = (sessions[*i].scope().session_id.clone(), *seq);
                 received
                     .get(&key)
                     .map(|r| r.saturating_duration_since(*sent).as_secs_f64() * 1e6)
@@ -417,41 +373,4 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         publish_delay_ms,
         options: run.target.options(),
     })
-}
-
-async fn start_assistant(
-    projector: &Arc<dyn Projector>,
-    s: &SessionRun,
-    summary: bool,
-    now: i64,
-    options: ProcessorOptions,
-) -> Result<Processor> {
-    let Some(parent) = s.last_user.clone() else {
-        bail!("an assistant message before any user message");
-    };
-    let mut message = assistant_message(s.scope.session_id.clone(), parent, "bench", "w1", now);
-    if summary {
-        if let Some(a) = message.as_assistant_mut() {
-            a.summary = Some(true);
-        }
-    }
-    Ok(Processor::start(Arc::clone(projector), s.scope.clone(), message, options).await?)
-}
-
-fn user_message(
-    session: &SessionId,
-    bodies: Vec<forge_core::model::PartBody>,
-    now: i64,
-) -> (Message, Vec<Part>) {
-    let message = forge_core::processor::user_message(session.clone(), "build", now);
-    let parts = bodies
-        .into_iter()
-        .map(|body| Part {
-            id: PartId::generate(),
-            session_id: session.clone(),
-            message_id: message.id.clone(),
-            body,
-        })
-        .collect();
-    (message, parts)
 }

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use forge_bench::run::Target;
 use forge_bench::suite::{Plan, ProgressEvent};
-use forge_bench::workload::{Item, Script, Timed};
+use forge_bench::workload::{Item, Script};
 
-use forge_store::replay::{parse_line, user_part_bodies, Line};
+use forge_store::replay::parse_line;
 
 use crate::progress::Progress;
 
@@ -188,35 +188,34 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
 }
 
 /// A replay file as one session's script: `t` gives each line's event time (lines
-/// without one take the previous line's). Compaction tails (`tail_start_id`) are
-/// dropped: they do not change what is written.
+/// without one take the previous line's). Session lines and unknown types are left out
+/// (nothing to measure), and the script ends at a `crash` line.
 pub fn script_from_replay(text: &str) -> Result<Script> {
     let mut items = Vec::new();
     let mut t = 0u64;
     for (n, line) in text.lines().enumerate() {
         let n = n + 1;
         let parsed = parse_line(line).map_err(|e| anyhow::anyhow!("line {n}: {e}"))?;
-        let Some((line, at)) = parsed else { continue };
-        if let Some(at) = at {
+        let Some(mut timed) = parsed else { continue };
+        if let Some(at) = timed.t_ms {
             if at < t {
                 bail!("line {n}: `t` {at} goes back in time (previous line: {t})");
             }
             t = at;
         }
-        let item = match line {
-            // Nothing to measure (a replay skips an unknown type too).
-            Line::Session(_) | Line::Unknown { .. } => continue,
-            Line::Crash => break,
-            Line::User(mut u) => Item::User {
-                parts: user_part_bodies(&mut u, None)
-                    .map_err(|e| anyhow::anyhow!("line {n}: {e}"))?,
-            },
-            Line::Assistant(a) => Item::Assistant {
-                summary: a.summary.unwrap_or(false),
-            },
-            Line::Stream(e) => Item::Stream(e),
-        };
-        items.push(Timed { t_ms: t, item });
+        match &timed.item {
+            Item::Session(_) | Item::Unknown { .. } => continue,
+            Item::Crash => break,
+            // Bad parts are reported with their line before anything runs.
+            Item::User(u) => {
+                u.clone()
+                    .take_part_bodies(None)
+                    .map_err(|e| anyhow::anyhow!("line {n}: {e}"))?;
+            }
+            _ => {}
+        }
+        timed.t_ms = Some(t);
+        items.push(timed);
     }
     if items.is_empty() {
         bail!("no user message or stream event to measure");

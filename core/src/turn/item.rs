@@ -1,12 +1,12 @@
 //! What a session does at one moment ([`Item`]), at its event time ([`Timed`]).
 //!
-//! The framing items (`session`, `user`, `assistant`, `crash`) deserialize from the
-//! replay format's lines (`docs/replay-format.md`, field names as written there, unknown
+//! The framing items (`session`, `user`, `assistant`, `crash`) deserialize from (and
+//! serialize to, without `type`) the replay format's lines (`docs/replay-format.md`, field names as written there, unknown
 //! fields refused); every other item is a model [`StreamEvent`].
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -15,39 +15,39 @@ use crate::model::{CompactionPart, JsonMap, ModelRef, Part, PartBody, TextPart};
 use crate::stream::StreamEvent;
 
 /// `{"type":"session", "title"?, "id"?}`: names or creates the session.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionItem {
     /// Title of a new session.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Session id (created if missing, continued if it exists).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
 }
 
 /// `{"type":"user", "text"?, "parts"?, "agent"?, "model"?, "compaction"?, "ref"?}`: a
 /// user message with its parts, written in one batch.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserItem {
     /// The prompt, stored as a text part.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Further parts in the opencode shape, without `id`/`sessionID`/`messageID`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<JsonMap>,
     /// The agent (default: the previous user message's, else `build`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// `{providerID, modelID}` (default: the previous user message's).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelRef>,
     /// A compaction request: adds a `compaction` part.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction: Option<CompactionItem>,
     /// A name later items use as `@name` in place of this message's id.
-    #[serde(default, rename = "ref")]
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
 }
 
@@ -116,39 +116,48 @@ impl UserItem {
 }
 
 /// `compaction` of a user item.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompactionItem {
     /// Requested automatically (context full).
     #[serde(default)]
     pub auto: bool,
     /// Triggered by a context overflow.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overflow: Option<bool>,
     /// A message id, or `@ref` of an earlier item: keep messages from there on.
-    #[serde(default, rename = "tail_start_id", alias = "tailStartID")]
+    #[serde(
+        default,
+        rename = "tail_start_id",
+        alias = "tailStartID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tail_start_id: Option<String>,
 }
 
 /// `{"type":"assistant", "summary"?, "providerID"?, "modelID"?, "agent"?, "ref"?}`:
 /// opens an assistant message answering the last user message.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AssistantItem {
     /// This answer is a compaction summary.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<bool>,
     /// Provider (default: the answered user message's model).
-    #[serde(default, rename = "providerID")]
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provider_id: Option<String>,
     /// Model (default: the answered user message's model).
-    #[serde(default, rename = "modelID")]
+    #[serde(default, rename = "modelID", skip_serializing_if = "Option::is_none")]
     pub model_id: Option<String>,
     /// Agent (default: the answered user message's).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// A name for this message, as on user items.
-    #[serde(default, rename = "ref")]
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
 }
 

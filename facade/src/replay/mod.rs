@@ -125,7 +125,7 @@ impl<'a> Replayer<'a> {
     pub(crate) async fn run_text(self, text: &str) -> Result<ReplayReport, ReplayError> {
         let items = text
             .lines()
-            .map(|raw| parse_line(raw).map(|l| l.map(|(line, _t)| line)));
+            .map(|raw| parse_line(raw).map(|l| l.map(|timed| timed.item)));
         self.run(Unit::Line, futures::stream::iter(items)).await
     }
 
@@ -136,7 +136,7 @@ impl<'a> Replayer<'a> {
         S: Stream<Item = std::result::Result<String, String>>,
     {
         let items = lines
-            .map(|item| item.and_then(|raw| parse_line(&raw).map(|l| l.map(|(line, _t)| line))));
+            .map(|item| item.and_then(|raw| parse_line(&raw).map(|l| l.map(|timed| timed.item))));
         self.run(Unit::Line, items).await
     }
 
