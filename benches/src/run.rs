@@ -1,32 +1,32 @@
 //! Drives a workload through the Processor on one backend, in one mode and commit
 //! policy, in event time, and measures what it wrote.
 //!
-//! Event time, not wall time: before each item the runner sets the Processor's clock to
-//! the item's time and moves a [`GroupCommitProjector`]'s clock there
-//! ([`GroupCommitProjector::advance`]), so a group-commit window is judged on the
-//! workload's own timing and the run never sleeps. Both modes use the same Processor,
+//! Event time, not wall time: each session is a [`TurnDriver`] with event times on, so
+//! before each item the Processor's clock is set to the item's time and a
+//! [`GroupCommitProjector`]'s clock moves there ([`GroupCommitProjector::advance`]): a
+//! group-commit window is judged on the workload's own timing and the run never sleeps. Both modes use the same Processor,
 //! projector and backend code; per-delta only switches on
 //! [`ProcessorOptions::persist_every_delta`] under the direct projector.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use forge_core::id::PartId;
-use forge_core::processor::assistant_message;
+use forge_core::driver::{parts, Driver, InstanceOptions, Instances, Kind, WriteProbe};
+use forge_core::turn::{Answerer, EventTime, TurnDriver, TurnOptions};
 use forge_core::{
-    Bus, CountingStore, DirectProjector, Event, Flow, FlushMode, GroupCommitOptions,
-    GroupCommitProjector, LocalBus, MemoryStore, Message, MessageId, Part, Processor,
-    ProcessorOptions, Projector, Scope, Session, SessionId, Store, SyncEvent, TenantId, Topic,
+    Bus, CountingStore, DirectProjector, Event, FlushMode, GroupCommitOptions,
+    GroupCommitProjector, LocalBus, Outcome, ProcessorOptions, Projector, Session, SessionId,
+    Store, StreamEvent, SyncEvent, TenantId, Topic,
 };
 use parking_lot::Mutex;
 
-use crate::probe::{Probe, ProcIo};
+use crate::probe::ProcIo;
 use crate::workload::{logical_bytes, merge, Item, Script};
-use crate::{Measurement, Mode, Percentiles, Policy};
+use crate::{Measurement, Mode, Percentiles, Physical, Policy};
 
 /// Wall time between deltas in a latency run.
 pub const PACE: std::time::Duration = std::time::Duration::from_millis(2);
@@ -34,34 +34,63 @@ pub const PACE: std::time::Duration = std::time::Duration::from_millis(2);
 /// Event time of the workload's t = 0, Unix ms.
 const EPOCH_MS: i64 = 1_700_000_000_000;
 
-/// A backend to measure.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// `MemoryStore` and `LocalBus`: the reference, nothing physical.
-    Memory,
-    /// A fresh redb file under the run directory, opened with these URL options
-    /// (`key=value&…`, empty for the defaults: durable, journaled).
-    Redb(String),
-    /// A fresh SQLite file (WAL, `synchronous=normal`) under the run directory, opened
-    /// with these URL options (`key=value&…`, empty for the defaults).
-    Sqlite(String),
-    /// A fresh schema on this Postgres server, dropped afterwards.
-    Postgres(String),
-    /// A fresh key prefix on this Redis server (store and Streams bus), deleted
-    /// afterwards.
-    Redis(String),
+/// A backend to measure: a URL, opened through the driver registry. The run makes a
+/// throwaway instance of it ([`forge_core::driver::Instances`]): a fresh file under the
+/// run directory with the URL's options, a fresh schema or key prefix on a server.
+/// A server URL that names its namespace (`schema=`, `prefix=`) is used in place, shared
+/// and left as it is (several writer processes meet there).
+#[derive(Clone)]
+pub struct Target {
+    url: String,
+    driver: &'static dyn Driver,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Target")
+            .field(&self.driver.describe(&self.url))
+            .finish()
+    }
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        self.url == other.url
+    }
 }
 
 impl Target {
-    /// `memory`, `redb`, `sqlite`, `postgres`, `redis`.
+    /// The backend `url` names.
+    ///
+    /// # Errors
+    /// When no driver of this build opens it.
+    pub fn new(url: &str) -> Result<Self> {
+        let driver = forge_store::backend::driver(url).map_err(|e| anyhow!("{e}"))?;
+        Ok(Self {
+            url: url.to_owned(),
+            driver,
+        })
+    }
+
+    /// The backend's name: `memory`, `redb`, `sqlite`, `postgres`, `redis`.
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::Memory => "memory",
-            Self::Redb(_) => "redb",
-            Self::Sqlite(_) => "sqlite",
-            Self::Postgres(_) => "postgres",
-            Self::Redis(_) => "redis",
+        self.driver.info().name
+    }
+
+    /// The URL's options of a file backend (`key=value&…`), for the report.
+    pub fn options(&self) -> String {
+        match (self.driver.info().kind, parts(&self.url)) {
+            (Kind::File, Ok((_, _, query))) => query.to_owned(),
+            _ => String::new(),
         }
+    }
+
+    fn in_place(&self) -> bool {
+        self.driver.info().kind == Kind::Server
+            && parts(&self.url).is_ok_and(|(_, _, q)| {
+                q.split('&')
+                    .any(|kv| kv.starts_with("schema=") || kv.starts_with("prefix="))
+            })
     }
 }
 
@@ -100,169 +129,42 @@ impl Run {
     }
 }
 
-/// A backend opened for one run.
+/// A throwaway instance of a backend, opened for one run.
 struct Opened {
+    instances: Arc<dyn Instances>,
     store: Arc<dyn Store>,
     bus: Arc<dyn Bus>,
-    probe: Probe,
-    cleanup: Cleanup,
-}
-
-enum Cleanup {
-    None,
-    Redb(Arc<forge_redb::RedbStore>),
-    Sqlite(Arc<forge_sql::SqliteStore>),
-    Postgres {
-        store: Arc<forge_sql::PostgresStore>,
-        url: String,
-        schema: String,
-    },
-    PostgresShared(Arc<forge_sql::PostgresStore>),
-    Redis {
-        url: String,
-        pattern: String,
-    },
-}
-
-static RUN_NO: AtomicU64 = AtomicU64::new(0);
-
-fn with_query(url: &str, pair: &str) -> String {
-    if url.contains('?') {
-        format!("{url}&{pair}")
-    } else {
-        format!("{url}?{pair}")
-    }
+    probe: Option<Box<dyn WriteProbe>>,
 }
 
 async fn open(target: &Target, dir: &Path) -> Result<Opened> {
-    let n = RUN_NO.fetch_add(1, Ordering::Relaxed);
-    let tag = format!("{}_{n}", std::process::id());
-    Ok(match target {
-        Target::Memory => Opened {
-            store: Arc::new(MemoryStore::new()),
-            bus: Arc::new(LocalBus::new()),
-            probe: Probe::None,
-            cleanup: Cleanup::None,
-        },
-        Target::Redb(query) => {
-            let path = dir.join(format!("bench-{tag}.redb"));
-            let options = forge_redb::RedbOptions::from_query(query)?;
-            let (store, counters) = forge_redb::RedbStore::open_counted(&path, options)
-                .with_context(|| format!("opening {}", path.display()))?;
-            let store = Arc::new(store);
-            Opened {
-                store: store.clone(),
-                bus: Arc::new(LocalBus::new()),
-                probe: Probe::Redb(counters),
-                cleanup: Cleanup::Redb(store),
-            }
-        }
-        Target::Sqlite(query) => {
-            let path = dir.join(format!("bench-{tag}.db"));
-            let mut url = format!("sqlite://{}", path.display());
-            if !query.is_empty() {
-                url = with_query(&url, query);
-            }
-            let store = Arc::new(
-                forge_sql::SqliteStore::open(&url)
-                    .await
-                    .with_context(|| format!("opening {}", path.display()))?,
-            );
-            Opened {
-                store: store.clone(),
-                bus: Arc::new(LocalBus::new()),
-                probe: Probe::SqliteThreads,
-                cleanup: Cleanup::Sqlite(store),
-            }
-        }
-        Target::Postgres(url) if url.contains("schema=") => {
-            // A schema the caller owns (several writer processes share it): used as
-            // given, left in place.
-            let store = Arc::new(
-                forge_sql::PostgresStore::connect(url)
-                    .await
-                    .context("connecting to Postgres")?,
-            );
-            Opened {
-                store: store.clone(),
-                bus: Arc::new(LocalBus::new()),
-                probe: Probe::None,
-                cleanup: Cleanup::PostgresShared(store),
-            }
-        }
-        Target::Postgres(url) => {
-            let schema = format!("forge_bench_{tag}");
-            let store = Arc::new(
-                forge_sql::PostgresStore::connect(&with_query(url, &format!("schema={schema}")))
-                    .await
-                    .context("connecting to Postgres")?,
-            );
-            Opened {
-                store: store.clone(),
-                bus: Arc::new(LocalBus::new()),
-                probe: Probe::Postgres { url: url.clone() },
-                cleanup: Cleanup::Postgres {
-                    store,
-                    url: url.clone(),
-                    schema,
-                },
-            }
-        }
-        Target::Redis(url) => {
-            // A prefix the caller names (projector workers read it afterwards) is left
-            // in place.
-            let given = url.contains("prefix=");
-            let prefixed = if given {
-                url.clone()
-            } else {
-                with_query(url, &format!("prefix=forge-bench-{tag}"))
-            };
-            let store = forge_redis::RedisStore::connect(&prefixed)
-                .await
-                .context("connecting the Redis store")?;
-            let pattern = crate::probe::redis_store_pattern(&store);
-            let bus = forge_redis::RedisBus::connect(&prefixed)
-                .await
-                .context("connecting the Redis bus")?;
-            Opened {
-                store: Arc::new(store),
-                bus: Arc::new(bus),
-                probe: Probe::Redis {
-                    url: url.clone(),
-                    pattern: pattern.clone(),
-                },
-                cleanup: if given {
-                    Cleanup::None
-                } else {
-                    Cleanup::Redis {
-                        url: url.clone(),
-                        pattern,
-                    }
-                },
-            }
-        }
+    let options = InstanceOptions::default()
+        .in_dir(dir)
+        .purpose("bench")
+        .in_place(target.in_place());
+    let instances = target.driver.instances(&target.url, &options).await?;
+    let backend = instances.fresh().await?;
+    let probe = instances.probe(&backend.store);
+    Ok(Opened {
+        store: backend.store,
+        bus: backend.bus.unwrap_or_else(|| Arc::new(LocalBus::new())),
+        probe,
+        instances,
     })
 }
 
-impl Cleanup {
-    async fn run(self) -> Result<()> {
-        match self {
-            Self::None | Self::Redb(_) => {}
-            Self::Sqlite(store) => store.close().await,
-            Self::PostgresShared(store) => store.close().await,
-            Self::Postgres { store, url, schema } => {
-                store.close().await;
-                let mut conn = crate::probe::pg_connect(&url).await?;
-                // The schema name is ours: `forge_bench_` and two numbers.
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
-                )))
-                .execute(&mut conn)
-                .await
-                .with_context(|| format!("dropping schema {schema}"))?;
-            }
-            Self::Redis { url, pattern } => redis_delete(&url, &pattern).await?,
-        }
+impl Opened {
+    /// Deletes the instance and what the set shared.
+    async fn close(self) -> Result<()> {
+        let Self {
+            instances,
+            store,
+            bus,
+            probe,
+        } = self;
+        drop((bus, probe));
+        instances.teardown(store).await?;
+        instances.close().await?;
         Ok(())
     }
 }
@@ -272,12 +174,6 @@ impl Cleanup {
 struct Latency {
     sent: HashMap<(usize, u64), Instant>,
     received: Arc<Mutex<HashMap<(SessionId, u64), Instant>>>,
-}
-
-struct SessionRun {
-    scope: Scope,
-    processor: Option<Processor>,
-    last_user: Option<MessageId>,
 }
 
 /// Runs `scripts` (one per session) on `run.target` and measures it.
@@ -292,7 +188,7 @@ pub async fn measure(run: &Run, scripts: &[Script]) -> Result<Measurement> {
         .await
         .with_context(|| format!("opening {}", run.target.name()))?;
     let outcome = drive(run, scripts, &opened).await;
-    let cleanup = opened.cleanup.run().await;
+    let cleanup = opened.close().await;
     let m = outcome.with_context(|| format!("{} {}", run.target.name(), run.mode.as_str()))?;
     cleanup.with_context(|| format!("cleaning up after {}", run.target.name()))?;
     Ok(m)
@@ -317,12 +213,19 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         Some(g) => Arc::clone(g) as Arc<dyn Projector>,
         None => Arc::new(DirectProjector::new(counting.clone(), Arc::clone(&bus))),
     };
-    let clock = Arc::new(AtomicI64::new(EPOCH_MS));
-    let tick = Arc::clone(&clock);
-    let options = ProcessorOptions {
-        clock: Arc::new(move || tick.load(Ordering::Relaxed)),
-        text_hook: None,
-        persist_every_delta: run.mode == Mode::PerDelta,
+    let options = TurnOptions {
+        processor: ProcessorOptions {
+            persist_every_delta: run.mode == Mode::PerDelta,
+            ..ProcessorOptions::default()
+        },
+        event_time: Some(EventTime {
+            epoch_ms: EPOCH_MS,
+            group: group.clone(),
+        }),
+        answerer: Answerer::Fixed {
+            provider_id: "bench".to_owned(),
+            model_id: "w1".to_owned(),
+        },
     };
 
     // Sessions are created before the clock starts: their rows are not part of W1.
@@ -333,11 +236,11 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         projector
             .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
             .await?;
-        sessions.push(SessionRun {
+        sessions.push(TurnDriver::new(
+            Arc::clone(&projector),
             scope,
-            processor: None,
-            last_user: None,
-        });
+            options.clone(),
+        ));
     }
     projector.sync().await?;
     bus.flush().await?;
@@ -347,7 +250,7 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     if run.latency {
         for s in &sessions {
             let mut sub = bus
-                .subscribe(&tenant, Topic::Session(s.scope.session_id.clone()), None)
+                .subscribe(&tenant, Topic::Session(s.scope().session_id.clone()), None)
                 .await?;
             let received = Arc::clone(&latency.received);
             subscribers.push(tokio::spawn(async move {
@@ -364,70 +267,30 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
 
     let before_counts = counting.totals();
     let io_start = ProcIo::read();
-    let probe = opened.probe.start().await?;
+    let probe = match &opened.probe {
+        Some(p) => Some(p.start().await?),
+        None => None,
+    };
     let started = Instant::now();
     let mut deltas = 0u64;
 
     for (i, timed) in merge(scripts) {
-        let now = EPOCH_MS + i64::try_from(timed.t_ms).unwrap_or(i64::MAX);
-        clock.store(now, Ordering::Relaxed);
-        if let Some(g) = &group {
-            g.advance(now).await?;
-        }
         let s = &mut sessions[i];
-        match &timed.item {
-            Item::User { parts } => {
-                if let Some(mut p) = s.processor.take() {
-                    p.finalize(forge_core::Outcome::Aborted).await?;
-                }
-                let (message, parts) = user_message(&s.scope.session_id, parts.clone(), now);
-                s.last_user = Some(message.id.clone());
-                let mut events = vec![SyncEvent::MessageUpdated { info: message }];
-                events.extend(
-                    parts
-                        .into_iter()
-                        .map(|part| SyncEvent::PartUpdated { part }),
-                );
-                projector.commit(&s.scope, events).await?;
-            }
-            Item::Assistant { summary } => {
-                if let Some(mut p) = s.processor.take() {
-                    p.finalize(forge_core::Outcome::Aborted).await?;
-                }
-                s.processor =
-                    Some(start_assistant(&projector, s, *summary, now, options.clone()).await?);
-            }
-            Item::Stream(event) => {
-                if s.processor.is_none() {
-                    s.processor =
-                        Some(start_assistant(&projector, s, false, now, options.clone()).await?);
-                }
-                let Some(p) = s.processor.as_mut() else {
-                    unreachable!("opened above")
-                };
-                let is_delta = matches!(
-                    event,
-                    forge_core::StreamEvent::TextDelta { .. }
-                        | forge_core::StreamEvent::ReasoningDelta { .. }
-                );
-                if is_delta {
-                    deltas += 1;
-                    if run.latency {
-                        tokio::time::sleep(PACE).await;
-                        let seq = p.scope().last_seq() + 1;
-                        latency.sent.insert((i, seq), Instant::now());
-                    }
-                }
-                if p.handle(event.clone()).await? == Flow::Done {
-                    s.processor = None;
-                }
+        s.at(timed.t_ms).await?;
+        if let Item::Stream(StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. }) =
+            &timed.item
+        {
+            deltas += 1;
+            if run.latency {
+                tokio::time::sleep(PACE).await;
+                let seq = s.scope().last_seq() + 1;
+                latency.sent.insert((i, seq), Instant::now());
             }
         }
+        s.item(timed.item.clone()).await?;
     }
     for s in &mut sessions {
-        if let Some(mut p) = s.processor.take() {
-            p.finalize(forge_core::Outcome::Aborted).await?;
-        }
+        s.finalize(Outcome::Aborted).await?;
     }
     projector.sync().await?;
     bus.flush().await?;
@@ -437,21 +300,22 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     } else {
         started.elapsed()
     };
-    // What a run wrote includes the checkpoint that copies its WAL (SQLite) or its
-    // journal (redb) into the file.
-    if let Cleanup::Sqlite(store) = &opened.cleanup {
-        store.checkpoint().await?;
-    }
-    if let Cleanup::Redb(store) = &opened.cleanup {
-        store.checkpoint().await?;
-    }
-    // Postgres reports a connection's WAL syncs to pg_stat_wal when it goes idle or
-    // closes: close the pool before reading them. (SQLite is the other way round: its
-    // counters live on the pool's threads, read before closing.)
-    if let Cleanup::Postgres { store, .. } | Cleanup::PostgresShared(store) = &opened.cleanup {
-        store.close().await;
-    }
-    let (physical, fsyncs) = probe.finish().await?;
+    // The probe settles what is pending first (the checkpoint that copies a WAL or
+    // journal into the file; a pool whose connections report their syncs on close).
+    let written = match probe {
+        Some(run) => Some(run.finish().await?),
+        None => None,
+    };
+    let (physical, fsyncs) = match written {
+        Some(w) => (
+            w.bytes.map(|bytes| Physical {
+                bytes,
+                source: w.source,
+            }),
+            w.syncs,
+        ),
+        None => (None, None),
+    };
     let io = match (io_start, ProcIo::read()) {
         (Some(a), Some(b)) => Some(b.since(&a).write_bytes),
         _ => None,
@@ -469,7 +333,7 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
             .sent
             .iter()
             .filter_map(|((i, seq), sent)| {
-                let key = (sessions[*i].scope.session_id.clone(), *seq);
+                let key = (sessions[*i].scope().session_id.clone(), *seq);
                 received
                     .get(&key)
                     .map(|r| r.saturating_duration_since(*sent).as_secs_f64() * 1e6)
@@ -507,78 +371,6 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         elapsed_s: elapsed.as_secs_f64(),
         latency_us,
         publish_delay_ms,
-        options: match &run.target {
-            Target::Redb(q) | Target::Sqlite(q) => q.clone(),
-            _ => String::new(),
-        },
+        options: run.target.options(),
     })
-}
-
-async fn start_assistant(
-    projector: &Arc<dyn Projector>,
-    s: &SessionRun,
-    summary: bool,
-    now: i64,
-    options: ProcessorOptions,
-) -> Result<Processor> {
-    let Some(parent) = s.last_user.clone() else {
-        bail!("an assistant message before any user message");
-    };
-    let mut message = assistant_message(s.scope.session_id.clone(), parent, "bench", "w1", now);
-    if summary {
-        if let Some(a) = message.as_assistant_mut() {
-            a.summary = Some(true);
-        }
-    }
-    Ok(Processor::start(Arc::clone(projector), s.scope.clone(), message, options).await?)
-}
-
-fn user_message(
-    session: &SessionId,
-    bodies: Vec<forge_core::model::PartBody>,
-    now: i64,
-) -> (Message, Vec<Part>) {
-    let message = forge_core::processor::user_message(session.clone(), "build", now);
-    let parts = bodies
-        .into_iter()
-        .map(|body| Part {
-            id: PartId::generate(),
-            session_id: session.clone(),
-            message_id: message.id.clone(),
-            body,
-        })
-        .collect();
-    (message, parts)
-}
-
-/// Deletes the keys matching `pattern` (the run's prefix).
-async fn redis_delete(url: &str, pattern: &str) -> Result<()> {
-    let client = redis::Client::open(url).context("parsing the Redis URL")?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .context("connecting to Redis")?;
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .context("SCAN")?;
-        if !keys.is_empty() {
-            let _: u64 = redis::cmd("DEL")
-                .arg(&keys)
-                .query_async(&mut conn)
-                .await
-                .context("DEL")?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
 }

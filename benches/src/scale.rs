@@ -123,7 +123,7 @@ pub fn table(rows: &[ScaleRow]) -> String {
 
 async fn wal_lsn(pg: &str) -> Result<u64> {
     let mut conn = crate::probe::pg_connect(pg).await?;
-    crate::probe::pg_wal_insert_lsn(&mut conn).await
+    Ok(crate::probe::pg_wal_insert_lsn(&mut conn).await?)
 }
 
 fn with_query(url: &str, pair: &str) -> String {
@@ -243,7 +243,7 @@ pub async fn writers(
 pub async fn child_writer(url: &str, sessions: u32, turns: u32, seed: u64) -> Result<String> {
     let scripts = w1xn(sessions, turns, seed);
     let run = Run {
-        target: Target::Postgres(url.to_owned()),
+        target: Target::new(url)?,
         mode: Mode::Boundary,
         policy: Policy::Terminal {
             window_ms: DEFAULT_WINDOW_MS,
@@ -266,7 +266,7 @@ pub async fn publish(redis: &str, sessions: u32, turns: u32) -> Result<(String, 
     let prefix = format!("forge-scale-{}-{sessions}", std::process::id());
     let url = with_query(redis, &format!("prefix={prefix}&shards={SHARDS}"));
     let run = Run {
-        target: Target::Redis(url.clone()),
+        target: Target::new(&url)?,
         mode: Mode::Boundary,
         policy: Policy::Terminal {
             window_ms: DEFAULT_WINDOW_MS,

@@ -8,13 +8,13 @@ use std::sync::mpsc;
 
 use forge_bench::probe::{
     pg_connect, pg_stat_wal, pg_wal_insert_lsn, redis_memory_usage, redis_persistence,
-    redis_store_pattern, redis_url_pattern, thread_io, thread_io_by_tid, Probe, ProcIo,
+    redis_store_pattern, redis_url_pattern, thread_io, thread_io_by_tid, ProcIo,
     SQLITE_WORKER_THREAD_PREFIX,
 };
 use forge_conformance::differential::{put_message, put_part, put_session};
-use forge_conformance::service_url;
+use forge_core::driver::{Driver, InstanceOptions, Instances, Written};
 use forge_core::Store;
-use forge_redb::{RedbOptions, RedbStore};
+use forge_testkit::service_url;
 use sqlx::Connection as _;
 
 const POSTGRES: &str = "FORGE_TEST_POSTGRES_URL";
@@ -72,56 +72,84 @@ fn thread_io_finds_a_named_thread_and_only_it() {
     writer.join().unwrap();
 }
 
+/// A fresh instance of `driver` on `url` (in place when `in_place`), the bytes its
+/// probe measures over `work` done on its store, and the set to tear it down with.
+async fn probed<F, Fut>(
+    driver: &dyn Driver,
+    url: &str,
+    in_place: bool,
+    work: F,
+) -> (
+    Written,
+    std::sync::Arc<dyn Instances>,
+    std::sync::Arc<dyn Store>,
+)
+where
+    F: FnOnce(std::sync::Arc<dyn Store>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let options = InstanceOptions::default().in_place(in_place);
+    let set = driver.instances(url, &options).await.unwrap();
+    let store = set.fresh().await.unwrap().store;
+    let probe = set.probe(&store).expect("the driver measures its writes");
+    let run = probe.start().await.unwrap();
+    work(std::sync::Arc::clone(&store)).await;
+    let written = run.finish().await.unwrap();
+    (written, set, store)
+}
+
 #[test]
 fn the_sqlite_probe_finds_sqlx_worker_threads_by_their_name() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("forge.db").display());
     rt.block_on(async {
-        let store = forge_sql::SqliteStore::open(&url).await.unwrap();
-        assert!(!thread_io_by_tid(SQLITE_WORKER_THREAD_PREFIX)
-            .unwrap()
-            .is_empty());
-        let run = Probe::SqliteThreads.start().await.unwrap();
-        store.apply(&batch(1)).await.unwrap();
-        let (physical, fsyncs) = run.finish().await.unwrap();
-        let physical = physical.expect("measured on Linux");
-        eprintln!("sqlite, one batch of 3 rows: {physical:?}");
-        assert!(physical.bytes > 0, "{physical:?}");
-        assert!(physical.source.contains("wchar"), "{physical:?}");
-        assert_eq!(fsyncs, None);
-        store.close().await;
+        let (written, set, store) =
+            probed(&forge_sql::SQLITE, "sqlite://", false, |store| async move {
+                assert!(!thread_io_by_tid(SQLITE_WORKER_THREAD_PREFIX)
+                    .unwrap()
+                    .is_empty());
+                store.apply(&batch(1)).await.unwrap();
+            })
+            .await;
+        eprintln!("sqlite, one batch of 3 rows: {written:?}");
+        assert!(written.bytes.expect("measured on Linux") > 0, "{written:?}");
+        assert!(written.source.contains("wchar"), "{written:?}");
+        assert_eq!(written.syncs, None);
+        set.teardown(store).await.unwrap();
     });
 }
 
 #[test]
 fn the_redb_probe_counts_commits_and_syncs() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
-        let (store, counters) =
-            RedbStore::open_counted(dir.path().join("forge.redb"), RedbOptions::default()).unwrap();
-        let run = Probe::Redb(counters).start().await.unwrap();
-        store.apply(&batch(1)).await.unwrap();
-        let (physical, fsyncs) = run.finish().await.unwrap();
-        let physical = physical.unwrap();
-        eprintln!("redb, one durable batch of 3 rows: {physical:?}, fsyncs {fsyncs:?}");
-        // One journal page, synced once; the file itself waits for the checkpoint.
-        assert_eq!(physical.bytes, 4096, "{physical:?}");
+        let (written, set, store) =
+            probed(&forge_redb::DRIVER, "redb://", false, |store| async move {
+                store.apply(&batch(1)).await.unwrap();
+            })
+            .await;
+        eprintln!("redb, one durable batch of 3 rows and a checkpoint: {written:?}");
+        // One journal page synced, then the checkpoint that copies it into the file (a
+        // durable redb commit: pages and header, synced).
+        assert!(written.bytes.unwrap() > 4096, "{written:?}");
         assert_eq!(
-            physical.source,
+            written.source,
             "redb storage backend writes + journal pages synced"
         );
-        assert!(fsyncs.unwrap() >= 1);
+        assert!(written.syncs.unwrap() >= 2, "{written:?}");
+        set.teardown(store).await.unwrap();
     });
 }
 
 #[test]
-fn the_memory_probe_measures_nothing() {
+fn the_memory_backend_has_no_probe() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let run = Probe::None.start().await.unwrap();
-        assert_eq!(run.finish().await.unwrap(), (None, None));
+        let set = forge_core::driver::MEMORY
+            .instances("memory://", &InstanceOptions::default())
+            .await
+            .unwrap();
+        let store = set.fresh().await.unwrap().store;
+        assert!(set.probe(&store).is_none());
     });
 }
 
@@ -155,10 +183,14 @@ fn postgres_wal_insert_lsn_grows_with_an_insert() {
 
         conn.close().await.unwrap();
 
-        // The probe, around writes of a connection that is closed before it finishes (as
-        // a store's pool would be), so their syncs are reported at once.
-        let probe = Probe::Postgres { url: url.clone() };
-        let run = probe.start().await.unwrap();
+        // The probe of an instance, around writes of a connection that is closed before
+        // it finishes (as the instance's pool is), so their syncs are reported at once.
+        let set = forge_sql::POSTGRES
+            .instances(&url, &InstanceOptions::default().purpose("probe_test"))
+            .await
+            .unwrap();
+        let store = set.fresh().await.unwrap().store;
+        let run = set.probe(&store).unwrap().start().await.unwrap();
         let mut writer = pg_connect(&url).await.unwrap();
         sqlx::query("create table if not exists probe_wal_test (id bigint, body text)")
             .execute(&mut writer)
@@ -175,15 +207,16 @@ fn postgres_wal_insert_lsn_grows_with_an_insert() {
             .await
             .unwrap();
         writer.close().await.unwrap();
-        let (physical, fsyncs) = run.finish().await.unwrap();
-        let physical = physical.unwrap();
-        eprintln!("postgres, 1000 rows: {physical:?}, fsyncs {fsyncs:?}");
-        assert!(physical.bytes >= 1000 * 32, "{physical:?}");
-        assert!(physical.source.contains("pg_wal_lsn_diff"), "{physical:?}");
+        let written = run.finish().await.unwrap();
+        eprintln!("postgres, 1000 rows: {written:?}");
+        assert!(written.bytes.unwrap() >= 1000 * 32, "{written:?}");
+        assert!(written.source.contains("pg_wal_lsn_diff"), "{written:?}");
         assert!(
-            fsyncs.unwrap() >= 1,
-            "three durable commits, {fsyncs:?} syncs"
+            written.syncs.unwrap() >= 1,
+            "three durable commits, {written:?}"
         );
+        set.teardown(store).await.unwrap();
+        set.close().await.unwrap();
     });
 }
 
@@ -216,23 +249,21 @@ fn redis_memory_usage_and_persistence_see_the_store_keys() {
         let marker = redis_memory_usage(&url, &pattern).await.unwrap();
         assert!(marker < 256, "{marker} bytes before any write");
 
-        let probe = Probe::Redis {
-            url: url.clone(),
-            pattern: pattern.clone(),
-        };
-        let run = probe.start().await.unwrap();
-        store.apply(&batch(1)).await.unwrap();
+        // The driver's instance in place on the same prefix: its probe counts these keys.
+        let (written, _set, _instance) =
+            probed(&forge_redis::DRIVER, &store_url, true, |_| async {
+                store.apply(&batch(1)).await.unwrap();
+            })
+            .await;
         let used = redis_memory_usage(&url, &pattern).await.unwrap();
         assert!(used > marker, "{used} bytes after a write, {marker} before");
-        let (physical, fsyncs) = run.finish().await.unwrap();
-        let physical = physical.unwrap();
-        eprintln!("redis, one batch of 3 rows: {physical:?} ({disk:?})");
-        assert!(physical.bytes > 0, "{physical:?}");
+        eprintln!("redis, one batch of 3 rows: {written:?} ({disk:?})");
+        assert!(written.bytes.unwrap() > 0, "{written:?}");
         if !disk.aof_enabled {
-            assert_eq!(physical.bytes, used - marker);
-            assert!(physical.source.contains("MEMORY USAGE"), "{physical:?}");
+            assert_eq!(written.bytes, Some(used - marker));
+            assert!(written.source.contains("MEMORY USAGE"), "{written:?}");
         }
-        assert_eq!(fsyncs, None);
+        assert_eq!(written.syncs, None);
 
         // Leave nothing behind.
         let client = redis::Client::open(url.as_str()).unwrap();

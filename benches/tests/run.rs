@@ -42,7 +42,7 @@ async fn three(target: &Target, dir: &std::path::Path) -> [Measurement; 3] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_turn_costs_what_the_write_table_says_in_each_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let [every, terminal, per_delta] = three(&Target::Memory, dir.path()).await;
+    let [every, terminal, per_delta] = three(&Target::new("memory://").unwrap(), dir.path()).await;
     for m in [&every, &terminal, &per_delta] {
         assert_eq!(m.logical_bytes, W1_TURN_BYTES);
         assert_eq!(m.deltas, W1_TURN_DELTAS);
@@ -70,7 +70,10 @@ async fn one_turn_costs_what_the_write_table_says_in_each_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_backends_report_physical_bytes_and_per_delta_costs_far_more() {
     let dir = tempfile::tempdir().unwrap();
-    for target in [Target::Redb(String::new()), Target::Sqlite(String::new())] {
+    for target in [
+        Target::new("redb://").unwrap(),
+        Target::new("sqlite://").unwrap(),
+    ] {
         let [every, terminal, per_delta] = three(&target, dir.path()).await;
         let wa = |m: &Measurement| m.amplification().unwrap();
         // Physical bytes include the pages around the rows: above the logical bytes.
@@ -80,7 +83,7 @@ async fn embedded_backends_report_physical_bytes_and_per_delta_costs_far_more() 
             "{target:?}: terminal vs every boundary"
         );
         assert!(wa(&per_delta) > 10.0 * wa(&every), "{target:?}: per-delta");
-        if target == Target::Redb(String::new()) {
+        if target == Target::new("redb://").unwrap() {
             assert_eq!(every.fsyncs.map(|f| f >= every.commits), Some(true));
         }
     }
@@ -93,7 +96,7 @@ async fn a_window_groups_sessions_into_fewer_transactions() {
     let mut commits = Vec::new();
     for window_ms in [0, 100] {
         let mut r = run(
-            Target::Memory,
+            Target::new("memory://").unwrap(),
             Mode::Boundary,
             Policy::Terminal { window_ms },
             dir.path(),
@@ -114,11 +117,11 @@ async fn a_window_groups_sessions_into_fewer_transactions() {
 async fn servers_are_measured_when_their_urls_are_given() {
     let dir = tempfile::tempdir().unwrap();
     let mut targets = Vec::new();
-    if let Some(url) = forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", "Postgres") {
-        targets.push(Target::Postgres(url));
+    if let Some(url) = forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", "Postgres") {
+        targets.push(Target::new(&url).unwrap());
     }
-    if let Some(url) = forge_conformance::service_url("FORGE_TEST_REDIS_URL", "Redis") {
-        targets.push(Target::Redis(url));
+    if let Some(url) = forge_testkit::service_url("FORGE_TEST_REDIS_URL", "Redis") {
+        targets.push(Target::new(&url).unwrap());
     }
     for target in targets {
         let m = measure(
@@ -135,7 +138,10 @@ async fn servers_are_measured_when_their_urls_are_given() {
 
 #[test]
 fn the_quick_plan_measures_both_modes_and_skips_per_delta_beyond_its_limit() {
-    let mut plan = Plan::quick(vec![Target::Memory], std::env::temp_dir());
+    let mut plan = Plan::quick(
+        vec![Target::new("memory://").unwrap()],
+        std::env::temp_dir(),
+    );
     plan.turns = vec![10, 20];
     let runs = plan.runs();
     let per_delta: Vec<_> = runs
@@ -169,7 +175,10 @@ enum Seen {
 async fn progress_plans_then_starts_and_finishes_every_run_in_order() {
     let dir = tempfile::tempdir().unwrap();
     // The quick plan, smaller: every kind of run it has, in a second or two.
-    let mut plan = Plan::quick(vec![Target::Memory], dir.path().to_path_buf());
+    let mut plan = Plan::quick(
+        vec![Target::new("memory://").unwrap()],
+        dir.path().to_path_buf(),
+    );
     plan.turns = vec![2];
     plan.sessions = vec![4];
     plan.windows = vec![10];

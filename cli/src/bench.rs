@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use forge_bench::run::Target;
 use forge_bench::suite::{Plan, ProgressEvent};
-use forge_bench::workload::{Item, Script, Timed};
+use forge_bench::workload::{Item, Script};
 
-use forge_store::replay::{parse_line, user_part_bodies, Line};
+use forge_store::replay::parse_line;
 
 use crate::progress::Progress;
 
@@ -23,7 +23,10 @@ pub struct BenchArgs {
     /// the generated workloads.
     #[arg(long, value_name = "FILE.jsonl")]
     input: Option<PathBuf>,
-    /// Embedded backends to measure, comma-separated (memory, redb, sqlite).
+    /// Backends to measure, comma-separated: memory, redb, sqlite (with
+    /// --redb-options / --sqlite-options), or any backend URL this build opens (each
+    /// run gets a throwaway instance of it: a temporary file, a fresh schema or key
+    /// prefix).
     #[arg(long, value_delimiter = ',', default_value = "memory,redb,sqlite")]
     backends: Vec<String>,
     /// Also measure this Postgres server (a fresh schema, dropped afterwards).
@@ -74,22 +77,22 @@ pub struct BenchArgs {
 pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> Result<()> {
     let mut targets = Vec::new();
     for name in &args.backends {
-        targets.push(match name.trim() {
-            "memory" => Target::Memory,
-            "redb" => Target::Redb(args.redb_options.clone()),
-            "sqlite" => Target::Sqlite(args.sqlite_options.clone()),
+        let url = match name.trim() {
+            "memory" => "memory://".to_owned(),
+            "redb" => with_options("redb://", &args.redb_options),
+            "sqlite" => with_options("sqlite://", &args.sqlite_options),
             "" => continue,
+            // Any backend of the registry, by URL (an installed third-party one too).
+            url if url.contains("://") => url.to_owned(),
             other => bail!(
-                "unknown backend {other:?} in --backends; use memory, redb, sqlite \
-                 (Postgres and Redis with --postgres URL / --redis URL)"
+                "unknown backend {other:?} in --backends; use memory, redb, sqlite or a \
+                 backend URL (Postgres and Redis also with --postgres URL / --redis URL)"
             ),
-        });
+        };
+        targets.push(Target::new(&url)?);
     }
-    if let Some(url) = &args.postgres {
-        targets.push(Target::Postgres(url.clone()));
-    }
-    if let Some(url) = &args.redis {
-        targets.push(Target::Redis(url.clone()));
+    for url in [&args.postgres, &args.redis].into_iter().flatten() {
+        targets.push(Target::new(url)?);
     }
     if targets.is_empty() {
         bail!("no backend to measure");
@@ -185,38 +188,48 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
 }
 
 /// A replay file as one session's script: `t` gives each line's event time (lines
-/// without one take the previous line's). Compaction tails (`tail_start_id`) are
-/// dropped: they do not change what is written.
+/// without one take the previous line's). Session lines and unknown types are left out
+/// (nothing to measure), and the script ends at a `crash` line.
 pub fn script_from_replay(text: &str) -> Result<Script> {
     let mut items = Vec::new();
     let mut t = 0u64;
     for (n, line) in text.lines().enumerate() {
         let n = n + 1;
         let parsed = parse_line(line).map_err(|e| anyhow::anyhow!("line {n}: {e}"))?;
-        let Some((line, at)) = parsed else { continue };
-        if let Some(at) = at {
+        let Some(mut timed) = parsed else { continue };
+        if let Some(at) = timed.t_ms {
             if at < t {
                 bail!("line {n}: `t` {at} goes back in time (previous line: {t})");
             }
             t = at;
         }
-        let item = match line {
-            // Nothing to measure (a replay skips an unknown type too).
-            Line::Session(_) | Line::Unknown { .. } => continue,
-            Line::Crash => break,
-            Line::User(mut u) => Item::User {
-                parts: user_part_bodies(&mut u, None)
-                    .map_err(|e| anyhow::anyhow!("line {n}: {e}"))?,
-            },
-            Line::Assistant(a) => Item::Assistant {
-                summary: a.summary.unwrap_or(false),
-            },
-            Line::Stream(e) => Item::Stream(e),
-        };
-        items.push(Timed { t_ms: t, item });
+        match &timed.item {
+            Item::Session(_) | Item::Unknown { .. } => continue,
+            Item::Crash => break,
+            // Bad parts are reported with their line before anything runs.
+            Item::User(u) => {
+                u.clone()
+                    .take_part_bodies(None)
+                    .map_err(|e| anyhow::anyhow!("line {n}: {e}"))?;
+            }
+            _ => {}
+        }
+        timed.t_ms = Some(t);
+        items.push(timed);
     }
     if items.is_empty() {
         bail!("no user message or stream event to measure");
     }
     Ok(Script { items })
+}
+
+/// `base` (a file backend's URL without a path: its instances are temporary files) with
+/// the `key=value&…` options of `--redb-options` / `--sqlite-options`.
+fn with_options(base: &str, options: &str) -> String {
+    let options = options.trim().trim_start_matches('?');
+    if options.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{options}")
+    }
 }

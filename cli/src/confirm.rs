@@ -18,7 +18,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use forge_store::core::Topic;
+use forge_store::Topic;
 use forge_store::{BusEvent, CoreError, Event, Forge, TenantId};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use forge_store::core::RetryPolicy;
 use forge_store::redis::{ProjectorWorker, RedisOptions, WorkerOptions, WorkerStats};
+use forge_store::RetryPolicy;
 use forge_store::{redact, TenantId};
 
 /// Options of the `project` command.
@@ -51,7 +51,7 @@ fn print_stats(out: &mut dyn Write, stats: WorkerStats) -> Result<()> {
 
 /// Runs the worker until idle or Ctrl-C and prints what it did.
 pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
-    if !forge_store::is_redis(opts.from) {
+    if !forge_store::backend::driver(opts.from).is_ok_and(|d| d.info().name == "redis") {
         bail!("--from must be a redis:// URL, got {}", redact(opts.from));
     }
     let retry = RetryPolicy::with_deadline(opts.retry);

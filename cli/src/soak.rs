@@ -13,18 +13,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use forge_bench::workload::{w1, Item, Script, W1_TURN_MS};
-use forge_store::core::processor::{assistant_message, user_message};
+use forge_store::core::turn::{Answerer, EventTime, TurnDriver, TurnOptions};
 use forge_store::core::{LocalBus, MemoryStore, Topic};
 use forge_store::{
-    read_all, Engine, Event, Forge, MessageId, Part, PartId, Processor, ProcessorOptions, Session,
-    SessionId, StreamEvent, SyncEvent, TenantId,
+    read_all, Engine, Event, Forge, Outcome, Session, SessionId, StreamEvent, SyncEvent, TenantId,
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -112,12 +111,6 @@ async fn drive(
     sent: Option<&Sent>,
 ) -> Result<u64> {
     let sid = session_id(i);
-    let clock = Arc::new(AtomicI64::new(EPOCH_MS));
-    let tick = Arc::clone(&clock);
-    let options = ProcessorOptions {
-        clock: Arc::new(move || tick.load(Ordering::Relaxed)),
-        ..ProcessorOptions::default()
-    };
     let mut session = Session::new(format!("soak session {i}"), EPOCH_MS);
     session.id = sid.clone();
     let scope = engine.projector.scope(tenant, &sid).await?;
@@ -125,86 +118,49 @@ async fn drive(
         .projector
         .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
         .await?;
+    let options = TurnOptions {
+        event_time: Some(EventTime {
+            epoch_ms: EPOCH_MS,
+            group: None,
+        }),
+        answerer: Answerer::Fixed {
+            provider_id: "soak".to_owned(),
+            model_id: "w1".to_owned(),
+        },
+        ..TurnOptions::default()
+    };
+    let mut driver = TurnDriver::new(Arc::clone(&engine.projector), scope, options);
     let mut base = offset(seed, i);
-    let mut processor: Option<Processor> = None;
-    let mut last_user: Option<MessageId> = None;
     let mut deltas = 0;
     for turn in 0..turns {
         let script = turn_script(seed, i, turn);
         let mut end = 0;
-        for timed in &script.items {
-            end = timed.t_ms;
-            let t = base + timed.t_ms;
+        for timed in script.items {
+            end = timed.t_ms.unwrap_or(end);
+            let t = base + end;
             if let Some(p) = pace {
                 let due = Duration::from_secs_f64(t as f64 / 1000.0 / p.speed);
                 tokio::time::sleep_until(p.start + due).await;
             }
-            let now = EPOCH_MS + t as i64;
-            clock.store(now, Ordering::Relaxed);
-            match &timed.item {
-                Item::User { parts } => {
-                    if let Some(mut p) = processor.take() {
-                        p.finalize(forge_store::Outcome::Aborted).await?;
-                    }
-                    let message = user_message(sid.clone(), "build", now);
-                    last_user = Some(message.id.clone());
-                    let mut events = vec![];
-                    for body in parts {
-                        events.push(SyncEvent::PartUpdated {
-                            part: Part {
-                                id: PartId::generate(),
-                                session_id: sid.clone(),
-                                message_id: message.id.clone(),
-                                body: body.clone(),
-                            },
-                        });
-                    }
-                    events.insert(0, SyncEvent::MessageUpdated { info: message });
-                    engine.projector.commit(&scope, events).await?;
-                }
-                Item::Assistant { .. } => {
-                    if let Some(mut p) = processor.take() {
-                        p.finalize(forge_store::Outcome::Aborted).await?;
-                    }
-                    let parent = last_user
-                        .clone()
-                        .ok_or_else(|| anyhow!("no user message"))?;
-                    let m = assistant_message(sid.clone(), parent, "soak", "w1", now);
-                    processor = Some(
-                        Processor::start(
-                            Arc::clone(&engine.projector),
-                            scope.clone(),
-                            m,
-                            options.clone(),
-                        )
-                        .await?,
-                    );
-                }
-                Item::Stream(event) => {
-                    let Some(p) = processor.as_mut() else {
-                        bail!("session {sid}: a stream event before its assistant message");
-                    };
-                    if matches!(
-                        event,
-                        StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. }
-                    ) {
-                        deltas += 1;
-                        if let Some(sent) = sent {
-                            let seq = p.scope().last_seq() + 1;
-                            sent.lock().push_back((seq, Instant::now()));
-                        }
-                    }
-                    if p.handle(event.clone()).await? == forge_store::Flow::Done {
-                        processor = None;
-                    }
+            driver.at(Some(t)).await?;
+            if let Item::Stream(
+                StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. },
+            ) = &timed.item
+            {
+                deltas += 1;
+                if let Some(sent) = sent {
+                    let seq = driver.scope().last_seq() + 1;
+                    sent.lock().push_back((seq, Instant::now()));
                 }
             }
+            driver
+                .item(timed.item)
+                .await
+                .with_context(|| format!("session {sid}"))?;
         }
         base += end + THINK_MS;
     }
-    if let Some(mut p) = processor.take() {
-        p.finalize(forge_store::Outcome::Aborted).await?;
-    }
+    driver.finalize(Outcome::Aborted).await?;
     Ok(deltas)
 }
 

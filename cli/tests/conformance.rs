@@ -94,8 +94,7 @@ fn conformance_reopens_a_file_backend_and_skips_reopen_in_memory() {
 
 #[test]
 fn conformance_on_redis_uses_a_prefix_per_case_and_deletes_it() {
-    let Some(server) =
-        forge_conformance::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
+    let Some(server) = forge_testkit::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
     else {
         return;
     };

@@ -8,7 +8,7 @@ use common::{example, stderr, stdout, Env};
 use redis::streams::StreamRangeReply;
 
 fn redis_url() -> Option<String> {
-    forge_conformance::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
+    forge_testkit::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
 }
 
 /// Deletes every key under `prefix` when dropped.

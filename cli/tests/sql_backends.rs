@@ -26,7 +26,7 @@ fn sqlite_urls_work_for_replay_history_and_recover() {
 #[test]
 fn postgres_urls_work_when_a_server_is_configured() {
     let Some(base) =
-        forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", "the CLI's Postgres test")
+        forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", "the CLI's Postgres test")
     else {
         return;
     };

@@ -325,7 +325,7 @@ impl<'a> Ctx<'a> {
                 if first.is_ok() {
                     first = Err(format!(
                         "teardown after the case failed: {} error: {e}",
-                        kind(&e)
+                        e.kind()
                     ));
                 }
             }
@@ -376,11 +376,6 @@ pub(crate) fn envs(
         .collect()
 }
 
-/// The name of an error's kind, for messages and matching.
-pub(crate) fn kind(e: &Error) -> &'static str {
-    e.kind()
-}
-
 /// `Ok` if `expected == actual`, else a message showing both (as JSON when possible).
 pub(crate) fn same<T: PartialEq + Debug + Serialize>(
     what: &str,
@@ -407,7 +402,7 @@ pub(crate) fn same<T: PartialEq + Debug + Serialize>(
 
 /// Wraps a store error with what was being done.
 pub(crate) fn ctx_err(what: impl std::fmt::Display) -> impl FnOnce(Error) -> String {
-    move |e| format!("{what}: {} error: {e}", kind(&e))
+    move |e| format!("{what}: {} error: {e}", e.kind())
 }
 
 #[cfg(test)]

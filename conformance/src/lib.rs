@@ -2,6 +2,7 @@
 
 mod config;
 pub mod differential;
+mod driver;
 mod exercised;
 mod factory;
 mod harness;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{Config, DEFAULT_CASES, DEFAULT_SCALE};
+pub use driver::DriverFactory;
 pub use exercised::Exercised;
 pub use factory::{guarded, last_handle, BackendFactory, Divergence, FnFactory, StoreMap};
 pub use junit::junit_xml;

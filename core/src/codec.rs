@@ -59,6 +59,27 @@ pub fn encode<T: bincode::Encode>(value: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Encodes `value` as bare bincode (standard configuration): no version byte, checksum
+/// or compression, for a container that frames and checks what it holds itself (the
+/// redb journal: each record carries its own crc32c, and the rows inside it are values
+/// [`encode`] already produced, so a second pass would only compress them again).
+///
+/// # Errors
+/// [`Error::Codec`] when bincode fails.
+pub fn encode_bare<T: bincode::Encode>(value: &T) -> Result<Vec<u8>> {
+    bincode::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| Error::codec("bincode encode", e))
+}
+
+/// Decodes what [`encode_bare`] wrote, with the same bounds on the lengths inside as
+/// [`decode`].
+///
+/// # Errors
+/// [`Error::Codec`] for trailing bytes or bytes that do not decode.
+pub fn decode_bare<T: bincode::Decode<()>>(body: &[u8]) -> Result<T> {
+    from_bincode(body)
+}
+
 /// Decodes a value written by [`encode`] (version 2) or by an earlier release
 /// (version 1).
 ///

@@ -85,6 +85,58 @@ pub enum Error {
     Shared(SharedError),
 }
 
+/// The kind of an [`Error`], which a caller matches to decide what to do: tell the user
+/// their input was wrong, retry, report a damaged store. [`Error::kind`] sees through a
+/// [`SharedError`] to its original.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::NotFound`].
+    NotFound,
+    /// [`Error::Conflict`].
+    Conflict,
+    /// [`Error::InvalidInput`].
+    InvalidInput,
+    /// [`Error::Unsupported`].
+    Unsupported,
+    /// [`Error::Codec`].
+    Codec,
+    /// [`Error::Corrupted`].
+    Corrupted,
+    /// [`Error::Lagged`].
+    Lagged,
+    /// [`Error::Backend`].
+    Backend,
+}
+
+impl ErrorKind {
+    /// The kind's name, as reports and JSON error bodies show it: `"NotFound"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotFound => "NotFound",
+            Self::Conflict => "Conflict",
+            Self::InvalidInput => "InvalidInput",
+            Self::Unsupported => "Unsupported",
+            Self::Codec => "Codec",
+            Self::Corrupted => "Corrupted",
+            Self::Lagged => "Lagged",
+            Self::Backend => "Backend",
+        }
+    }
+
+    /// Whether the caller's input was at fault (invalid, or contradicting what is
+    /// stored), as opposed to the store or the system.
+    pub fn is_input(self) -> bool {
+        matches!(self, Self::InvalidInput | Self::Conflict)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One error reported to several callers.
 ///
 /// A failed group commit is reported to the failing session, to the caller whose
@@ -194,18 +246,18 @@ impl Error {
         }
     }
 
-    /// The variant's name (`"NotFound"`, `"Conflict"`, …), for reports and matching
-    /// by kind in messages.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of error this is, for a caller to act on (a shared error has its
+    /// original's kind).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::NotFound { .. } => "NotFound",
-            Self::Conflict { .. } => "Conflict",
-            Self::InvalidInput(_) => "InvalidInput",
-            Self::Unsupported(_) => "Unsupported",
-            Self::Codec { .. } => "Codec",
-            Self::Corrupted { .. } => "Corrupted",
-            Self::Lagged { .. } => "Lagged",
-            Self::Backend { .. } => "Backend",
+            Self::NotFound { .. } => ErrorKind::NotFound,
+            Self::Conflict { .. } => ErrorKind::Conflict,
+            Self::InvalidInput(_) => ErrorKind::InvalidInput,
+            Self::Unsupported(_) => ErrorKind::Unsupported,
+            Self::Codec { .. } => ErrorKind::Codec,
+            Self::Corrupted { .. } => ErrorKind::Corrupted,
+            Self::Lagged { .. } => ErrorKind::Lagged,
+            Self::Backend { .. } => ErrorKind::Backend,
             Self::Shared(shared) => shared.error().kind(),
         }
     }
@@ -248,21 +300,21 @@ mod tests {
         let shared = SharedError::new(Error::backend("test", true, Native));
         let reported = Error::Shared(shared.clone());
         assert_eq!(reported.to_string(), "test backend error: native failure");
-        assert_eq!(reported.kind(), "Backend");
+        assert_eq!(reported.kind(), ErrorKind::Backend);
         assert!(reported.is_retryable());
         let source = reported.source().expect("the original's source");
         assert!(source.downcast_ref::<Native>().is_some());
-        assert_eq!(shared.error().kind(), "Backend");
+        assert_eq!(shared.error().kind(), ErrorKind::Backend);
     }
 
     #[test]
     fn a_conflict_over_a_shared_error_chains_to_the_native_error() {
         let shared = SharedError::new(Error::backend("test", false, Native));
         let reported = Error::conflict_with("group commit failed", shared);
-        assert_eq!(reported.kind(), "Conflict");
+        assert_eq!(reported.kind(), ErrorKind::Conflict);
         let first = reported.source().expect("the shared error");
         let original = first.downcast_ref::<SharedError>().expect("a SharedError");
-        assert_eq!(original.error().kind(), "Backend");
+        assert_eq!(original.error().kind(), ErrorKind::Backend);
         let native = first.source().expect("the native error");
         assert!(native.downcast_ref::<Native>().is_some());
     }

@@ -4,6 +4,7 @@ pub mod bus;
 pub mod close;
 pub mod codec;
 pub mod counting;
+pub mod driver;
 pub mod engine;
 pub mod error;
 pub mod event;
@@ -23,12 +24,13 @@ pub mod retry;
 pub mod store;
 pub mod stream;
 pub mod tenant;
+pub mod turn;
 pub mod url;
 
 pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
 pub use counting::{CountingStore, WriteCounts};
 pub use engine::Engine;
-pub use error::{BoxError, Error, Result, SharedError};
+pub use error::{BoxError, Error, ErrorKind, Result, SharedError};
 pub use event::{BusEvent, Envelope, Event, PartDelta, SyncEvent};
 pub use forward::Forward;
 pub use group::{FlushMode, GroupCommitOptions, GroupCommitProjector, GroupCommitStats};
@@ -47,3 +49,4 @@ pub use store::{
 };
 pub use stream::StreamEvent;
 pub use tenant::TenantId;
+pub use turn::{TurnDriver, TurnOptions};

@@ -433,7 +433,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert_eq!(e.kind(), "InvalidInput");
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
     }
 
     #[tokio::test]

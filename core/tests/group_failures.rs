@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::group::{check_published, refused_in_chain, CheckingBus, Refusing, Rig};
 use common::{ev, text_of, user_message};
 use forge_core::id::now_ms;
+use forge_core::ErrorKind;
 use forge_core::{
     recover, Event, FlushMode, GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore,
     Projector, Scope, Session, SyncEvent, TenantId,
@@ -213,7 +214,7 @@ async fn the_flush_caller_and_the_failed_session_both_reach_the_store_error() {
     // The caller that ran the flush: the store's error itself, kind and all (a backend
     // failure must never read as a conflict, which callers take for bad input).
     let err = projector.advance(1_000).await.unwrap_err();
-    assert_eq!(err.kind(), "Backend");
+    assert_eq!(err.kind(), ErrorKind::Backend);
     assert!(err.is_retryable());
     let refused = refused_in_chain(&err).expect("the store's error in the chain");
     assert_eq!(refused.0, scope.session_id);
@@ -225,7 +226,7 @@ async fn the_flush_caller_and_the_failed_session_both_reach_the_store_error() {
             Event::SessionStatus(forge_core::model::JsonMap::new()),
         )
         .unwrap_err();
-    assert_eq!(own.kind(), "Backend");
+    assert_eq!(own.kind(), ErrorKind::Backend);
     assert!(own.is_retryable());
     assert!(refused_in_chain(&own).is_some(), "{own:?}");
 }
@@ -241,7 +242,7 @@ async fn a_commit_with_no_window_returns_the_store_error() {
         .commit(&scope, user_turn(&scope))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "Backend");
+    assert_eq!(err.kind(), ErrorKind::Backend);
     assert!(refused_in_chain(&err).is_some(), "{err:?}");
 }
 
@@ -264,7 +265,7 @@ async fn every_waiter_of_a_failed_commit_reaches_the_store_error() {
     .expect("a failed group commit must not leave its waiters hanging");
     let (a, b) = (a.unwrap_err(), b.unwrap_err());
     // Both keep the store's kind: the one told first and the one whose seq it dropped.
-    assert_eq!([a.kind(), b.kind()], ["Backend", "Backend"]);
+    assert_eq!([a.kind(), b.kind()], [ErrorKind::Backend; 2]);
     for err in [&a, &b] {
         let refused = refused_in_chain(err).expect("the store's error in the chain");
         assert_eq!(refused.0, scope.session_id);

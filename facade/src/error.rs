@@ -13,7 +13,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use forge_core::{MessageId, SessionId, TenantId};
+use forge_core::{ErrorKind, MessageId, SessionId, TenantId};
 
 use crate::clip::clip;
 
@@ -24,8 +24,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The URL is malformed, names an unknown scheme, or carries options its backend
-    /// does not take. `url` is redacted.
+    /// The URL is malformed or names an unknown scheme. `url` is redacted.
     #[error("cannot open backend {url}: {reason}")]
     Url {
         /// The URL, password hidden.
@@ -46,7 +45,8 @@ pub enum Error {
         /// The cargo feature that compiles the backend in.
         feature: &'static str,
     },
-    /// The backend could not be opened or connected to.
+    /// The backend could not be opened or connected to; a URL carrying options its
+    /// backend does not take is this with an [`forge_core::Error::InvalidInput`] source.
     #[error("cannot open backend {url}: {source}")]
     Open {
         /// The URL, password hidden.
@@ -59,7 +59,7 @@ pub enum Error {
     /// the bad item was stored.
     ///
     /// `at` and `message` are [`clip`](crate::clip)ped: one line each, every quoted
-    /// value cut to [`QUOTE_MAX`](crate::QUOTE_MAX) bytes.
+    /// value cut to [`QUOTE_MAX`](crate::text::QUOTE_MAX) bytes.
     #[error("{at}: {message}")]
     Input {
         /// Where: `line 12`, `messages[3]`, `event 40`.
@@ -110,6 +110,22 @@ pub enum Error {
 }
 
 impl Error {
+    /// What kind of error this is, to match on instead of its text: the input's fault
+    /// ([`ErrorKind::InvalidInput`], [`ErrorKind::Conflict`]), something missing
+    /// ([`ErrorKind::NotFound`]), a backend this build lacks
+    /// ([`ErrorKind::Unsupported`]), or the store's own kind for a store or open error
+    /// (a file the caller named that cannot be read or written is
+    /// [`ErrorKind::Backend`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Url { .. } | Self::Input { .. } => ErrorKind::InvalidInput,
+            Self::FeatureDisabled { .. } => ErrorKind::Unsupported,
+            Self::Open { source, .. } | Self::Store { source, .. } => source.kind(),
+            Self::SessionNotFound { .. } | Self::MessageNotFound { .. } => ErrorKind::NotFound,
+            Self::Io { .. } => ErrorKind::Backend,
+        }
+    }
+
     /// An [`Error::Input`] without a further source; `at` and `message` are clipped.
     pub(crate) fn input(at: impl AsRef<str>, message: impl AsRef<str>) -> Self {
         Self::Input {
@@ -221,17 +237,40 @@ impl From<forge_core::Error> for Error {
 /// Judged by [`forge_core::Error::kind`], which sees through a shared group-commit
 /// error to the store's own.
 pub(crate) fn classify(at: String, what: &str, e: forge_core::Error) -> Error {
-    match e.kind() {
-        "InvalidInput" | "Conflict" => {
-            Error::input_with(at, format!("{what} does not fit: {e}"), e)
-        }
-        _ => Error::store(format!("{at}: storing {what}"), e),
+    if e.kind().is_input() {
+        Error::input_with(at, format!("{what} does not fit: {e}"), e)
+    } else {
+        Error::store(format!("{at}: storing {what}"), e)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_tell_the_input_from_the_store() {
+        let input = Error::input("line 3", "bad");
+        assert_eq!(input.kind(), ErrorKind::InvalidInput);
+        let lost = Error::store(
+            "line 4: storing text-end",
+            forge_core::Error::backend("postgres", true, "connection reset"),
+        );
+        assert_eq!(lost.kind(), ErrorKind::Backend);
+        assert!(lost.is_retryable() && !input.is_retryable());
+        let conflict = classify(
+            "line 5".into(),
+            "tool-result",
+            forge_core::Error::conflict("a removed message"),
+        );
+        assert!(matches!(conflict, Error::Input { .. }), "{conflict}");
+        assert_eq!(conflict.kind(), ErrorKind::InvalidInput);
+        let missing = Error::SessionNotFound {
+            tenant: TenantId::default(),
+            session: SessionId::from("ses_x".to_owned()),
+        };
+        assert_eq!(missing.kind(), ErrorKind::NotFound);
+    }
 
     #[test]
     fn input_errors_are_clipped_and_so_is_their_source() {
@@ -247,11 +286,15 @@ mod tests {
             serde,
         );
         let text = e.to_string();
-        assert!(text.len() < 2 * crate::QUOTE_MAX, "{} bytes", text.len());
+        assert!(
+            text.len() < 2 * crate::text::QUOTE_MAX,
+            "{} bytes",
+            text.len()
+        );
         assert!(text.contains(&format!("({} bytes)", big.len())), "{text}");
         let source = std::error::Error::source(&e).expect("the parser's error");
-        assert!(source.to_string().len() < 2 * crate::QUOTE_MAX);
-        assert!(format!("{source:?}").len() < 2 * crate::QUOTE_MAX);
+        assert!(source.to_string().len() < 2 * crate::text::QUOTE_MAX);
+        assert!(format!("{source:?}").len() < 2 * crate::text::QUOTE_MAX);
         let original = source
             .downcast_ref::<ClippedError>()
             .and_then(|c| c.get_ref().downcast_ref::<serde_json::Error>());

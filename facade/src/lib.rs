@@ -4,33 +4,33 @@ mod clip;
 mod error;
 mod forge;
 mod open;
+pub mod registry;
 pub mod replay;
 mod transfer;
 
-pub use clip::{clip, MESSAGE_MAX, QUOTE_MAX};
-pub use error::{ClippedError, Error, Result};
+// The user's API: open a backend, the engine and its options, the model, errors.
+
+pub use error::{Error, Result};
 pub use forge::{Forge, ImportReport, Recovered, ViewReport};
 pub use open::{
-    is_redis, open, open_store, open_store_with, open_with, schemes, OpenOptions, Projection,
-    Scheme, DEFAULT_URL, SCHEMES,
+    open, open_store, open_store_with, open_with, OpenOptions, Projection, DEFAULT_URL,
 };
+pub use registry::{install, schemes, Scheme};
 pub use replay::{
     Line, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents, UserLine,
 };
 pub use transfer::{Export, ImportedSession};
 
-/// The engine's building blocks, for what the facade does not wrap: the model, the
-/// events, the `Store`/`Bus`/`Projector` traits, the Processor and the read path.
-pub use forge_core as core;
-
+pub use forge_core::id;
 pub use forge_core::model;
-pub use forge_core::url::{redact, server_label};
+pub use forge_core::processor;
+pub use forge_core::url::redact;
 pub use forge_core::{
-    filter_compacted, read_all, Bus, BusEvent, Capabilities, CompactedView, Cursor, Engine,
-    Envelope, Event, Flow, Forward, GroupCommitOptions, Message, MessageId, MessageWithParts,
-    OpenItems, Outcome, Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector,
-    RecoverReport, Session, SessionId, SessionState, Store, StreamEvent, Subscription, SyncEvent,
-    TenantId, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    filter_compacted, read_all, Bus, BusEvent, CompactedView, Cursor, Engine, Envelope, ErrorKind,
+    Event, Flow, GroupCommitOptions, Message, MessageId, MessageWithParts, OpenItems, Outcome,
+    Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector, RecoverReport,
+    RetryPolicy, Session, SessionId, SessionState, Store, StreamEvent, Subscription, SyncEvent,
+    TenantId, Topic, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 
 /// The error type of the engine's traits (stores, buses, projectors), which
@@ -46,3 +46,32 @@ pub use forge_redis as redis;
 /// The SQL backends (features `sqlite`, `postgres`).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use forge_sql as sql;
+
+/// What a backend author needs: the traits a backend implements, its driver and the
+/// registry that finds it, the reference in-memory backend, and the wrappers and
+/// helpers the built-in backends are made of. The conformance suite that checks a
+/// backend is the `forge-conformance` crate.
+pub mod backend {
+    pub use crate::registry::{driver, drivers};
+    pub use forge_core::codec;
+    pub use forge_core::driver::{
+        guarded, last_handle, on_server, parts, temp_dir, with_query, Backend, Driver, DriverInfo,
+        DriverOptions, InstanceOptions, Instances, Kind, ProbeRun, StoreMap, WriteProbe, Written,
+    };
+    pub use forge_core::url::server_label;
+    pub use forge_core::{
+        Bus, BusCapabilities, Capabilities, CountingStore, DirectProjector, Forward,
+        GroupCommitProjector, LocalBus, MemoryStore, OpenItems, Projector, RetryStore, Scope,
+        Store, Tenancy,
+    };
+}
+
+/// Text as errors and logs show it: one line, cut short.
+pub mod text {
+    pub use crate::clip::{clip, MESSAGE_MAX, QUOTE_MAX};
+    pub use crate::error::ClippedError;
+}
+
+/// The whole engine crate, for what the modules above do not name.
+#[doc(hidden)]
+pub use forge_core as core;

@@ -1,81 +1,27 @@
 //! Opening a backend by URL: `redb://PATH`, `sqlite://PATH`, `postgres://…`,
 //! `redis://…`, `memory://`.
 //!
-//! A backend is one cargo feature; [`schemes`] lists what this build supports, and a
-//! URL for a backend that is compiled out is [`Error::FeatureDisabled`] naming the
+//! Each backend is a driver in the registry ([`crate::registry`]): one cargo feature
+//! each, or installed at run time. [`crate::schemes`] lists what this build supports,
+//! and a URL for a backend that is compiled out is [`Error::FeatureDisabled`] naming the
 //! feature. Every error and every `Debug` output shows the URL through
 //! [`forge_core::url::redact`], so a password never reaches a log.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use forge_core::driver::DriverOptions;
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_core::url::redact;
-#[cfg(any(feature = "postgres", feature = "redis"))]
-use forge_core::url::server_label;
-use forge_core::{
-    Bus, CountingStore, Engine, GroupCommitOptions, LocalBus, MemoryStore, RetryPolicy, Store,
-};
+use forge_core::{Bus, CountingStore, Engine, GroupCommitOptions, LocalBus, RetryPolicy, Store};
 use tracing::Instrument;
 
-use crate::clip::clip;
 use crate::error::{Error, Result};
+use crate::registry::{driver, shown};
 use crate::Forge;
 
 /// The backend used when none is named: a redb file in the current directory.
 pub const DEFAULT_URL: &str = "redb://./forge.redb";
-
-/// A backend scheme: its URL shape, and the cargo feature that compiles it in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scheme {
-    /// The scheme, e.g. `sqlite`.
-    pub name: &'static str,
-    /// The URL's shape, for help texts.
-    pub shape: &'static str,
-    /// The cargo feature of forge-store that compiles this backend in (`None`: always).
-    pub feature: Option<&'static str>,
-    /// Whether this build has it.
-    pub enabled: bool,
-}
-
-/// Every backend scheme forge-store knows, with whether this build has it.
-pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        name: "redb",
-        shape: "redb://PATH[?durability=immediate|none&journal=on|off&check=on|off&wait_ms=N&cache_mib=N]",
-        feature: Some("redb"),
-        enabled: cfg!(feature = "redb"),
-    },
-    Scheme {
-        name: "sqlite",
-        shape: "sqlite://PATH[?synchronous=normal|full&page_size=N&check=quick|full|off]",
-        feature: Some("sqlite"),
-        enabled: cfg!(feature = "sqlite"),
-    },
-    Scheme {
-        name: "postgres",
-        shape: "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]",
-        feature: Some("postgres"),
-        enabled: cfg!(feature = "postgres"),
-    },
-    Scheme {
-        name: "redis",
-        shape: "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N&fsync=always|everysec|off] (store + durable Streams bus)",
-        feature: Some("redis"),
-        enabled: cfg!(feature = "redis"),
-    },
-    Scheme {
-        name: "memory",
-        shape: "memory:// (in-process, gone when the process exits)",
-        feature: None,
-        enabled: true,
-    },
-];
-
-/// The schemes this build can open.
-pub fn schemes() -> impl Iterator<Item = &'static Scheme> {
-    SCHEMES.iter().filter(|s| s.enabled)
-}
 
 /// How the store and the bus are joined: the commit policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,71 +124,6 @@ impl OpenOptions {
     }
 }
 
-/// A backend URL split into its parts; the original is kept for the backends' own
-/// parsers.
-struct Parsed<'a> {
-    url: &'a str,
-    scheme: String,
-    target: &'a str,
-    query: &'a str,
-}
-
-fn parse(url: &str) -> Result<Parsed<'_>> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(Error::Url {
-            url: shown(url),
-            reason: format!("not a URL (expected SCHEME://…); {}", supported()),
-        });
-    };
-    let (target, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let mut scheme = scheme.to_ascii_lowercase();
-    if scheme == "postgresql" {
-        "postgres".clone_into(&mut scheme);
-    }
-    if scheme == "rediss" {
-        "redis".clone_into(&mut scheme);
-    }
-    let Some(known) = SCHEMES.iter().find(|s| s.name == scheme) else {
-        return Err(Error::Url {
-            url: shown(url),
-            reason: format!(
-                "unknown backend scheme {}; {}",
-                clip(&format!("{scheme:?}")),
-                supported()
-            ),
-        });
-    };
-    if !known.enabled {
-        return Err(Error::FeatureDisabled {
-            url: shown(url),
-            scheme,
-            feature: known.feature.unwrap_or(known.name),
-        });
-    }
-    Ok(Parsed {
-        url,
-        scheme,
-        target,
-        query,
-    })
-}
-
-/// `url` as errors quote it: password hidden, cut short ([`clip`]) when long.
-fn shown(url: &str) -> String {
-    clip(&redact(url))
-}
-
-fn supported() -> String {
-    let list: Vec<&str> = schemes().map(|s| s.shape).collect();
-    format!("this build supports {}", list.join(", "))
-}
-
-/// Whether `url` names a Redis server (a store with a durable Streams bus).
-pub fn is_redis(url: &str) -> bool {
-    url.split_once("://")
-        .is_some_and(|(s, _)| matches!(s.to_ascii_lowercase().as_str(), "redis" | "rediss"))
-}
-
 /// Opens `url` with the default options: the store, the bus (Redis Streams for
 /// `redis://`, else an in-process bus with a replay buffer) and the group-commit
 /// projector (terminal boundaries, 10 ms window).
@@ -259,15 +140,28 @@ pub async fn open(url: &str) -> Result<Forge> {
 /// # Errors
 /// As [`open`].
 pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
-    let parsed = parse(url)?;
-    let span = tracing::info_span!("open", backend = %parsed.scheme, url = %redact(url));
+    let driver = driver(url)?;
+    let span = tracing::info_span!("open", backend = %driver.info().name, url = %redact(url));
+    let opts = DriverOptions::with_retry(options.retry);
     let (store, bus) = async {
-        let store = open_parsed(&parsed, options.retry).await?;
-        let bus = open_bus(&parsed, &options).await?;
+        let store = driver
+            .open_store(url, &opts)
+            .await
+            .map_err(|e| opened(url, e))?;
+        let bus = driver
+            .open_bus(url, &opts)
+            .await
+            .map_err(|e| opened(url, e))?;
         Ok::<_, Error>((store, bus))
     }
     .instrument(span)
     .await?;
+    let bus: Arc<dyn Bus> = bus.unwrap_or_else(|| {
+        Arc::new(LocalBus::with_replay_budget(
+            options.replay_per_session,
+            options.replay_total,
+        ))
+    });
     let counting = options
         .count_writes
         .then(|| Arc::new(CountingStore::new(Arc::clone(&store))));
@@ -297,114 +191,16 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
 /// # Errors
 /// As [`open`].
 pub async fn open_store_with(url: &str, retry: RetryPolicy) -> Result<Arc<dyn Store>> {
-    open_parsed(&parse(url)?, retry).await
+    driver(url)?
+        .open_store(url, &DriverOptions::with_retry(retry))
+        .await
+        .map_err(|e| opened(url, e))
 }
 
-/// `store` wrapped so its calls ride out a restart of its server.
-#[cfg(any(feature = "postgres", feature = "redis"))]
-fn retrying(store: Arc<dyn Store>, parsed: &Parsed<'_>, retry: RetryPolicy) -> Arc<dyn Store> {
-    Arc::new(forge_core::RetryStore::new(
-        store,
-        server_label(parsed.url),
-        retry,
-    ))
-}
-
-#[cfg_attr(not(feature = "redis"), allow(clippy::unused_async))]
-async fn open_bus(parsed: &Parsed<'_>, options: &OpenOptions) -> Result<Arc<dyn Bus>> {
-    #[cfg(feature = "redis")]
-    if parsed.scheme == "redis" {
-        let opts = forge_redis::RedisOptions::from_url(parsed.url)
-            .map_err(|e| opened(parsed, e))?
-            .with_retry(options.retry);
-        let bus = forge_redis::RedisBus::with_options(opts)
-            .await
-            .map_err(|e| opened(parsed, e))?;
-        return Ok(Arc::new(bus));
-    }
-    let _ = parsed;
-    Ok(Arc::new(LocalBus::with_replay_budget(
-        options.replay_per_session,
-        options.replay_total,
-    )))
-}
-
-/// A backend error of `parsed`'s server, naming it.
-#[cfg(any(feature = "postgres", feature = "redis"))]
-fn at_server(e: forge_core::Error, parsed: &Parsed<'_>) -> forge_core::Error {
-    forge_core::retry::at_server(e, &server_label(parsed.url), None)
-}
-
-fn opened(parsed: &Parsed<'_>, source: forge_core::Error) -> Error {
+fn opened(url: &str, source: forge_core::Error) -> Error {
     Error::Open {
-        url: shown(parsed.url),
+        url: shown(url),
         source,
-    }
-}
-
-#[cfg_attr(
-    not(any(
-        feature = "redb",
-        feature = "sqlite",
-        feature = "postgres",
-        feature = "redis"
-    )),
-    allow(clippy::unused_async, unused_variables)
-)]
-async fn open_parsed(parsed: &Parsed<'_>, retry: RetryPolicy) -> Result<Arc<dyn Store>> {
-    let fail = |e| opened(parsed, e);
-    match parsed.scheme.as_str() {
-        "memory" => {
-            if !parsed.target.is_empty() || !parsed.query.is_empty() {
-                return Err(Error::Url {
-                    url: shown(parsed.url),
-                    reason: "memory:// takes no path or options".into(),
-                });
-            }
-            Ok(Arc::new(MemoryStore::new()))
-        }
-        #[cfg(feature = "redb")]
-        "redb" => {
-            if parsed.target.is_empty() {
-                return Err(Error::Url {
-                    url: shown(parsed.url),
-                    reason: "redb:// needs a file path, e.g. redb://./forge.redb".into(),
-                });
-            }
-            let opts = forge_redb::RedbOptions::from_query(parsed.query).map_err(fail)?;
-            let path = parsed.target.to_owned();
-            let store =
-                tokio::task::spawn_blocking(move || forge_redb::RedbStore::open_with(path, opts))
-                    .await
-                    .map_err(|e| fail(forge_core::Error::backend("redb", false, e)))?
-                    .map_err(fail)?;
-            Ok(Arc::new(store))
-        }
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(
-            forge_sql::SqliteStore::open(parsed.url)
-                .await
-                .map_err(fail)?,
-        )),
-        #[cfg(feature = "postgres")]
-        "postgres" => {
-            let store = forge_sql::PostgresStore::connect(parsed.url)
-                .await
-                .map_err(|e| fail(at_server(e, parsed)))?;
-            Ok(retrying(Arc::new(store), parsed, retry))
-        }
-        #[cfg(feature = "redis")]
-        "redis" => {
-            let store = forge_redis::RedisStore::connect(parsed.url)
-                .await
-                .map_err(|e| fail(at_server(e, parsed)))?;
-            Ok(retrying(Arc::new(store), parsed, retry))
-        }
-        // `parse` admits only enabled schemes, each handled above.
-        other => Err(Error::Url {
-            url: shown(parsed.url),
-            reason: format!("backend {other} is not compiled in; {}", supported()),
-        }),
     }
 }
 
@@ -446,10 +242,11 @@ mod tests {
     async fn memory_opens_and_takes_no_options() {
         let forge = open("memory://").await.unwrap();
         assert_eq!(forge.engine().store.capabilities().name, "memory");
-        assert!(matches!(
-            open("memory://x").await.unwrap_err(),
-            Error::Url { .. }
-        ));
+        let err = open("memory://x").await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Open { source, .. } if matches!(source, forge_core::Error::InvalidInput(_))),
+            "{err}"
+        );
     }
 
     /// Every scheme this build lacks must say which feature brings it in. The test
@@ -463,10 +260,13 @@ mod tests {
     )))]
     #[tokio::test]
     async fn a_compiled_out_backend_names_its_feature() {
-        let disabled: Vec<&Scheme> = SCHEMES.iter().filter(|s| !s.enabled).collect();
+        let disabled: Vec<crate::registry::Scheme> = crate::registry::known()
+            .into_iter()
+            .filter(|s| !s.enabled)
+            .collect();
         assert!(!disabled.is_empty());
         for s in disabled {
-            let url = format!("{}://user:secret@host/x", s.name);
+            let url = format!("{}://user:secret@host/x", s.shape);
             let err = open(&url).await.unwrap_err();
             let msg = err.to_string();
             assert!(

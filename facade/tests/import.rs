@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_store::core::LocalBus;
+use forge_store::backend::{Forward, LocalBus};
 use forge_store::{
-    CoreError, Engine, Envelope, Error, Forge, Forward, SessionId, Store, SyncEvent, TenantId,
+    CoreError, Engine, Envelope, Error, Forge, SessionId, Store, SyncEvent, TenantId,
 };
 use serde_json::{json, Value};
 

@@ -149,7 +149,7 @@ async fn a_v1_sqlite_file_reads_back_every_row() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_v1_postgres_schema_reads_back_every_row() {
-    let Some(url) = forge_conformance::service_url(
+    let Some(url) = forge_testkit::service_url(
         "FORGE_TEST_POSTGRES_URL",
         "opening the v1 Postgres schema dump",
     ) else {

@@ -202,7 +202,7 @@ async fn an_input_that_ends_with_its_answer_open_is_closed_as_ended_early() {
     let lines: Vec<Line> = THROWN
         .lines()
         .filter_map(|l| forge_store::replay::parse_line(l).unwrap())
-        .map(|(line, _)| line)
+        .map(|timed| timed.item)
         .collect();
     let report = forge
         .replay_stream(

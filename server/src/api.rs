@@ -154,7 +154,7 @@ async fn sessions(
                 .ok_or_else(|| {
                     ApiError::bad_request(format!(
                         "before: not a cursor this server gave (UPDATED.ID): {}",
-                        forge_store::clip(cursor)
+                        forge_store::text::clip(cursor)
                     ))
                 })?;
             all.partition_point(|s| (s.info.time.updated, s.info.id.as_str()) >= (updated, id))
@@ -253,7 +253,7 @@ async fn create_session(
         },
         |Json(b)| b,
     );
-    let now = forge_store::core::id::now_ms();
+    let now = forge_store::id::now_ms();
     let mut info = Session::new(body.title.unwrap_or_default(), now);
     if let Some(id) = body.id {
         info.id = session_id(&id)?;

@@ -130,7 +130,7 @@ impl Tokens {
             format!(
                 "the hash is not 64 hex digits (the file keeps sha256(token), never the \
                  token): {}",
-                forge_store::clip(digest)
+                forge_store::text::clip(digest)
             )
         })?;
         self.by_hash.insert(bytes, tenant);

@@ -7,6 +7,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use forge_store::ErrorKind;
 
 /// An API error.
 #[derive(Debug, Clone)]
@@ -108,9 +109,9 @@ pub(crate) fn from_core(source: &forge_store::CoreError, message: String) -> Api
         return ApiError::unavailable(message);
     }
     match source.kind() {
-        "Conflict" => ApiError::conflict(message),
-        "InvalidInput" => ApiError::bad_request(message),
-        "NotFound" => ApiError::not_found(message),
+        ErrorKind::Conflict => ApiError::conflict(message),
+        ErrorKind::InvalidInput => ApiError::bad_request(message),
+        ErrorKind::NotFound => ApiError::not_found(message),
         _ => ApiError::storage(message),
     }
 }

@@ -32,7 +32,7 @@ use axum::response::sse::{Event as Sse_, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use forge_store::core::bus::Topic;
+use forge_store::Topic;
 use forge_store::{Bus, BusEvent, CoreError, SessionId, TenantId};
 use futures::stream::{self, BoxStream, StreamExt};
 use parking_lot::Mutex;
@@ -137,7 +137,7 @@ async fn session_events(
             v.parse::<u64>().map_err(|_| {
                 ApiError::bad_request(format!(
                     "Last-Event-ID of a session stream is a seq (a whole number): {}",
-                    forge_store::clip(&v)
+                    forge_store::text::clip(&v)
                 ))
             })
         })
@@ -281,7 +281,7 @@ pub(crate) struct Hubs {
 
 impl Hubs {
     pub(crate) fn new(bus: Arc<dyn Bus>, capacity: usize, client_buffer: usize) -> Self {
-        let now = forge_store::core::id::now_ms();
+        let now = forge_store::id::now_ms();
         Self {
             bus,
             capacity: capacity.max(1),
@@ -427,7 +427,7 @@ impl Hub {
                 reload: Some(format!(
                     "Last-Event-ID {} is not an event of this server's current stream (a \
                      restarted or another server)",
-                    forge_store::clip(last)
+                    forge_store::text::clip(last)
                 )),
                 backlog: Vec::new(),
                 rx,

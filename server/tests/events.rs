@@ -80,8 +80,7 @@ async fn resume_on_redb_gives_exactly_the_events_after_last_event_id() {
 
 #[tokio::test]
 async fn resume_on_postgres_gives_exactly_the_events_after_last_event_id() {
-    let Some(url) =
-        forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", "serve over Postgres")
+    let Some(url) = forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", "serve over Postgres")
     else {
         return;
     };
@@ -97,8 +96,7 @@ async fn resume_on_postgres_gives_exactly_the_events_after_last_event_id() {
 
 #[tokio::test]
 async fn resume_on_redis_gives_exactly_the_events_after_last_event_id() {
-    let Some(url) = forge_conformance::service_url("FORGE_TEST_REDIS_URL", "serve over Redis")
-    else {
+    let Some(url) = forge_testkit::service_url("FORGE_TEST_REDIS_URL", "serve over Redis") else {
         return;
     };
     let sep = if url.contains('?') { '&' } else { '?' };

@@ -17,7 +17,9 @@
 //! record   u32 payload length · u32 crc32c · u64 generation · payload, padded to 8
 //! ```
 //!
-//! The crc32c covers the length, the generation and the payload. The database's `meta`
+//! The payload is the batch's operations (`write::journal_record`): a marker byte and
+//! bare bincode, each row inside already encoded by the row codec. The crc32c covers
+//! the length, the generation and the payload. The database's `meta`
 //! table holds the journal generation `G` in force; a checkpoint's durable commit sets
 //! `G + 1` and the journal is then rewritten from its first record on. Recovery (on
 //! open) replays, in order, the records from the first one on that verify and carry

@@ -2,6 +2,7 @@
 
 mod config;
 mod counting;
+mod driver;
 mod error;
 mod journal;
 mod read;
@@ -11,4 +12,5 @@ mod write;
 
 pub use config::{Durability, RedbOptions, DEFAULT_CACHE_BYTES, DEFAULT_CHECKPOINT_BYTES};
 pub use counting::{CountingBackend, IoCounters, IoCounts};
+pub use driver::{RedbDriver, DRIVER};
 pub use store::RedbStore;

@@ -50,6 +50,13 @@ enum Op {
     },
 }
 
+/// The first byte of a journal record this release writes: the rest is the batch's
+/// operations as bare bincode ([`codec::encode_bare`]). Their rows are values the codec
+/// already encoded (and compressed), and the journal's crc32c covers the record, so the
+/// record is not passed through the codec a second time. Records of earlier releases
+/// start with the codec's version byte (1 or 2) and are read as they were written.
+const BARE_RECORD: u8 = 0x80;
+
 /// The journal record of a batch whose every event prepared cleanly (`None` when one
 /// did not: the batch fails in `apply` and is never journaled).
 pub(crate) fn journal_record(ops: &[Prepared]) -> Result<Option<Vec<u8>>> {
@@ -60,12 +67,19 @@ pub(crate) fn journal_record(ops: &[Prepared]) -> Result<Option<Vec<u8>>> {
             Err(_) => return Ok(None),
         }
     }
-    codec::encode(&items).map(Some)
+    let body = codec::encode_bare(&items)?;
+    let mut record = Vec::with_capacity(body.len() + 1);
+    record.push(BARE_RECORD);
+    record.extend_from_slice(&body);
+    Ok(Some(record))
 }
 
 /// The operations of a journal record, to apply again on recovery.
 pub(crate) fn from_journal_record(bytes: &[u8]) -> Result<Vec<Prepared>> {
-    let items: Vec<(String, String, u64, Op)> = codec::decode(bytes)?;
+    let items: Vec<(String, String, u64, Op)> = match bytes.split_first() {
+        Some((&BARE_RECORD, body)) => codec::decode_bare(body)?,
+        _ => codec::decode(bytes)?,
+    };
     Ok(items
         .into_iter()
         .map(|(tenant, session, seq, op)| Prepared {
@@ -332,4 +346,68 @@ fn remove_range<'a, K: Key + 'static, V: Value + 'static>(
     hi: K::SelfType<'a>,
 ) -> Result<()> {
     table.retain_in(lo..hi, |_, _| false).map_err(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use forge_core::{Session, TenantId};
+
+    use super::*;
+
+    fn batch() -> Vec<Envelope<SyncEvent>> {
+        let info = Session::new("a journaled session", 1);
+        vec![Envelope {
+            tenant: TenantId::default(),
+            session_id: info.id.clone(),
+            seq: 7,
+            event: SyncEvent::SessionUpdated { info },
+        }]
+    }
+
+    fn summary(ops: &[Prepared]) -> Vec<(String, String, u64, bool)> {
+        ops.iter()
+            .map(|p| {
+                let put = matches!(p.op, Ok(Op::PutSession { .. }));
+                (p.tenant.clone(), p.session.clone(), p.seq, put)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_record_is_the_bare_operations_and_reads_back() {
+        let ops = prepare(&batch());
+        let record = journal_record(&ops).unwrap().unwrap();
+        assert_eq!(record[0], BARE_RECORD);
+        assert_eq!(
+            summary(&from_journal_record(&record).unwrap()),
+            summary(&ops)
+        );
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_release_still_reads() {
+        // Earlier releases passed the operations through the codec (version byte 2).
+        let ops = prepare(&batch());
+        let items: Vec<_> = ops
+            .iter()
+            .map(|p| {
+                (
+                    p.tenant.as_str(),
+                    p.session.as_str(),
+                    p.seq,
+                    p.op.as_ref().unwrap(),
+                )
+            })
+            .collect();
+        let old = codec::encode(&items).unwrap();
+        assert_eq!(old[0], codec::FORMAT_VERSION);
+        assert_eq!(summary(&from_journal_record(&old).unwrap()), summary(&ops));
+    }
+
+    #[test]
+    fn a_damaged_bare_record_is_an_error_not_operations() {
+        let mut record = journal_record(&prepare(&batch())).unwrap().unwrap();
+        record.truncate(record.len() - 3);
+        assert!(from_journal_record(&record).is_err());
+    }
 }

@@ -3,14 +3,17 @@
 mod bus;
 mod config;
 mod conn;
+mod driver;
 mod durability;
 mod error;
 mod keys;
+pub mod probe;
 mod store;
 mod worker;
 
 pub use bus::RedisBus;
 pub use config::RedisOptions;
+pub use driver::{RedisDriver, DRIVER};
 pub use durability::Fsync;
 pub use keys::{shard_of, KeyLayout, Keys};
 pub use store::RedisStore;

@@ -2,7 +2,7 @@
 //! the test): the whole conformance suite, the key layout (every key of a tenant in
 //! one slot, tenants spread over the nodes), and the projector worker.
 //!
-//! Skipped loudly where `redis-server` is not installed (see `common::cluster`).
+//! Skipped loudly where `redis-server` is not installed (see `forge_testkit::servers::Cluster`).
 
 mod common;
 
@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::cluster::Cluster;
 use common::factory::RedisFactory;
 use forge_core::{Bus, Envelope, Event, Store, SyncEvent, TenantId};
 use forge_redis::{KeyLayout, ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+use forge_testkit::servers::Cluster;
 
 #[test]
 fn the_conformance_suite_passes_on_a_three_master_cluster() {

@@ -252,7 +252,7 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
 /// The Postgres server for the worker's copy: `FORGE_TEST_POSTGRES_URL`. Unset, the copy
 /// goes to memory and the test says so — unless `FORGE_TEST_REQUIRE_SERVICES=1`.
 fn postgres_url() -> Option<String> {
-    forge_conformance::service_url(
+    forge_testkit::service_url(
         "FORGE_TEST_POSTGRES_URL",
         "the worker projects into memory instead of Postgres",
     )

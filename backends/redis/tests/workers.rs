@@ -294,7 +294,7 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     let Some(server) = common::redis_url() else {
         return;
     };
-    let Some(pg) = forge_conformance::service_url(
+    let Some(pg) = forge_testkit::service_url(
         "FORGE_TEST_POSTGRES_URL",
         "the worker-kill test projects into Postgres",
     ) else {

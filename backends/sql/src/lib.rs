@@ -15,11 +15,11 @@ pub mod postgres;
 pub mod sqlite;
 
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresOptions, PostgresStore, DEFAULT_APP_ROLE};
+pub use postgres::{PostgresOptions, PostgresStore, DEFAULT_APP_ROLE, DRIVER as POSTGRES};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
     SqliteOptions, SqliteSettings, SqliteStore, Synchronous,
-    DEFAULT_PAGE_SIZE as SQLITE_DEFAULT_PAGE_SIZE,
+    DEFAULT_PAGE_SIZE as SQLITE_DEFAULT_PAGE_SIZE, DRIVER as SQLITE,
 };
 pub use stats::WriteStats;
 

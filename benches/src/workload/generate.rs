@@ -1,8 +1,9 @@
 //! The W1 generator: one session's script turn by turn (see the module docs of
 //! [`crate::workload`] for what a turn holds and when), and W1×N.
 
-use forge_core::model::{JsonMap, PartBody, TextPart};
+use forge_core::model::JsonMap;
 use forge_core::stream::Usage;
+use forge_core::turn::{AssistantItem, UserItem};
 use forge_core::StreamEvent;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -58,7 +59,7 @@ pub fn w1xn(n: u32, turns: u32, seed: u64) -> Vec<Script> {
             let offset = rng.random_range(0..W1_TURN_MS);
             let mut script = w1(turns, session_seed);
             for item in &mut script.items {
-                item.t_ms += offset;
+                item.t_ms = item.t_ms.map(|t| t + offset);
             }
             script
         })
@@ -82,7 +83,7 @@ enum Block {
 impl Builder {
     fn push(&mut self, gap_ms: u64, item: Item) {
         self.t += gap_ms;
-        self.items.push(Timed { t_ms: self.t, item });
+        self.items.push(Timed::at(self.t, item));
     }
 
     fn event(&mut self, gap_ms: u64, e: StreamEvent) {
@@ -103,13 +104,8 @@ impl Builder {
         };
         let text = self.letters(400);
         self.context_bytes += text.len();
-        self.push(
-            gap,
-            Item::User {
-                parts: vec![PartBody::Text(TextPart::plain(text))],
-            },
-        );
-        self.push(EVENT_GAP_MS, Item::Assistant { summary: false });
+        self.push(gap, Item::User(UserItem::text(text)));
+        self.push(EVENT_GAP_MS, Item::Assistant(AssistantItem::default()));
 
         let input_tokens = self.context_bytes / 4;
         self.event(EVENT_GAP_MS, StreamEvent::StartStep {});
@@ -235,7 +231,7 @@ mod tests {
 
     fn events(s: &Script) -> impl Iterator<Item = (u64, &StreamEvent)> {
         s.items.iter().filter_map(|t| match &t.item {
-            Item::Stream(e) => Some((t.t_ms, e)),
+            Item::Stream(e) => Some((t.t_ms.expect("timed"), e)),
             _ => None,
         })
     }
@@ -262,12 +258,12 @@ mod tests {
         let users = s
             .items
             .iter()
-            .filter(|i| matches!(i.item, Item::User { .. }))
+            .filter(|i| matches!(i.item, Item::User(_)))
             .count();
         let assistants = s
             .items
             .iter()
-            .filter(|i| matches!(i.item, Item::Assistant { summary: false }))
+            .filter(|i| i.item == Item::Assistant(AssistantItem::default()))
             .count();
         assert_eq!((users, assistants), (t, t));
     }
@@ -290,20 +286,19 @@ mod tests {
                 _ => {}
             }
         }
-        let Item::User { parts } = &s.items[0].item else {
+        let Item::User(u) = &s.items[0].item else {
             panic!("a turn starts with the user message")
         };
-        let [PartBody::Text(t)] = parts.as_slice() else {
-            panic!("one text part")
-        };
-        assert_eq!(t.text.len(), 400);
-        assert!(t.text.bytes().all(|b| b.is_ascii_lowercase()));
+        let text = u.text.as_deref().expect("a text part");
+        assert!(u.parts.is_empty());
+        assert_eq!(text.len(), 400);
+        assert!(text.bytes().all(|b| b.is_ascii_lowercase()));
     }
 
     #[test]
     fn event_times_follow_w1() {
         let s = w1(3, 5);
-        assert_eq!(s.items[0].t_ms, 0);
+        assert_eq!(s.items[0].t_ms, Some(0));
         assert!(s.items.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
         let mut prev: Option<(u64, &StreamEvent)> = None;
         let mut call_at = std::collections::HashMap::new();
@@ -327,8 +322,8 @@ mod tests {
         let starts: Vec<u64> = s
             .items
             .iter()
-            .filter(|i| matches!(i.item, Item::User { .. }))
-            .map(|i| i.t_ms)
+            .filter(|i| matches!(i.item, Item::User(_)))
+            .filter_map(|i| i.t_ms)
             .collect();
         assert_eq!(starts, [0, W1_TURN_MS, 2 * W1_TURN_MS]);
         let finishes: Vec<u64> = events(&s)
@@ -357,7 +352,7 @@ mod tests {
         let scripts = w1xn(8, 2, 11);
         assert_eq!(scripts.len(), 8);
         for s in &scripts {
-            assert!(s.items[0].t_ms < W1_TURN_MS);
+            assert!(s.items[0].t_ms < Some(W1_TURN_MS));
             assert_eq!(logical_bytes(s), 2 * W1_TURN_BYTES);
         }
         for (i, a) in scripts.iter().enumerate() {

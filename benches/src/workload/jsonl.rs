@@ -2,18 +2,20 @@
 
 use std::io::{self, Write};
 
-use forge_core::model::{JsonMap, PartBody, TextPart};
-use forge_core::Part;
+use forge_core::model::JsonMap;
+use serde::Serialize;
 use serde_json::Value;
 
 use super::{Item, Script};
 
 /// Writes the script in the replay format (docs/replay-format.md), one line per item,
-/// each with its event time as `"t"`.
+/// each with its event time as `"t"` when it has one.
 pub fn write_jsonl(script: &Script, out: &mut impl Write) -> io::Result<()> {
     for timed in &script.items {
         let mut line = item_json(&timed.item)?;
-        line.insert("t".to_owned(), Value::from(timed.t_ms));
+        if let Some(t) = timed.t_ms {
+            line.insert("t".to_owned(), Value::from(t));
+        }
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")?;
     }
@@ -22,68 +24,41 @@ pub fn write_jsonl(script: &Script, out: &mut impl Write) -> io::Result<()> {
 
 /// The replay line of an item, without `t`.
 fn item_json(item: &Item) -> io::Result<JsonMap> {
-    let mut line = JsonMap::new();
     match item {
-        Item::User { parts } => {
-            line.insert("type".to_owned(), "user".into());
-            let mut rest = parts.as_slice();
-            if let Some((PartBody::Text(t), tail)) = rest.split_first() {
-                if is_plain_text(t) {
-                    line.insert("text".to_owned(), t.text.clone().into());
-                    rest = tail;
-                }
-            }
-            if !rest.is_empty() {
-                let parts = rest.iter().map(part_json).collect::<io::Result<Vec<_>>>()?;
-                line.insert("parts".to_owned(), Value::Array(parts));
-            }
-        }
-        Item::Assistant { summary } => {
-            line.insert("type".to_owned(), "assistant".into());
-            if *summary {
-                line.insert("summary".to_owned(), true.into());
-            }
-        }
-        Item::Stream(e) => match serde_json::to_value(e)? {
-            Value::Object(m) => line = m,
-            other => {
-                return Err(io::Error::other(format!(
-                    "stream event serialized as {other}, not an object"
-                )))
-            }
-        },
+        Item::Session(s) => framing("session", s),
+        Item::User(u) => framing("user", u),
+        Item::Assistant(a) => framing("assistant", a),
+        Item::Crash => Ok(kind_only("crash")),
+        Item::Unknown { kind } => Ok(kind_only(kind)),
+        Item::Stream(e) => object(e),
     }
+}
+
+fn kind_only(kind: &str) -> JsonMap {
+    let mut line = JsonMap::new();
+    line.insert("type".to_owned(), kind.into());
+    line
+}
+
+/// `{"type": kind, …fields}`.
+fn framing(kind: &str, fields: &impl Serialize) -> io::Result<JsonMap> {
+    let mut line = kind_only(kind);
+    line.extend(object(fields)?);
     Ok(line)
 }
 
-/// A text part with nothing but its text: the `text` field of a user line.
-fn is_plain_text(t: &TextPart) -> bool {
-    t.synthetic.is_none()
-        && t.ignored.is_none()
-        && t.time.is_none()
-        && t.metadata.is_none()
-        && t.extra.is_empty()
-}
-
-/// A part in the opencode shape without `id`, `sessionID` and `messageID`.
-fn part_json(body: &PartBody) -> io::Result<Value> {
-    let part = Part {
-        id: "prt".into(),
-        session_id: "ses".into(),
-        message_id: "msg".into(),
-        body: body.clone(),
-    };
-    let mut v = serde_json::to_value(part)?;
-    if let Value::Object(m) = &mut v {
-        for key in ["id", "sessionID", "messageID"] {
-            m.remove(key);
-        }
+fn object(value: &impl Serialize) -> io::Result<JsonMap> {
+    match serde_json::to_value(value)? {
+        Value::Object(m) => Ok(m),
+        other => Err(io::Error::other(format!(
+            "serialized as {other}, not an object"
+        ))),
     }
-    Ok(v)
 }
 
 #[cfg(test)]
 mod tests {
+    use forge_core::turn::{AssistantItem, UserItem};
     use forge_core::StreamEvent;
 
     use super::*;
@@ -99,23 +74,22 @@ mod tests {
         assert_eq!(lines.len(), s.items.len());
         for (line, timed) in lines.iter().zip(&s.items) {
             let mut v: JsonMap = serde_json::from_str(line).unwrap();
-            assert_eq!(v.remove("t"), Some(Value::from(timed.t_ms)), "{line}");
+            assert_eq!(v.remove("t"), timed.t_ms.map(Value::from), "{line}");
             match &timed.item {
-                Item::User { parts } => {
-                    let [PartBody::Text(t)] = parts.as_slice() else {
-                        panic!("one text part")
-                    };
+                Item::User(u) => {
                     assert_eq!(v["type"], "user");
-                    assert_eq!(v["text"], t.text.as_str());
+                    assert_eq!(v["text"], u.text.as_deref().unwrap());
                     assert_eq!(v.len(), 2, "{line}");
                 }
-                Item::Assistant { .. } => {
+                Item::Assistant(a) => {
+                    assert_eq!(a, &AssistantItem::default());
                     assert_eq!(Value::Object(v), serde_json::json!({"type": "assistant"}));
                 }
                 Item::Stream(e) => {
                     let back: StreamEvent = serde_json::from_value(Value::Object(v)).unwrap();
                     assert_eq!(&back, e);
                 }
+                other => panic!("W1 holds no {other:?}"),
             }
         }
     }
@@ -123,21 +97,33 @@ mod tests {
     #[test]
     fn jsonl_writes_other_user_parts_without_ids() {
         let s = Script {
-            items: vec![Timed {
-                t_ms: 5,
-                item: Item::User {
-                    parts: vec![PartBody::Agent(
-                        serde_json::from_value(serde_json::json!({"name": "explore"})).unwrap(),
-                    )],
-                },
-            }],
+            items: vec![
+                Timed::at(
+                    5,
+                    UserItem {
+                        parts: vec![serde_json::from_value(
+                            serde_json::json!({"type": "agent", "name": "explore"}),
+                        )
+                        .unwrap()],
+                        ..UserItem::default()
+                    },
+                ),
+                Timed::untimed(AssistantItem::summary(true)),
+            ],
         };
         let mut buf = Vec::new();
         write_jsonl(&s, &mut buf).unwrap();
-        let v: Value = serde_json::from_slice(&buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(
-            v,
-            serde_json::json!({"type": "user", "parts": [{"type": "agent", "name": "explore"}], "t": 5})
+            lines,
+            [
+                serde_json::json!({"type": "user", "parts": [{"type": "agent", "name": "explore"}], "t": 5}),
+                serde_json::json!({"type": "assistant", "summary": true}),
+            ]
         );
     }
 }

@@ -24,39 +24,18 @@
 mod generate;
 mod jsonl;
 
-use forge_core::model::PartBody;
+use forge_core::turn::UserItem;
 use forge_core::StreamEvent;
 use serde_json::Value;
 
 pub use generate::{w1, w1xn, W1_TURN_BYTES, W1_TURN_DELTAS, W1_TURN_MS, W1_TURN_TOOLS};
 pub use jsonl::write_jsonl;
 
-/// What a session does at one event time.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Item {
-    /// A user message with these parts (ids assigned by the runner), written in one
-    /// batch.
-    User {
-        /// The message's parts, in order.
-        parts: Vec<PartBody>,
-    },
-    /// Opens an assistant message answering the last user message.
-    Assistant {
-        /// The message is a compaction summary.
-        summary: bool,
-    },
-    /// A model stream event for the open assistant message.
-    Stream(StreamEvent),
-}
-
-/// An item at its event time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Timed {
-    /// Event time, ms since the session's start (for W1×N: since the common start).
-    pub t_ms: u64,
-    /// What happens.
-    pub item: Item,
-}
+/// What a session does at one moment: the core's item, which a replay file parses into
+/// too.
+pub use forge_core::turn::Item;
+/// An item at its event time (W1's items always carry one).
+pub use forge_core::turn::Timed;
 
 /// One session's items, `t_ms` non-decreasing.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -85,18 +64,25 @@ pub fn logical_bytes(script: &Script) -> u64 {
         .items
         .iter()
         .map(|t| match &t.item {
-            Item::User { parts } => parts
-                .iter()
-                .map(|p| match p {
-                    PartBody::Text(t) => t.text.len(),
-                    _ => 0,
-                })
-                .sum(),
-            Item::Assistant { .. } => 0,
+            Item::User(u) => user_bytes(u),
             Item::Stream(e) => event_bytes(e),
+            Item::Session(_) | Item::Assistant(_) | Item::Crash | Item::Unknown { .. } => 0,
         })
         .map(|n| n as u64)
         .sum()
+}
+
+/// A user message's text: its `text` and its text parts.
+fn user_bytes(u: &UserItem) -> usize {
+    let parts = u
+        .parts
+        .iter()
+        .filter(|p| p.get("type") == Some(&Value::from("text")));
+    u.text.as_ref().map_or(0, String::len)
+        + parts
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::len)
+            .sum::<usize>()
 }
 
 fn event_bytes(e: &StreamEvent) -> usize {
@@ -123,7 +109,12 @@ fn json_len(v: &Value) -> usize {
 
 /// Event time of the last item, ms (0 for an empty script).
 pub fn duration_ms(script: &Script) -> u64 {
-    script.items.iter().map(|t| t.t_ms).max().unwrap_or(0)
+    script
+        .items
+        .iter()
+        .filter_map(|t| t.t_ms)
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -144,10 +135,10 @@ mod tests {
     fn merge_is_ordered_complete_and_stable() {
         let mut scripts = w1xn(5, 2, 3);
         // Force ties across sessions: two sessions with the same start.
-        let base = scripts[0].items[0].t_ms;
-        let shift = scripts[1].items[0].t_ms;
+        let base = scripts[0].items[0].t_ms.unwrap();
+        let shift = scripts[1].items[0].t_ms.unwrap();
         for t in &mut scripts[1].items {
-            t.t_ms = t.t_ms - shift + base;
+            t.t_ms = t.t_ms.map(|t| t - shift + base);
         }
         let merged = merge(&scripts);
         let total: usize = scripts.iter().map(|s| s.items.len()).sum();

@@ -134,39 +134,5 @@ pub fn open_things(history: &[Value]) -> (usize, usize) {
     (messages, parts)
 }
 
-/// `var` as a whole number, or `default` when it is unset; a value that is not a whole
-/// number fails the test by name.
-pub fn env_usize(var: &str, default: usize) -> usize {
-    match std::env::var(var) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{var}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
-
-/// An export with generated ids numbered by first appearance and times zeroed: what two
-/// runs of the same stream have in common.
-pub fn normalized(doc: &Value) -> Value {
-    fn walk(
-        v: &Value,
-        ids: &mut std::collections::BTreeMap<String, usize>,
-        in_time: bool,
-    ) -> Value {
-        match v {
-            Value::String(s) if ["ses_", "msg_", "prt_"].iter().any(|p| s.starts_with(p)) => {
-                let n = ids.len();
-                Value::String(format!("id#{}", ids.entry(s.clone()).or_insert(n)))
-            }
-            Value::Number(_) if in_time => Value::from(0),
-            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, ids, in_time)).collect()),
-            Value::Object(o) => Value::Object(
-                o.iter()
-                    .map(|(k, x)| (k.clone(), walk(x, ids, in_time || k == "time")))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
-    }
-    walk(doc, &mut std::collections::BTreeMap::new(), false)
-}
+#[allow(unused_imports)]
+pub use forge_testkit::{env_usize, normalized};

@@ -29,12 +29,12 @@ impl Backend {
 /// The Postgres server: `FORGE_TEST_POSTGRES_URL` (skipped loudly when unset, a failure
 /// under `FORGE_TEST_REQUIRE_SERVICES=1`).
 pub fn postgres_url(what: &str) -> Option<String> {
-    forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", what)
+    forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", what)
 }
 
 /// The Redis server: `FORGE_TEST_REDIS_URL`, as [`postgres_url`].
 pub fn redis_url(what: &str) -> Option<String> {
-    forge_conformance::service_url("FORGE_TEST_REDIS_URL", what)
+    forge_testkit::service_url("FORGE_TEST_REDIS_URL", what)
 }
 
 fn with_param(base: &str, key: &str, value: &str) -> String {

@@ -41,8 +41,6 @@ mod kinds;
 #[allow(dead_code)]
 #[path = "../kill/points.rs"]
 mod points;
-#[path = "../common/servers.rs"]
-mod servers;
 
 use std::path::Path;
 use std::time::Instant;
@@ -50,6 +48,7 @@ use std::time::Instant;
 use backends::{Backend, Pg, Place, RedisPrefix};
 use check::Figures;
 use forge_powercut::{Mounted, Rules, Stats};
+use forge_testkit::servers;
 use kinds::Kind;
 use points::{env_number, Points, Rng};
 

@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::harness::{ctx_err, kind, CaseRun, Ctx};
+use crate::harness::{ctx_err, CaseRun, Ctx};
 use crate::strategies::model::{self, PartKind};
 use crate::Property;
 
@@ -224,7 +224,7 @@ async fn collect(sub: &mut Subscription, n: usize, who: &str) -> Result<Vec<BusE
     while got.len() < n {
         match tokio::time::timeout_at(deadline, sub.next()).await {
             Ok(Some(Ok(e))) => got.push(e),
-            Ok(Some(Err(e))) => return Err(format!("{who}: {} error: {e}", kind(&e))),
+            Ok(Some(Err(e))) => return Err(format!("{who}: {} error: {e}", e.kind())),
             Ok(None) => {
                 return Err(format!(
                     "{who}: the subscription ended after {} events",
@@ -374,7 +374,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 Err(e) => {
                     return Err(format!(
                         "replay on a live-only bus must fail with Unsupported, got {}: {e}",
-                        kind(&e)
+                        e.kind()
                     ))
                 }
                 Ok(_) => return Err("replay on a live-only bus must fail with Unsupported".into()),

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::turn::Turn;
 use super::{crash, upsert};
-use crate::harness::{ctx_err, env, envs, kind, same, CaseRun, Ctx};
+use crate::harness::{ctx_err, env, envs, same, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::report::Outcome;
 use crate::strategies::model::T0;
@@ -234,7 +234,7 @@ async fn write_history(
                  (the upsert property shows more)",
                 batch.ops,
                 actual.map_or_else(
-                    |e| format!("rejected it: {} {e}", kind(&e)),
+                    |e| format!("rejected it: {} {e}", e.kind()),
                     |()| "accepted it".into()
                 )
             ));

@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::exercised::Stats;
-use crate::harness::{ctx_err, envs, kind, same, CaseRun, Ctx};
+use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::strategies::model::{self, message_kind, part_kind, MessageKind, PartKind};
 use crate::strategies::scaled::Sizes;
@@ -387,7 +387,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             };
             match (expected, actual) {
                 (Ok(()), Err(e)) => {
-                    return Err(format!("{at}: rejected a valid batch: {} {e}", kind(&e)))
+                    return Err(format!("{at}: rejected a valid batch: {} {e}", e.kind()))
                 }
                 (Err(r), Ok(())) => {
                     return Err(format!(
@@ -397,7 +397,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 (Err(r), Err(e)) if !r.accepts(&e) => {
                     return Err(format!(
                         "{at}: rejected with {} ({e}); the contract says {r:?}",
-                        kind(&e)
+                        e.kind()
                     ))
                 }
                 _ => {}

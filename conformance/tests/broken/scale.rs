@@ -8,9 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_core::store::clamp_limit;
 use forge_core::{
-    Capabilities, Cursor, Envelope, MemoryStore, MessageId, MessageWithParts, OpenItems, Page,
-    Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Cursor, Envelope, MemoryStore, MessageId, MessageWithParts, OpenItems, Page, Result, SessionId,
+    SessionState, Store, SyncEvent, TenantId,
 };
+use forge_testkit::Forward;
 use parking_lot::Mutex;
 use serde_json::Value;
 use unicode_normalization::UnicodeNormalization;
@@ -169,10 +170,11 @@ fn lossy(bug: ScaleBug, v: &mut Value, key: Option<&str>) {
     }
 }
 
+/// Every method it does not change forwards to the store it wraps.
 #[async_trait]
-impl Store for ScaleStore {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for ScaleStore {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_core::model::{MessageBody, PartBody};
 use forge_core::{
-    Capabilities, Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts, OpenItems,
-    Page, Part, PartId, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts, OpenItems, Page, Part,
+    PartId, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
+use forge_testkit::Forward;
 use parking_lot::Mutex;
 
 /// The bug a [`BrokenStore`] has.
@@ -252,10 +253,11 @@ fn drop_unknown(batch: &[Envelope<SyncEvent>]) -> Vec<Envelope<SyncEvent>> {
         .collect()
 }
 
+/// Every method it does not change forwards to the store it wraps.
 #[async_trait]
-impl Store for BrokenStore {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Forward for BrokenStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {

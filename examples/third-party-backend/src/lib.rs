@@ -1,8 +1,10 @@
 //! A third-party forge-store backend: one JSON file per session.
 //!
 //! It exists to show (and to keep honest) the way a platform team plugs its own storage
-//! into forge-store: implement [`forge_core::Store`], then run the conformance suite
-//! from `tests/conformance.rs` with one macro call.
+//! into forge-store: implement [`forge_core::Store`], describe the backend once in a
+//! [`forge_core::driver::Driver`] ([`DRIVER`]), install it (`forge_store::install`) so
+//! `forge_store::open("jsonfiles://DIR")` opens it, and run the conformance suite on the
+//! driver from `tests/conformance.rs` with one macro call.
 //!
 //! Layout: `<root>/t-<hex tenant>/s-<hex session>.json`, each file holding the session,
 //! its seq, and its messages with their parts. Ids are hex-encoded, so no id (`../x`,
@@ -27,6 +29,10 @@ use forge_core::{
     Part, PartId, Result, Session, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
 use serde::{Deserialize, Serialize};
+
+mod driver;
+
+pub use driver::{JsonFilesDriver, DRIVER};
 
 const NAME: &str = "json-files";
 /// Longest id, in bytes, that still fits a file name once hex-encoded.

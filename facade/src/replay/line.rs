@@ -1,146 +1,37 @@
 //! The lines of a replay file: framing lines (`session`, `user`, `assistant`, `crash`)
-//! and AI SDK stream events, parsed with errors that say what is wrong.
+//! and AI SDK stream events, parsed with errors that say what is wrong, into the core's
+//! items ([`forge_core::turn::Item`]).
 //!
 //! A `type` that is neither a framing line nor in [`StreamEvent::KINDS`] parses as
-//! [`Line::Unknown`]: a producer newer than this version is not bad input. A known
-//! type with bad fields is an error naming the type and the field.
+//! [`Line::Unknown`]: a producer newer than this version is not bad input (counted in
+//! the report and skipped, or an error with
+//! [`ReplayOptions::strict()`](crate::ReplayOptions::strict())). A known type with bad
+//! fields is an error naming the type and the field.
 
-use forge_core::id::PartId;
-use forge_core::model::{CompactionPart, JsonMap, ModelRef, PartBody, TextPart};
-use forge_core::{MessageId, Part, SessionId, StreamEvent};
-use serde::Deserialize;
+use forge_core::model::{JsonMap, PartBody};
+use forge_core::turn::{Item, Timed};
+use forge_core::{MessageId, StreamEvent};
 use serde_json::Value;
 
 use crate::clip::clip;
 
+pub use forge_core::turn::{
+    AssistantItem as AssistantLine, CompactionItem as CompactionLine, Item as Line,
+    SessionItem as SessionLine, UserItem as UserLine,
+};
+
 /// The `type`s of the framing lines; every other `type` is a stream event.
-pub const LINE_KINDS: &[&str] = &["session", "user", "assistant", "crash"];
+pub const LINE_KINDS: &[&str] = Item::FRAMING_KINDS;
 
-/// `{"type":"session", "title"?, "id"?}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionLine {
-    /// Title of a new session.
-    #[serde(default)]
-    pub title: Option<String>,
-    /// Session id (created if missing, continued if it exists).
-    #[serde(default)]
-    pub id: Option<String>,
-}
-
-/// `{"type":"user", "text"?, "parts"?, "agent"?, "model"?, "compaction"?, "ref"?}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UserLine {
-    /// The prompt, stored as a text part.
-    #[serde(default)]
-    pub text: Option<String>,
-    /// Further parts in the opencode shape, without `id`/`sessionID`/`messageID`.
-    #[serde(default)]
-    pub parts: Vec<JsonMap>,
-    /// The agent (default: the previous user message's, else `build`).
-    #[serde(default)]
-    pub agent: Option<String>,
-    /// `{providerID, modelID}` (default: the previous user message's).
-    #[serde(default)]
-    pub model: Option<ModelRef>,
-    /// A compaction request: adds a `compaction` part.
-    #[serde(default)]
-    pub compaction: Option<CompactionLine>,
-    /// A name later lines use as `@name` in place of this message's id.
-    #[serde(default, rename = "ref")]
-    pub label: Option<String>,
-}
-
-impl UserLine {
-    /// A user message of one text part.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            text: Some(text.into()),
-            ..Self::default()
-        }
-    }
-}
-
-/// `compaction` of a user line.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompactionLine {
-    /// Requested automatically (context full).
-    #[serde(default)]
-    pub auto: bool,
-    /// Triggered by a context overflow.
-    #[serde(default)]
-    pub overflow: Option<bool>,
-    /// A message id, or `@ref` of an earlier line: keep messages from there on.
-    #[serde(default, rename = "tail_start_id", alias = "tailStartID")]
-    pub tail_start_id: Option<String>,
-}
-
-/// `{"type":"assistant", "summary"?, "providerID"?, "modelID"?, "agent"?, "ref"?}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AssistantLine {
-    /// This answer is a compaction summary.
-    #[serde(default)]
-    pub summary: Option<bool>,
-    /// Provider (default: the answered user message's model).
-    #[serde(default, rename = "providerID")]
-    pub provider_id: Option<String>,
-    /// Model (default: the answered user message's model).
-    #[serde(default, rename = "modelID")]
-    pub model_id: Option<String>,
-    /// Agent (default: the answered user message's).
-    #[serde(default)]
-    pub agent: Option<String>,
-    /// A name for this message, as on user lines.
-    #[serde(default, rename = "ref")]
-    pub label: Option<String>,
-}
-
-/// One line of a replay file.
-#[derive(Debug)]
-pub enum Line {
-    /// Names or creates the session.
-    Session(SessionLine),
-    /// A user message with its parts.
-    User(UserLine),
-    /// Opens an assistant message.
-    Assistant(AssistantLine),
-    /// Stop here without finalize.
-    Crash,
-    /// A model stream event for the open assistant message.
-    Stream(StreamEvent),
-    /// An event of a `type` this version does not know (neither a framing line nor in
-    /// [`StreamEvent::KINDS`]): counted in the report and skipped, or an error with
-    /// [`ReplayOptions::strict()`](crate::ReplayOptions::strict()).
-    Unknown {
-        /// Its `type`.
-        kind: String,
-    },
-}
-
-impl From<StreamEvent> for Line {
-    fn from(event: StreamEvent) -> Self {
-        Self::Stream(event)
-    }
-}
-
-impl From<UserLine> for Line {
-    fn from(user: UserLine) -> Self {
-        Self::User(user)
-    }
-}
-
-/// Parses one line into the line and its event time (`t`, ms since the start of the
+/// Parses one line into its item at its event time (`t`, ms since the start of the
 /// file, if given); `None` for blank lines and `#` comments. The error says what is
 /// wrong, without a position (the caller adds the line number), [`clip`]ped to one
 /// short line.
-pub fn parse_line(text: &str) -> std::result::Result<Option<(Line, Option<u64>)>, String> {
+pub fn parse_line(text: &str) -> std::result::Result<Option<Timed>, String> {
     parse(text).map_err(|e| clip(&e))
 }
 
-fn parse(text: &str) -> std::result::Result<Option<(Line, Option<u64>)>, String> {
+fn parse(text: &str) -> std::result::Result<Option<Timed>, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return Ok(None);
@@ -165,7 +56,7 @@ fn parse(text: &str) -> std::result::Result<Option<(Line, Option<u64>)>, String>
             Some(integer(&v).map_err(|why| format!("`t` (event time in ms) must be {why}"))?)
         }
     };
-    parse_untimed(&kind, map).map(|line| Some((line, t)))
+    parse_untimed(&kind, map).map(|item| Some(Timed { t_ms: t, item }))
 }
 
 /// A JSON value as it would be quoted in an error: a string as `"…"` (escaped, so
@@ -261,62 +152,19 @@ pub fn user_part_bodies(
     u: &mut UserLine,
     tail_start_id: Option<MessageId>,
 ) -> std::result::Result<Vec<PartBody>, String> {
-    part_bodies(u, tail_start_id).map_err(|e| clip(&e))
-}
-
-fn part_bodies(
-    u: &mut UserLine,
-    tail_start_id: Option<MessageId>,
-) -> std::result::Result<Vec<PartBody>, String> {
-    let mut parts = Vec::new();
-    if let Some(text) = u.text.take() {
-        parts.push(PartBody::Text(TextPart::plain(text)));
-    }
-    for (i, fields) in std::mem::take(&mut u.parts).into_iter().enumerate() {
-        for key in ["id", "sessionID", "messageID"] {
-            if fields.contains_key(key) {
-                return Err(format!("parts[{i}]: remove `{key}`; replay assigns ids"));
-            }
-        }
-        if !fields.get("type").is_some_and(Value::is_string) {
-            return Err(format!("parts[{i}]: missing a string `type`"));
-        }
-        // A part parses with its ids; these placeholders are dropped with it.
-        let mut obj = JsonMap::new();
-        obj.insert("id".into(), Value::String(PartId::generate().to_string()));
-        obj.insert(
-            "sessionID".into(),
-            Value::String(SessionId::generate().to_string()),
-        );
-        obj.insert(
-            "messageID".into(),
-            Value::String(MessageId::generate().to_string()),
-        );
-        obj.extend(fields);
-        let p: Part =
-            serde_json::from_value(Value::Object(obj)).map_err(|e| format!("parts[{i}]: {e}"))?;
-        parts.push(p.body);
-    }
-    if let Some(c) = u.compaction.take() {
-        parts.push(PartBody::Compaction(CompactionPart {
-            auto: c.auto,
-            overflow: c.overflow,
-            tail_start_id,
-            extra: JsonMap::new(),
-        }));
-    }
-    if parts.is_empty() {
-        return Err("a user line needs `text`, `parts` or `compaction`".into());
-    }
-    Ok(parts)
+    u.take_part_bodies(tail_start_id).map_err(|e| clip(&e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parsed(text: &str) -> std::result::Result<Option<(Line, Option<u64>)>, String> {
+        parse_line(text).map(|l| l.map(|t| (t.item, t.t_ms)))
+    }
+
     fn err(line: &str) -> String {
-        match parse_line(line) {
+        match parsed(line) {
             Err(e) => e,
             Ok(l) => panic!("{line} parsed as {l:?}"),
         }
@@ -324,31 +172,31 @@ mod tests {
 
     #[test]
     fn blank_and_comment_lines_are_skipped() {
-        assert!(parse_line("").unwrap().is_none());
-        assert!(parse_line("   ").unwrap().is_none());
-        assert!(parse_line("# a comment").unwrap().is_none());
+        assert!(parsed("").unwrap().is_none());
+        assert!(parsed("   ").unwrap().is_none());
+        assert!(parsed("# a comment").unwrap().is_none());
     }
 
     #[test]
     fn replay_lines_and_stream_events_parse() {
         assert!(matches!(
-            parse_line(r#"{"type":"session","title":"t"}"#),
+            parsed(r#"{"type":"session","title":"t"}"#),
             Ok(Some((Line::Session(_), None)))
         ));
         assert!(matches!(
-            parse_line(r#"{"type":"user","text":"hi","compaction":{"auto":true}}"#),
+            parsed(r#"{"type":"user","text":"hi","compaction":{"auto":true}}"#),
             Ok(Some((Line::User(_), None)))
         ));
         assert!(matches!(
-            parse_line(r#"{"type":"assistant","summary":true}"#),
+            parsed(r#"{"type":"assistant","summary":true}"#),
             Ok(Some((Line::Assistant(_), None)))
         ));
         assert!(matches!(
-            parse_line(r#"{"type":"crash"}"#),
+            parsed(r#"{"type":"crash"}"#),
             Ok(Some((Line::Crash, None)))
         ));
         assert!(matches!(
-            parse_line(r#"{"type":"text-delta","id":"t","text":"x"}"#),
+            parsed(r#"{"type":"text-delta","id":"t","text":"x"}"#),
             Ok(Some((Line::Stream(StreamEvent::TextDelta { .. }), None)))
         ));
     }
@@ -356,21 +204,21 @@ mod tests {
     #[test]
     fn t_is_taken_from_framing_lines() {
         assert!(matches!(
-            parse_line(r#"{"type":"session","title":"s","t":0}"#),
+            parsed(r#"{"type":"session","title":"s","t":0}"#),
             Ok(Some((Line::Session(_), Some(0))))
         ));
         let Ok(Some((Line::User(u), Some(1250)))) =
-            parse_line(r#"{"type":"user","t":1250,"text":"hi"}"#)
+            parsed(r#"{"type":"user","t":1250,"text":"hi"}"#)
         else {
             panic!("user line with t")
         };
         assert_eq!(u.text.as_deref(), Some("hi"));
         assert!(matches!(
-            parse_line(r#"{"type":"assistant","summary":true,"t":1300}"#),
+            parsed(r#"{"type":"assistant","summary":true,"t":1300}"#),
             Ok(Some((Line::Assistant(_), Some(1300))))
         ));
         assert!(matches!(
-            parse_line(r#"{"type":"crash","t":9007199254740993}"#),
+            parsed(r#"{"type":"crash","t":9007199254740993}"#),
             Ok(Some((Line::Crash, Some(9_007_199_254_740_993))))
         ));
     }
@@ -378,7 +226,7 @@ mod tests {
     #[test]
     fn t_is_taken_from_stream_events() {
         let Ok(Some((Line::Stream(e), Some(20)))) =
-            parse_line(r#"{"type":"text-delta","id":"t","text":"x","t":20}"#)
+            parsed(r#"{"type":"text-delta","id":"t","text":"x","t":20}"#)
         else {
             panic!("stream event with t")
         };
@@ -390,7 +238,7 @@ mod tests {
             }
         );
         assert!(matches!(
-            parse_line(r#"{"type":"finish","t":14900}"#),
+            parsed(r#"{"type":"finish","t":14900}"#),
             Ok(Some((
                 Line::Stream(StreamEvent::Finish { .. }),
                 Some(14_900)
@@ -443,7 +291,7 @@ mod tests {
             ("18446744073709551615", u64::MAX),
         ] {
             let line = format!(r#"{{"type":"crash","t":{spelled}}}"#);
-            match parse_line(&line) {
+            match parsed(&line) {
                 Ok(Some((Line::Crash, Some(t)))) => assert_eq!(t, want, "{spelled}"),
                 other => panic!("{spelled}: {other:?}"),
             }
@@ -460,13 +308,13 @@ mod tests {
             "",
         ] {
             let line = format!(r#"{{"type":"{kind}","whatever":[1,{{"x":null}}],"t":5}}"#);
-            match parse_line(&line) {
+            match parsed(&line) {
                 Ok(Some((Line::Unknown { kind: k }, Some(5)))) => assert_eq!(k, kind),
                 other => panic!("{kind}: {other:?}"),
             }
         }
         for kind in StreamEvent::KINDS {
-            let e = parse_line(&format!(r#"{{"type":"{kind}","id":7,"toolCallId":[]}}"#));
+            let e = parsed(&format!(r#"{{"type":"{kind}","id":7,"toolCallId":[]}}"#));
             if let Ok(Some((Line::Unknown { .. }, _))) = e {
                 panic!("{kind} is known")
             }
@@ -495,7 +343,7 @@ mod tests {
         ] {
             let e = err(&line);
             assert!(
-                e.len() <= 2 * crate::QUOTE_MAX,
+                e.len() <= 2 * crate::text::QUOTE_MAX,
                 "{} bytes: {}",
                 e.len(),
                 &e[..200]
@@ -515,7 +363,7 @@ mod tests {
             format!(r#"{{"type":"text","text":"a","synthetic":"line\nbreak{big}"}}"#),
         ] {
             let line = format!(r#"{{"type":"user","parts":[{part}]}}"#);
-            let Ok(Some((Line::User(mut u), _))) = parse_line(&line) else {
+            let Ok(Some((Line::User(mut u), _))) = parsed(&line) else {
                 panic!("a user line")
             };
             let e = match user_part_bodies(&mut u, None) {
@@ -523,7 +371,7 @@ mod tests {
                 Ok(p) => panic!("{p:?}"),
             };
             assert!(e.starts_with("parts[0]: "), "{e}");
-            assert!(e.len() <= 2 * crate::QUOTE_MAX, "{} bytes", e.len());
+            assert!(e.len() <= 2 * crate::text::QUOTE_MAX, "{} bytes", e.len());
             assert!(!e.contains('\n'), "{e}");
         }
     }

@@ -125,7 +125,7 @@ impl<'a> Replayer<'a> {
     pub(crate) async fn run_text(self, text: &str) -> Result<ReplayReport, ReplayError> {
         let items = text
             .lines()
-            .map(|raw| parse_line(raw).map(|l| l.map(|(line, _t)| line)));
+            .map(|raw| parse_line(raw).map(|l| l.map(|timed| timed.item)));
         self.run(Unit::Line, futures::stream::iter(items)).await
     }
 
@@ -136,7 +136,7 @@ impl<'a> Replayer<'a> {
         S: Stream<Item = std::result::Result<String, String>>,
     {
         let items = lines
-            .map(|item| item.and_then(|raw| parse_line(&raw).map(|l| l.map(|(line, _t)| line))));
+            .map(|item| item.and_then(|raw| parse_line(&raw).map(|l| l.map(|timed| timed.item))));
         self.run(Unit::Line, items).await
     }
 
@@ -249,7 +249,7 @@ impl<'a> Replayer<'a> {
     }
 
     fn count_unknown(&mut self, n: usize, kind: String) {
-        tracing::debug!(line = n, kind = %crate::clip(&kind), "event of an unknown type skipped");
+        tracing::debug!(line = n, kind = %crate::text::clip(&kind), "event of an unknown type skipped");
         match self
             .report
             .unknown_events
@@ -300,7 +300,7 @@ impl<'a> Replayer<'a> {
             if self.opts.lenient {
                 // Opening the answer stores it: make sure the event will not be refused.
                 let scope = self.scope(at)?;
-                // Boxed: its future holds a Machine, and it is rarely needed.
+                // Boxed: a Processor's futures are large, and this one is rarely needed.
                 let probe = probe::fits_a_new_answer(
                     self.engine,
                     self.tenant,

@@ -2,7 +2,6 @@
 //! test, and cleanup of everything under it.
 #![allow(dead_code)]
 
-pub mod cluster;
 pub mod factory;
 
 use forge_redis::RedisOptions;
@@ -12,7 +11,7 @@ use redis::Commands as _;
 ///
 /// With `FORGE_TEST_REQUIRE_SERVICES=1` a missing URL or an unreachable server fails.
 pub fn redis_url() -> Option<String> {
-    let url = forge_conformance::service_url("FORGE_TEST_REDIS_URL", "forge-redis tests")?;
+    let url = forge_testkit::service_url("FORGE_TEST_REDIS_URL", "forge-redis tests")?;
     let reachable = redis::Client::open(url.as_str())
         .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(3)))
         .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
@@ -81,7 +80,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use forge_core::id::now_ms;
-use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
 use forge_core::{
     BusEvent, Envelope, Event, Message, MessageId, Part, PartDelta, PartId, SessionId, TenantId,
 };
@@ -102,44 +100,16 @@ pub fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
     })
 }
 
-/// A user message with one text part.
-pub fn user_message(session: &SessionId, id: &str, part: &str, text: &str) -> (Message, Part) {
-    let msg = Message {
-        id: MessageId::from(id),
-        session_id: session.clone(),
-        body: MessageBody::User(UserMessage {
-            time: UserTime {
-                created: now_ms(),
-                extra: JsonMap::new(),
-            },
-            agent: "build".into(),
-            model: None,
-            system: None,
-            tools: None,
-            extra: JsonMap::new(),
-        }),
-    };
-    let part = Part {
-        id: PartId::from(part),
-        session_id: session.clone(),
-        message_id: msg.id.clone(),
-        body: PartBody::Text(TextPart {
-            text: text.into(),
-            synthetic: None,
-            ignored: None,
-            time: None,
-            metadata: None,
-            extra: JsonMap::new(),
-        }),
-    };
-    (msg, part)
-}
+#[allow(unused_imports)]
+pub use forge_testkit::text_of;
 
-/// The text of a text or reasoning part.
-pub fn text_of(p: &Part) -> Option<&str> {
-    match &p.body {
-        PartBody::Text(t) => Some(&t.text),
-        PartBody::Reasoning(r) => Some(&r.text),
-        _ => None,
-    }
+/// A user message made now with these ids and one text part.
+pub fn user_message(session: &SessionId, id: &str, part: &str, text: &str) -> (Message, Part) {
+    forge_testkit::user_message_with(
+        session,
+        MessageId::from(id),
+        PartId::from(part),
+        text,
+        now_ms(),
+    )
 }

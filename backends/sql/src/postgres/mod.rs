@@ -3,11 +3,14 @@
 
 mod config;
 mod dialect;
+mod driver;
 mod lock;
 mod schema;
 mod store;
 pub mod testing;
+pub mod wal;
 
 pub use config::{PostgresOptions, DEFAULT_APP_ROLE};
+pub use driver::{PostgresDriver, DRIVER};
 pub use schema::SCHEMA_VERSION;
 pub use store::PostgresStore;

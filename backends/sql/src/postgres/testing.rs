@@ -59,13 +59,32 @@ impl TestSchema {
     /// [`Error::InvalidInput`] for a malformed URL or one that already names a schema;
     /// [`Error::Backend`] when the server cannot be reached or refuses.
     pub async fn create(base_url: &str) -> Result<Self> {
+        Self::create_for(base_url, "test").await
+    }
+
+    /// Creates a schema named `forge_<purpose>_<unique>` (`purpose`: lowercase ASCII
+    /// letters, digits and `_`, as [`forge_core::driver::InstanceOptions::purpose_name`]
+    /// gives) on the server of `base_url`.
+    ///
+    /// # Errors
+    /// As [`TestSchema::create`].
+    pub async fn create_for(base_url: &str, purpose: &str) -> Result<Self> {
         let options = PostgresOptions::from_url(base_url)?;
         if base_url.contains("schema=") {
             return Err(Error::invalid(
                 "the base URL of a test schema must not name a schema",
             ));
         }
-        let name = forge_core::id::ascending("forge_test").to_lowercase();
+        if purpose.is_empty()
+            || !purpose
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(Error::invalid(format!(
+                "schema purpose {purpose:?} is not lowercase letters, digits and _"
+            )));
+        }
+        let name = forge_core::id::ascending(&format!("forge_{purpose}")).to_lowercase();
         let mut conn = PgConnection::connect_with(&options.connect)
             .await
             .map_err(map)?;

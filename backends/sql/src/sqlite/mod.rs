@@ -2,10 +2,12 @@
 
 mod config;
 mod dialect;
+mod driver;
 mod files;
 mod schema;
 mod store;
 
 pub use config::{Check, SqliteOptions, Synchronous, DEFAULT_PAGE_SIZE};
+pub use driver::{SqliteDriver, DRIVER, WORKER_THREAD_PREFIX};
 pub use schema::SCHEMA_VERSION;
 pub use store::{SqliteSettings, SqliteStore};

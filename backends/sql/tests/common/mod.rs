@@ -33,7 +33,7 @@ pub fn parallel_runtime() -> tokio::runtime::Runtime {
 /// `FORGE_TEST_REQUIRE_SERVICES=1`, where a missing service is a failure. A set URL
 /// whose server cannot be reached fails the test either way (when the test connects).
 pub fn postgres_url(test: &str) -> Option<String> {
-    forge_conformance::service_url("FORGE_TEST_POSTGRES_URL", test)
+    forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", test)
 }
 
 /// Floats whose shortest decimal form a fast float parser reads back one ulp off.

@@ -1,11 +1,14 @@
-//! Redis: `INFO persistence` and `MEMORY USAGE` of a store's keys.
+//! Redis: `INFO persistence` and `MEMORY USAGE` of a store's keys: what the driver's
+//! write probe reads.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use forge_core::driver::probe_error;
 use forge_core::url::redact;
-use forge_redis::{RedisOptions, RedisStore};
+use forge_core::Result;
+
+use crate::{Keys, RedisOptions, RedisStore};
 
 /// What `INFO persistence` says about the server's disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -26,14 +29,14 @@ pub struct RedisDisk {
 /// The server URL of a Redis URL as forge-store takes it (without `prefix`, `maxlen`).
 fn redis_server(url: &str) -> Result<String> {
     Ok(RedisOptions::from_url(url)
-        .with_context(|| format!("parsing the Redis URL {}", redact(url)))?
+        .map_err(|e| probe_error("redis", format!("parsing the Redis URL {}", redact(url)), e))?
         .server)
 }
 
 async fn redis_connect(url: &str) -> Result<redis::aio::MultiplexedConnection> {
     let server = redis_server(url)?;
     let client = redis::Client::open(server.as_str())
-        .with_context(|| format!("parsing the Redis URL {}", redact(url)))?;
+        .map_err(|e| probe_error("redis", format!("parsing the Redis URL {}", redact(url)), e))?;
     // A SCAN + MEMORY USAGE round over many keys can take longer than the default 500 ms.
     let config = redis::AsyncConnectionConfig::new()
         .set_response_timeout(Some(Duration::from_mins(1)))
@@ -41,7 +44,13 @@ async fn redis_connect(url: &str) -> Result<redis::aio::MultiplexedConnection> {
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .with_context(|| format!("connecting to Redis at {}", redact(url)))
+        .map_err(|e| {
+            probe_error(
+                "redis",
+                format!("connecting to Redis at {}", redact(url)),
+                e,
+            )
+        })
 }
 
 /// The server's `appendfsync` policy (`always`, `everysec`, `no`), or `None` where
@@ -67,7 +76,7 @@ pub async fn redis_persistence(url: &str) -> Result<RedisDisk> {
         .arg("persistence")
         .query_async(&mut conn)
         .await
-        .context("Redis INFO persistence")?;
+        .map_err(|e| probe_error("redis", "Redis INFO persistence", e))?;
     parse_persistence(&info)
 }
 
@@ -80,15 +89,22 @@ fn parse_persistence(info: &str) -> Result<RedisDisk> {
         fields
             .get(key)
             .map(|v| {
-                v.parse()
-                    .with_context(|| format!("Redis INFO {key}:{v} is not a number"))
+                v.parse().map_err(|e| {
+                    probe_error("redis", format!("Redis INFO {key}:{v} is not a number"), e)
+                })
             })
             .transpose()
     };
     let aof_enabled = match fields.get("aof_enabled") {
         Some(&"1") => true,
         Some(&"0") => false,
-        other => bail!("Redis INFO persistence has aof_enabled {other:?}; expected 0 or 1"),
+        other => {
+            return Err(probe_error(
+                "redis",
+                format!("Redis INFO persistence has aof_enabled {other:?}; expected 0 or 1"),
+                "an unexpected reply",
+            ))
+        }
     };
     Ok(RedisDisk {
         aof_enabled,
@@ -121,7 +137,7 @@ pub async fn redis_memory_usage(url: &str, pattern: &str) -> Result<u64> {
             .arg(1_000)
             .query_async(&mut conn)
             .await
-            .with_context(|| format!("Redis SCAN MATCH {pattern}"))?;
+            .map_err(|e| probe_error("redis", format!("Redis SCAN MATCH {pattern}"), e))?;
         if !keys.is_empty() {
             let mut pipe = redis::pipe();
             for key in &keys {
@@ -131,10 +147,13 @@ pub async fn redis_memory_usage(url: &str, pattern: &str) -> Result<u64> {
                     .arg("SAMPLES")
                     .arg(0);
             }
-            let sizes: Vec<Option<u64>> = pipe
-                .query_async(&mut conn)
-                .await
-                .with_context(|| format!("Redis MEMORY USAGE of keys matching {pattern}"))?;
+            let sizes: Vec<Option<u64>> = pipe.query_async(&mut conn).await.map_err(|e| {
+                probe_error(
+                    "redis",
+                    format!("Redis MEMORY USAGE of keys matching {pattern}"),
+                    e,
+                )
+            })?;
             total += sizes.into_iter().flatten().sum::<u64>();
         }
         if next == 0 {
@@ -147,7 +166,7 @@ pub async fn redis_memory_usage(url: &str, pattern: &str) -> Result<u64> {
 /// The `SCAN MATCH` pattern of every key `store` writes (`prefix:*`). A [`RedisBus`]
 /// with the same prefix writes its streams under it too.
 ///
-/// [`RedisBus`]: forge_redis::RedisBus
+/// [`RedisBus`]: crate::RedisBus
 pub fn redis_store_pattern(store: &RedisStore) -> String {
     store.keys().pattern()
 }
@@ -159,8 +178,8 @@ pub fn redis_store_pattern(store: &RedisStore) -> String {
 /// When `url` is not a Redis URL forge-store accepts.
 pub fn redis_url_pattern(url: &str) -> Result<String> {
     let opts = RedisOptions::from_url(url)
-        .with_context(|| format!("parsing the Redis URL {}", redact(url)))?;
-    Ok(forge_redis::Keys::new(&opts.prefix)?.pattern())
+        .map_err(|e| probe_error("redis", format!("parsing the Redis URL {}", redact(url)), e))?;
+    Ok(Keys::new(&opts.prefix)?.pattern())
 }
 
 #[cfg(test)]

@@ -10,9 +10,14 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running cluster.
+use crate::process::on_path;
+use crate::skip;
+
+/// A running Redis Cluster: masters only, every write synced before its answer
+/// (`appendfsync always`).
 pub struct Cluster {
     nodes: Vec<Child>,
+    /// The nodes' ports, in start order.
     pub ports: Vec<u16>,
     dir: PathBuf,
 }
@@ -42,11 +47,7 @@ impl Cluster {
                 "{} not installed (apt-get install redis-server), so no local Redis Cluster",
                 missing.join(" and ")
             );
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "FORGE_TEST_REQUIRE_SERVICES=1 but {why}"
-            );
-            eprintln!("SKIPPED: redis cluster tests: {why}");
+            skip("redis cluster tests", &why);
             return None;
         }
         let ports = free_ports(masters);
@@ -135,11 +136,6 @@ impl Drop for Cluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn on_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(bin).is_file()))
 }
 
 /// `redis-cli -p PORT ARGS…` output (empty on failure).

@@ -91,12 +91,6 @@ impl ProcIo {
 /// longer names are cut.
 pub const COMM_LEN: usize = 15;
 
-/// The name sqlx-sqlite 0.9 gives the worker thread of each connection:
-/// `sqlx-sqlite-worker-{id}` (the default of `SqliteConnectOptions::thread_name`). Its
-/// `comm` is cut to [`COMM_LEN`] bytes, `sqlx-sqlite-wor`; [`thread_io`] cuts the prefix
-/// it is given the same way.
-pub const SQLITE_WORKER_THREAD_PREFIX: &str = "sqlx-sqlite-worker-";
-
 /// The counters of every live thread of this process whose name starts with
 /// `name_prefix` (cut to [`COMM_LEN`] bytes, as the kernel cuts names), by thread id.
 ///
@@ -131,9 +125,7 @@ pub fn thread_io_by_tid(name_prefix: &str) -> Option<BTreeMap<u32, ProcIo>> {
 /// The counters of the live threads named `name_prefix…`, summed (see
 /// [`thread_io_by_tid`]); all zero when no thread matches.
 ///
-/// For SQLite through sqlx pass [`SQLITE_WORKER_THREAD_PREFIX`]: every statement of a
-/// connection, checkpoints included, runs on its worker thread. Read it **before**
-/// closing the pool — a closed connection's thread exits and its counts vanish.
+/// A thread that exits takes its counts with it: read before the threads end.
 pub fn thread_io(name_prefix: &str) -> Option<ProcIo> {
     let threads = thread_io_by_tid(name_prefix)?;
     let mut sum = ProcIo::default();
@@ -145,7 +137,7 @@ pub fn thread_io(name_prefix: &str) -> Option<ProcIo> {
 
 /// Growth of each thread since `start`, summed over the threads alive now (a thread
 /// started since counts from zero; one that exited since is lost).
-pub(super) fn thread_growth(start: &BTreeMap<u32, ProcIo>, now: &BTreeMap<u32, ProcIo>) -> ProcIo {
+pub fn thread_growth(start: &BTreeMap<u32, ProcIo>, now: &BTreeMap<u32, ProcIo>) -> ProcIo {
     let mut sum = ProcIo::default();
     for (tid, io) in now {
         sum.add(&io.since(&start.get(tid).copied().unwrap_or_default()));

@@ -1,10 +1,13 @@
-//! Postgres: WAL bytes from the insert LSN, and `pg_stat_wal`.
+//! Postgres: WAL bytes from the insert LSN, and `pg_stat_wal`: what the driver's write
+//! probe reads.
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Context as _, Result};
+use forge_core::driver::probe_error;
 use forge_core::url::redact;
-use forge_sql::PostgresOptions;
+use forge_core::Result;
+
+use super::PostgresOptions;
 use sqlx::{Connection as _, PgConnection};
 
 /// Connects one plain connection with a Postgres URL as forge-store takes it (forge's own
@@ -13,11 +16,22 @@ use sqlx::{Connection as _, PgConnection};
 /// # Errors
 /// When the URL is malformed or the server cannot be reached.
 pub async fn pg_connect(url: &str) -> Result<PgConnection> {
-    let options = PostgresOptions::from_url(url)
-        .with_context(|| format!("parsing the Postgres URL {}", redact(url)))?;
+    let options = PostgresOptions::from_url(url).map_err(|e| {
+        probe_error(
+            "postgres",
+            format!("parsing the Postgres URL {}", redact(url)),
+            e,
+        )
+    })?;
     PgConnection::connect_with(&options.connect)
         .await
-        .with_context(|| format!("connecting to Postgres at {}", redact(url)))
+        .map_err(|e| {
+            probe_error(
+                "postgres",
+                format!("connecting to Postgres at {}", redact(url)),
+                e,
+            )
+        })
 }
 
 /// The WAL insert position of the server, in bytes from `0/0`. Its growth over a run is
@@ -30,8 +44,14 @@ pub async fn pg_wal_insert_lsn(conn: &mut PgConnection) -> Result<u64> {
         sqlx::query_scalar("select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
             .fetch_one(conn)
             .await
-            .context("reading the Postgres WAL insert LSN")?;
-    u64::try_from(lsn).map_err(|_| anyhow!("Postgres reported a negative WAL position {lsn}"))
+            .map_err(|e| probe_error("postgres", "reading the Postgres WAL insert LSN", e))?;
+    u64::try_from(lsn).map_err(|_| {
+        probe_error(
+            "postgres",
+            format!("Postgres reported a negative WAL position {lsn}"),
+            "out of range",
+        )
+    })
 }
 
 /// The cluster-wide WAL statistics of `pg_stat_wal` (Postgres 14 and later).
@@ -91,7 +111,7 @@ pub async fn pg_wait_for_stats(conn: &mut PgConnection, max_wait: Duration) -> R
         )
         .fetch_one(&mut *conn)
         .await
-        .context("reading pg_stat_activity")?;
+        .map_err(|e| probe_error("postgres", "reading pg_stat_activity", e))?;
         if pending == 0 {
             return Ok(true);
         }
@@ -115,9 +135,15 @@ pub async fn pg_stat_wal(conn: &mut PgConnection) -> Result<PgWalStats> {
         )
         .fetch_one(conn)
         .await
-        .context("reading pg_stat_wal (Postgres 14 or later)")?;
+        .map_err(|e| probe_error("postgres", "reading pg_stat_wal (Postgres 14 or later)", e))?;
     let n = |name: &str, v: i64| {
-        u64::try_from(v).map_err(|_| anyhow!("pg_stat_wal.{name} is negative: {v}"))
+        u64::try_from(v).map_err(|_| {
+            probe_error(
+                "postgres",
+                format!("pg_stat_wal.{name} is negative: {v}"),
+                "out of range",
+            )
+        })
     };
     Ok(PgWalStats {
         wal_records: n("wal_records", wal_records)?,

@@ -1,0 +1,141 @@
+//! Small fixtures the test suites share: messages, environment numbers, runtimes,
+//! normalized exports, waiting for a condition.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use forge_core::id::now_ms;
+use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
+use forge_core::{Message, MessageId, Part, PartId, SessionId};
+use serde_json::Value;
+
+/// A user message of agent `build`, made now, with one text part; fresh ids.
+pub fn user_message(session: &SessionId, text: &str) -> (Message, Part) {
+    user_message_with(
+        session,
+        MessageId::generate(),
+        PartId::generate(),
+        text,
+        now_ms(),
+    )
+}
+
+/// A user message of agent `build` with the ids and creation time given, with one text
+/// part.
+pub fn user_message_with(
+    session: &SessionId,
+    id: MessageId,
+    part: PartId,
+    text: impl Into<String>,
+    created: i64,
+) -> (Message, Part) {
+    let msg = Message {
+        id,
+        session_id: session.clone(),
+        body: MessageBody::User(UserMessage {
+            time: UserTime {
+                created,
+                extra: JsonMap::new(),
+            },
+            agent: "build".into(),
+            model: None,
+            system: None,
+            tools: None,
+            extra: JsonMap::new(),
+        }),
+    };
+    let part = Part {
+        id: part,
+        session_id: session.clone(),
+        message_id: msg.id.clone(),
+        body: PartBody::Text(TextPart {
+            text: text.into(),
+            synthetic: None,
+            ignored: None,
+            time: None,
+            metadata: None,
+            extra: JsonMap::new(),
+        }),
+    };
+    (msg, part)
+}
+
+/// The text of a text or reasoning part (`None` for other parts).
+pub fn text_of(p: &Part) -> Option<&str> {
+    match &p.body {
+        PartBody::Text(t) => Some(&t.text),
+        PartBody::Reasoning(r) => Some(&r.text),
+        _ => None,
+    }
+}
+
+/// The number in the environment variable `var`, or `default` when it is unset; a value
+/// that is not such a number fails the test, naming the variable.
+pub fn env_number<T: FromStr>(var: &str, default: T) -> T {
+    match std::env::var(var) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}={v:?} is not a valid number")),
+        Err(_) => default,
+    }
+}
+
+/// [`env_number`] for a count.
+pub fn env_usize(var: &str, default: usize) -> usize {
+    env_number(var, default)
+}
+
+/// A multi-threaded tokio runtime with two workers, I/O and time enabled.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A current-thread tokio runtime, I/O and time enabled.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// An export (or any JSON document) with generated ids (`ses_…`, `msg_…`, `prt_…`)
+/// numbered by first appearance and every number under a `time` key zeroed: what two
+/// runs of the same stream have in common.
+pub fn normalized(doc: &Value) -> Value {
+    fn walk(
+        v: &Value,
+        ids: &mut std::collections::BTreeMap<String, usize>,
+        in_time: bool,
+    ) -> Value {
+        match v {
+            Value::String(s) if ["ses_", "msg_", "prt_"].iter().any(|p| s.starts_with(p)) => {
+                let n = ids.len();
+                Value::String(format!("id#{}", ids.entry(s.clone()).or_insert(n)))
+            }
+            Value::Number(_) if in_time => Value::from(0),
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, ids, in_time)).collect()),
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .map(|(k, x)| (k.clone(), walk(x, ids, in_time || k == "time")))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    walk(doc, &mut std::collections::BTreeMap::new(), false)
+}
+
+/// Waits until `ready` holds, checking every 50 ms up to `limit`; panics naming `what`
+/// otherwise.
+pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
