@@ -1,8 +1,12 @@
 //! Replay: feeds a recorded stream through the Processor into a session.
 //!
-//! The file format is documented in `docs/replay-format.md`. Replay lines (`session`,
-//! `user`, `assistant`, `crash`) frame the conversation; every other line is an AI SDK
-//! stream event handled by the [`Processor`] of the open assistant message. The same
+//! The file format is documented in `docs/replay-format.md`. A replay is a parser
+//! ([`parse_line`], into the core's items) and the core's [`TurnDriver`], which writes
+//! the session's messages and feeds stream events to the Processor of the open
+//! assistant message; what is replay's own is the session line, the checks that name a
+//! line, the report, and how a replay stops. Replay lines (`session`, `user`,
+//! `assistant`, `crash`) frame the conversation; every other line is an AI SDK stream
+//! event. The same
 //! lines can come from any [`Stream`] ([`Forge::replay_stream`](crate::Forge::replay_stream)):
 //! a [`forge_core::StreamEvent`] converts into a [`Line`].
 //!
@@ -18,13 +22,9 @@
 //! while an assistant message is open (a producer whose stream threw): the message is
 //! closed with an `UnknownError` saying the stream ended early.
 
-use std::collections::HashMap;
-
-use forge_core::model::{ErrorName, MessageError, ModelRef};
-use forge_core::projector::Scope;
-use forge_core::{
-    Engine, Flow, MessageId, Outcome, Processor, ProcessorStats, StreamEvent, TenantId,
-};
+use forge_core::model::{ErrorName, MessageError};
+use forge_core::turn::{Refs, TurnDriver};
+use forge_core::{Engine, Outcome, Processor, StreamEvent, TenantId};
 use futures::{Stream, StreamExt};
 use tracing::Instrument;
 
@@ -41,8 +41,8 @@ pub use line::{
 };
 pub use report::{LeftOpen, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents};
 
-/// The agent a user message names when its line does not.
-pub const DEFAULT_AGENT: &str = "build";
+/// The agent a user message names when neither its line nor an earlier one does.
+pub use forge_core::turn::DEFAULT_AGENT;
 
 /// What an answer the input left open is closed with (as an `UnknownError`). It names
 /// no line or id: the same stream gives the same stored history.
@@ -50,27 +50,16 @@ pub const ENDED_EARLY: &str = "the stream ended early: the input ended while thi
      message was open; end it with finish, error or abort (or add {\"type\":\"crash\"} to \
      leave it open on purpose)";
 
-struct UserCtx {
-    id: MessageId,
-    agent: String,
-    model: Option<ModelRef>,
-}
-
 /// Feeds lines to one session.
 pub(crate) struct Replayer<'a> {
     engine: &'a Engine,
     tenant: &'a TenantId,
     opts: ReplayOptions,
     session_line: Option<SessionLine>,
-    scope: Option<Scope>,
-    last_user: Option<UserCtx>,
-    refs: HashMap<String, MessageId>,
-    open: Option<Processor>,
-    /// The last stream event finished an answer (and nothing opened another since).
-    finished: bool,
+    /// The session's driver, once the session is open.
+    driver: Option<TurnDriver>,
     /// Lines applied (not blank, not a comment, not skipped, not of an unknown type).
     applied: usize,
-    stats: ProcessorStats,
     report: ReplayReport,
 }
 
@@ -110,13 +99,8 @@ impl<'a> Replayer<'a> {
             tenant,
             opts,
             session_line: None,
-            scope: None,
-            last_user: None,
-            refs: HashMap::new(),
-            open: None,
-            finished: false,
+            driver: None,
             applied: 0,
-            stats: ProcessorStats::default(),
             report: ReplayReport::default(),
         }
     }
@@ -154,8 +138,14 @@ impl<'a> Replayer<'a> {
     {
         let span = tracing::info_span!("replay", tenant = %self.tenant);
         let outcome = self.lines(unit, items).instrument(span).await;
-        self.report.deltas = self.stats.deltas;
-        self.report.ignored_events = self.stats.ignored;
+        // Every answer is closed by now (finished, failed, or dropped at a crash).
+        let stats = self
+            .driver
+            .as_ref()
+            .map(TurnDriver::stats)
+            .unwrap_or_default();
+        self.report.deltas = stats.deltas;
+        self.report.ignored_events = stats.ignored;
         match outcome {
             Ok(()) => Ok(self.report),
             Err(error) => Err(ReplayError {
@@ -207,7 +197,7 @@ impl<'a> Replayer<'a> {
     async fn end(&mut self, unit: Unit, n: usize) -> Result<()> {
         let end = unit.end(n + 1);
         self.close_failed_answer(&end).await?;
-        if let Some(p) = &self.open {
+        if let Some(p) = self.open() {
             if self.opts.strict {
                 let e = Error::input(
                     &end,
@@ -222,7 +212,7 @@ impl<'a> Replayer<'a> {
             }
             self.close_ended_early(&end).await?;
         }
-        if self.applied == 0 && self.scope.is_none() {
+        if self.applied == 0 && self.driver.is_none() {
             // Nothing to store: no session is created for an empty input.
             let unknown = self.report.unknown_count();
             let skipped = self.report.skipped.len();
@@ -286,9 +276,30 @@ impl<'a> Replayer<'a> {
         Ok(Step::Applied)
     }
 
+    /// The Processor of the open assistant message.
+    fn open(&self) -> Option<&Processor> {
+        self.driver.as_ref().and_then(TurnDriver::open)
+    }
+
+    /// `f` of the names lines gave their messages (none before the session is open).
+    fn with_refs<T>(&self, f: impl FnOnce(&Refs) -> T) -> T {
+        match &self.driver {
+            Some(d) => f(d.refs()),
+            None => f(&Refs::default()),
+        }
+    }
+
+    fn driver(&mut self, at: &str) -> Result<&mut TurnDriver> {
+        self.driver
+            .as_mut()
+            .ok_or_else(|| Error::input(at, "no session yet"))
+    }
+
     async fn event(&mut self, at: &str, event: StreamEvent) -> Result<()> {
-        if self.open.is_none() {
-            if self.finished && matches!(event, StreamEvent::Finish { .. }) {
+        if self.open().is_none() {
+            if self.driver.as_ref().is_some_and(TurnDriver::finished)
+                && matches!(event, StreamEvent::Finish { .. })
+            {
                 // Opening a new answer only to finish it would store an empty assistant
                 // message.
                 return Err(Error::input(
@@ -313,46 +324,34 @@ impl<'a> Replayer<'a> {
             self.start_assistant(at, AssistantLine::default()).await?;
         }
         let kind = event.kind();
-        let Some(p) = self.open.as_mut() else {
-            return Err(Error::input(at, "no assistant message is open"));
-        };
-        let flow = p
-            .handle(event)
+        self.driver(at)?
+            .event(event)
             .await
             .map_err(|e| classify(at.to_owned(), kind, e))?;
-        if flow == Flow::Done {
-            self.close_processor();
-            self.finished = true;
-        }
         Ok(())
     }
 
     /// Closes an answer that already failed (an `error` inside a step, then no
     /// `finish`): the stream moved on, so the error is recorded as the SDK meant it.
     async fn close_failed_answer(&mut self, at: &str) -> Result<()> {
-        let Some(p) = self.open.as_mut() else {
-            return Ok(());
-        };
-        if !p.awaits_finish_after_error() {
-            return Ok(());
+        if let Some(d) = self.driver.as_mut() {
+            d.close_failed()
+                .await
+                .map_err(|e| Error::store(format!("{at}: closing the failed answer"), e))?;
         }
-        p.finalize(Outcome::Finished)
-            .await
-            .map_err(|e| Error::store(format!("{at}: closing the failed answer"), e))?;
-        self.close_processor();
         Ok(())
     }
 
     /// Closes the answer the input left open with [`ENDED_EARLY`].
     async fn close_ended_early(&mut self, at: &str) -> Result<()> {
-        let Some(p) = self.open.as_mut() else {
+        let Some(d) = self.driver.as_mut() else {
             return Ok(());
         };
-        let id = p.message().id.clone();
+        let Some(id) = d.open().map(|p| p.message().id.clone()) else {
+            return Ok(());
+        };
         let error = MessageError::new(ErrorName::Unknown, ENDED_EARLY);
-        let closed = p.finalize(Outcome::Failed(error)).await;
-        self.close_processor();
-        closed.map_err(|e| {
+        d.finalize(Outcome::Failed(error)).await.map_err(|e| {
             Error::store(
                 format!("{at}: closing assistant message {id}, which the stream left open"),
                 e,
@@ -364,7 +363,7 @@ impl<'a> Replayer<'a> {
     }
 
     fn no_open_assistant(&self, at: &str, what: &str) -> Result<()> {
-        match &self.open {
+        match self.open() {
             Some(p) => Err(Error::input(
                 at,
                 format!(
@@ -377,23 +376,15 @@ impl<'a> Replayer<'a> {
         }
     }
 
-    fn close_processor(&mut self) {
-        if let Some(p) = self.open.take() {
-            let s = p.stats();
-            self.stats.commits += s.commits;
-            self.stats.rows += s.rows;
-            self.stats.deltas += s.deltas;
-            self.stats.ignored += s.ignored;
-        }
-    }
-
     async fn crash(&mut self, n: usize) -> Result<()> {
         // Dropped without finalize: the store keeps what the last boundary wrote.
-        self.close_processor();
+        if let Some(d) = self.driver.as_mut() {
+            d.crash();
+        }
         self.report.crash_line = Some(n);
         let at = format!("line {n} (crash)");
         self.ensure_session(&at).await?;
-        let Some(scope) = &self.scope else {
+        let Some(scope) = self.driver.as_ref().map(TurnDriver::scope) else {
             return Ok(());
         };
         // Only the processor stops: what a group-commit projector holds is committed, as
@@ -420,9 +411,9 @@ impl<'a> Replayer<'a> {
     /// finalize failed too).
     async fn fail(&mut self, e: Error) -> Error {
         let mut e = e;
-        if let Some(p) = self.open.as_mut() {
+        if let Some(d) = self.driver.as_mut().filter(|d| d.open().is_some()) {
             let error = MessageError::new(ErrorName::Unknown, format!("replay stopped: {e}"));
-            if let Err(closing) = p.finalize(Outcome::Failed(error)).await {
+            if let Err(closing) = d.finalize(Outcome::Failed(error)).await {
                 tracing::warn!(error = %closing, "closing the open assistant message failed");
                 e = Error::store(
                     format!("{e}; closing the open assistant message also failed"),
@@ -430,7 +421,6 @@ impl<'a> Replayer<'a> {
                 );
             }
         }
-        self.close_processor();
         e
     }
 }

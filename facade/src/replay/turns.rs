@@ -6,15 +6,15 @@
 //! first, then whether it fits (a user message while an answer is open, an answer with
 //! no user message), and only then the session is created and the message written.
 
-use forge_core::id::{now_ms, PartId};
-use forge_core::model::MessageBody;
-use forge_core::processor::{assistant_message, user_message};
-use forge_core::projector::Scope;
-use forge_core::{Engine, MessageId, Part, ProcessorOptions, Session, SessionId, TenantId};
+use std::sync::Arc;
 
-use super::{
-    user_part_bodies, AssistantLine, Replayer, SessionLine, UserCtx, UserLine, DEFAULT_AGENT,
-};
+use forge_core::id::now_ms;
+use forge_core::model::MessageBody;
+use forge_core::projector::Scope;
+use forge_core::turn::{LastUser, TurnDriver, TurnOptions};
+use forge_core::{Engine, Session, SessionId, TenantId};
+
+use super::{user_part_bodies, AssistantLine, Replayer, SessionLine, UserLine};
 use crate::error::{classify, Error, Result};
 
 impl Replayer<'_> {
@@ -55,7 +55,7 @@ impl Replayer<'_> {
     /// Opens the session if it exists already (reading its last user message); creates
     /// nothing. Whether a session is open now.
     async fn find_session(&mut self, at: &str) -> Result<bool> {
-        if self.scope.is_some() {
+        if self.driver.is_some() {
             return Ok(true);
         }
         let Some(id) = self.wanted_session() else {
@@ -71,12 +71,13 @@ impl Replayer<'_> {
         else {
             return Ok(false);
         };
-        self.scope = Some(engine.scope(self.tenant, &id).await.map_err(store_err)?);
+        let scope = engine.scope(self.tenant, &id).await.map_err(store_err)?;
         self.report.session = Some(id.clone());
         self.report.title = state.info.title;
-        self.last_user = last_user_in_store(engine, self.tenant, &id)
+        let last_user = last_user_in_store(engine, self.tenant, &id)
             .await
             .map_err(store_err)?;
+        self.driver = Some(self.driver_for(scope).continuing(last_user));
         Ok(true)
     }
 
@@ -103,14 +104,24 @@ impl Replayer<'_> {
         self.report.session = Some(id);
         self.report.title = title;
         self.report.created = true;
-        self.scope = Some(scope);
+        self.driver = Some(self.driver_for(scope));
         Ok(())
+    }
+
+    fn driver_for(&self, scope: Scope) -> TurnDriver {
+        let projector = Arc::clone(&self.engine.projector);
+        TurnDriver::new(projector, scope, TurnOptions::default())
     }
 
     /// Fails unless there is a user message to answer (in the session as stored, when
     /// it is continued). Creates no session.
     pub(super) async fn has_user(&mut self, at: &str) -> Result<()> {
-        if self.find_session(at).await? && self.last_user.is_some() {
+        if self.find_session(at).await?
+            && self
+                .driver
+                .as_ref()
+                .is_some_and(|d| d.last_user().is_some())
+        {
             return Ok(());
         }
         Err(Error::input(
@@ -121,41 +132,16 @@ impl Replayer<'_> {
     }
 
     pub(super) fn scope(&self, at: &str) -> Result<Scope> {
-        self.scope
-            .clone()
+        self.driver
+            .as_ref()
+            .map(|d| d.scope().clone())
             .ok_or_else(|| Error::input(at, "no session yet"))
-    }
-
-    fn resolve(&self, at: &str, reference: &str) -> Result<MessageId> {
-        match reference.strip_prefix('@') {
-            Some(name) => self.refs.get(name).cloned().ok_or_else(|| {
-                Error::input(
-                    at,
-                    format!(
-                        "compaction.tail_start_id: @{name} names no earlier line (give a user \
-                         line \"ref\":\"{name}\")"
-                    ),
-                )
-            }),
-            None => Ok(MessageId::from(reference)),
-        }
     }
 
     /// Fails if `label` names an earlier line already.
     fn label_is_free(&self, at: &str, label: Option<&str>) -> Result<()> {
-        match label {
-            Some(name) if self.refs.contains_key(name) => Err(Error::input(
-                at,
-                format!("ref {name:?} is already used by an earlier line"),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    fn remember(&mut self, label: Option<String>, id: &MessageId) {
-        if let Some(name) = label {
-            self.refs.insert(name, id.clone());
-        }
+        self.with_refs(|refs| refs.check_free(label))
+            .map_err(|e| input_at(at, e))
     }
 
     pub(super) async fn user(&mut self, at: &str, mut u: UserLine) -> Result<()> {
@@ -163,53 +149,29 @@ impl Replayer<'_> {
             .compaction
             .as_ref()
             .and_then(|c| c.tail_start_id.as_deref())
-            .map(|r| self.resolve(at, r))
-            .transpose()?;
+            .map(|r| self.with_refs(|refs| refs.resolve(r)))
+            .transpose()
+            .map_err(|e| input_at(at, e))?;
         let bodies = user_part_bodies(&mut u, tail_start_id).map_err(|m| Error::input(at, m))?;
         self.label_is_free(at, u.label.as_deref())?;
-        if let Some(p) = &self.open {
+        if let Some(p) = self.open() {
             if !p.awaits_finish_after_error() {
                 self.no_open_assistant(at, "a user message")?;
             }
         }
         self.ensure_session(at).await?;
         self.close_failed_answer(at).await?;
-        let scope = self.scope(at)?;
-        let session_id = scope.session_id.clone();
-        let previous = self.last_user.as_ref();
-        let agent = u
-            .agent
-            .or_else(|| previous.map(|p| p.agent.clone()))
-            .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
-        let model = u.model.or_else(|| previous.and_then(|p| p.model.clone()));
-        let mut message = user_message(session_id.clone(), &agent, now_ms());
-        if let MessageBody::User(m) = &mut message.body {
-            m.model.clone_from(&model);
-        }
-        let id = message.id.clone();
-        let parts = bodies
-            .into_iter()
-            .map(|body| Part {
-                id: PartId::generate(),
-                session_id: session_id.clone(),
-                message_id: id.clone(),
-                body,
-            })
-            .collect();
-        self.engine
-            .put_message(&scope, message, parts)
+        self.driver(at)?
+            .write_user(bodies, u.agent, u.model, u.label)
             .await
             .map_err(|e| classify(at.to_owned(), "the user message", e))?;
-        self.remember(u.label, &id);
         self.report.user_messages += 1;
-        self.finished = false;
-        self.last_user = Some(UserCtx { id, agent, model });
         Ok(())
     }
 
     pub(super) async fn assistant(&mut self, at: &str, a: AssistantLine) -> Result<()> {
         self.label_is_free(at, a.label.as_deref())?;
-        if let Some(p) = &self.open {
+        if let Some(p) = self.open() {
             if !p.awaits_finish_after_error() {
                 self.no_open_assistant(at, "a new assistant message")?;
             }
@@ -220,43 +182,28 @@ impl Replayer<'_> {
     }
 
     pub(super) async fn start_assistant(&mut self, at: &str, a: AssistantLine) -> Result<()> {
-        let Some(user) = &self.last_user else {
+        if self
+            .driver
+            .as_ref()
+            .and_then(TurnDriver::last_user)
+            .is_none()
+        {
             return Err(Error::input(at, "no user message to answer"));
-        };
-        let (provider, model) = match (&a.provider_id, &a.model_id, &user.model) {
-            (Some(p), Some(m), _) => (p.clone(), m.clone()),
-            (p, m, Some(u)) => (
-                p.clone().unwrap_or_else(|| u.provider_id.clone()),
-                m.clone().unwrap_or_else(|| u.model_id.clone()),
-            ),
-            (p, m, None) => (
-                p.clone().unwrap_or_else(|| "unknown".to_owned()),
-                m.clone().unwrap_or_else(|| "unknown".to_owned()),
-            ),
-        };
-        let scope = self.scope(at)?;
-        let mut message = assistant_message(
-            scope.session_id.clone(),
-            user.id.clone(),
-            &provider,
-            &model,
-            now_ms(),
-        );
-        if let Some(fields) = message.as_assistant_mut() {
-            fields.agent = Some(a.agent.unwrap_or_else(|| user.agent.clone()));
-            fields.summary = a.summary;
         }
-        let id = message.id.clone();
-        let p = self
-            .engine
-            .processor(scope, message, ProcessorOptions::default())
+        self.driver(at)?
+            .open_assistant(a)
             .await
             .map_err(|e| classify(at.to_owned(), "the assistant message", e))?;
-        self.remember(a.label, &id);
         self.report.assistant_messages += 1;
-        self.open = Some(p);
-        self.finished = false;
         Ok(())
+    }
+}
+
+/// A check of the core's that refused a line, as the input error at `at`.
+fn input_at(at: &str, e: forge_core::Error) -> Error {
+    match e {
+        forge_core::Error::InvalidInput(message) => Error::input(at, message),
+        other => Error::input(at, other.to_string()),
     }
 }
 
@@ -265,7 +212,7 @@ async fn last_user_in_store(
     engine: &Engine,
     tenant: &TenantId,
     session: &SessionId,
-) -> forge_core::Result<Option<UserCtx>> {
+) -> forge_core::Result<Option<LastUser>> {
     let mut cursor = None;
     loop {
         let page = engine
@@ -273,7 +220,7 @@ async fn last_user_in_store(
             .await?;
         for m in page.messages.iter().rev() {
             if let MessageBody::User(u) = &m.info.body {
-                return Ok(Some(UserCtx {
+                return Ok(Some(LastUser {
                     id: m.info.id.clone(),
                     agent: u.agent.clone(),
                     model: u.model.clone(),
