@@ -58,7 +58,7 @@ pub enum Error {
     /// The input (a stream line, an import document) is not what it must be. Nothing of
     /// the bad item was stored.
     ///
-    /// `at` and `message` are [`clip`](crate::clip)ped: one line each, every quoted
+    /// `at` and `message` are [`clip`](crate::text::clip)ped: one line each, every quoted
     /// value cut to [`QUOTE_MAX`](crate::text::QUOTE_MAX) bytes.
     #[error("{at}: {message}")]
     Input {
@@ -185,7 +185,7 @@ impl Error {
 }
 
 /// The source of an [`Error::Input`]: the parser's or the engine's error, displayed
-/// [`clip`](crate::clip)ped like the message (their own text may quote the input in
+/// [`clip`](crate::text::clip)ped like the message (their own text may quote the input in
 /// full: serde writes `invalid type: string "…"` with the whole string).
 /// [`ClippedError::get_ref`] gives the original, e.g. to downcast it to
 /// `serde_json::Error` or [`forge_core::Error`].

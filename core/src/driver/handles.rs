@@ -13,7 +13,7 @@ use crate::store::Store;
 
 /// What a factory remembers about each store it handed out — the path or URL to open
 /// it again, what must outlive it — found again from the store itself (by identity) in
-/// [`BackendFactory::reopen`] and [`BackendFactory::teardown`].
+/// [`Instances::reopen`](super::Instances::reopen) and [`Instances::teardown`](super::Instances::teardown).
 ///
 /// ```
 /// use std::sync::Arc;
