@@ -413,8 +413,8 @@ fn check_with(ctx: &Ctx<'_>, case: &Case, recover: RecoverFn) -> Result<(), Stri
         let events = case.stream.events();
         let cut = cut_of(case, &events);
         for (k, e) in events[..cut].iter().enumerate() {
-            turn.processor
-                .handle(e.clone())
+            turn.driver
+                .event(e.clone())
                 .await
                 .map_err(ctx_err(format!("event #{k} {}", e.kind())))?;
         }
@@ -452,7 +452,7 @@ fn check_with(ctx: &Ctx<'_>, case: &Case, recover: RecoverFn) -> Result<(), Stri
                     }
                     _ => Ending::Aborted,
                 };
-                turn.processor
+                turn.driver
                     .finalize(outcome)
                     .await
                     .map_err(ctx_err("finalize"))?;

@@ -205,8 +205,8 @@ async fn crashed_turn(
 ) -> Result<SessionId, String> {
     let (projector, mut turn) = Turn::start(Arc::clone(store), Arc::clone(bus), tenant).await?;
     for (k, e) in events.iter().enumerate() {
-        turn.processor
-            .handle(e.clone())
+        turn.driver
+            .event(e.clone())
             .await
             .map_err(ctx_err(format!("event #{k} {}", e.kind())))?;
     }

@@ -1,14 +1,15 @@
 //! Shared set-up for the properties that drive a Processor: a session, a user message
-//! and an open assistant message, on a deterministic clock.
+//! and an open assistant message on the core's [`TurnDriver`], on a deterministic clock.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use forge_core::model::PartBody;
 use forge_core::processor::assistant_message;
+use forge_core::turn::{TurnDriver, TurnOptions};
 use forge_core::{
-    Bus, DirectProjector, MessageId, MessageWithParts, Part, Processor, ProcessorOptions,
-    Projector, SessionId, Store, SyncEvent, TenantId,
+    Bus, DirectProjector, MessageId, MessageWithParts, Part, ProcessorOptions, Projector,
+    SessionId, Store, SyncEvent, TenantId,
 };
 
 use crate::harness::ctx_err;
@@ -20,12 +21,12 @@ pub(crate) fn ticking_clock() -> forge_core::processor::Clock {
     Arc::new(move || t.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A session with one user message and a processor on its open assistant answer.
+/// A session with one user message and a driver with its assistant answer open.
 pub(crate) struct Turn {
     pub tenant: TenantId,
     pub session: SessionId,
     pub assistant: MessageId,
-    pub processor: Processor,
+    pub driver: TurnDriver,
 }
 
 impl Turn {
@@ -68,27 +69,28 @@ impl Turn {
             )
             .await
             .map_err(ctx_err("writing the session and the user message"))?;
-        let mut answer = assistant_message(session.clone(), user, "provider", "model", T0);
-        answer.id = MessageId::from("msg_0002_assistant");
-        let processor = Processor::start(
-            Arc::clone(&projector),
-            scope,
-            answer,
-            ProcessorOptions {
+        let options = TurnOptions {
+            processor: ProcessorOptions {
                 clock: ticking_clock(),
                 text_hook: None,
                 persist_every_delta,
             },
-        )
-        .await
-        .map_err(ctx_err("Processor::start"))?;
+            ..TurnOptions::default()
+        };
+        let mut driver = TurnDriver::new(Arc::clone(&projector), scope, options);
+        let mut answer = assistant_message(session.clone(), user, "provider", "model", T0);
+        answer.id = MessageId::from("msg_0002_assistant");
+        let assistant = driver
+            .open_message(answer)
+            .await
+            .map_err(ctx_err("Processor::start"))?;
         Ok((
             projector,
             Turn {
                 tenant,
                 session,
-                assistant: MessageId::from("msg_0002_assistant"),
-                processor,
+                assistant,
+                driver,
             },
         ))
     }

@@ -218,8 +218,8 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let events = case.stream.events();
         let cut = super::crash::fed_events(events.len(), case.cut);
         for (k, e) in events[..cut].iter().enumerate() {
-            turn.processor
-                .handle(e.clone())
+            turn.driver
+                .event(e.clone())
                 .await
                 .map_err(ctx_err(format!("event #{k} {}", e.kind())))?;
             unchanged_behind_the_projector(&b.store, &turn, &log)
@@ -237,7 +237,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                     .map_err(ctx_err("recover"))?;
             }
             _ => {
-                turn.processor
+                turn.driver
                     .finalize(forge_core::Outcome::Finished)
                     .await
                     .map_err(ctx_err("finalize"))?;

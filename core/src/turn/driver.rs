@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::event::SyncEvent;
 use crate::group::GroupCommitProjector;
 use crate::id::{MessageId, PartId};
-use crate::model::{MessageBody, ModelRef, Part, PartBody};
+use crate::model::{Message, MessageBody, ModelRef, Part, PartBody};
 use crate::processor::{
     assistant_message, user_message, Flow, Outcome, Processor, ProcessorOptions, ProcessorStats,
 };
@@ -326,6 +326,17 @@ impl TurnDriver {
             fields.agent = agent;
             fields.summary = a.summary;
         }
+        let id = self.open_message(message).await?;
+        self.refs.remember(a.label, &id);
+        Ok(id)
+    }
+
+    /// Opens `message`, an open assistant message the caller made (its id, parent and
+    /// fields as given), with nothing closed first. Its id.
+    ///
+    /// # Errors
+    /// The store's error, or the Processor's refusal of the message.
+    pub async fn open_message(&mut self, message: Message) -> Result<MessageId> {
         let id = message.id.clone();
         let p = Processor::start(
             Arc::clone(&self.projector),
@@ -334,7 +345,6 @@ impl TurnDriver {
             self.processor.clone(),
         )
         .await?;
-        self.refs.remember(a.label, &id);
         self.open = Some(p);
         self.finished = false;
         Ok(id)
