@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::event::SyncEvent;
-use crate::group::GroupCommitProjector;
 use crate::id::{MessageId, PartId};
 use crate::model::{Message, MessageBody, ModelRef, Part, PartBody};
 use crate::processor::{
@@ -16,72 +15,7 @@ use crate::projector::{Projector, Scope};
 use crate::stream::StreamEvent;
 
 use super::item::{AssistantItem, Item, Refs, Timed, UserItem};
-
-/// The agent a user message names when neither it nor an earlier one does.
-pub const DEFAULT_AGENT: &str = "build";
-
-/// The user message an assistant message answers: its id, agent and model.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LastUser {
-    /// Its id.
-    pub id: MessageId,
-    /// Its agent.
-    pub agent: String,
-    /// Its model, if it names one.
-    pub model: Option<ModelRef>,
-}
-
-/// Who an assistant message says answered, for the fields its item leaves out.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum Answerer {
-    /// The answered user message's model (`unknown` without one) and agent.
-    #[default]
-    User,
-    /// This provider and model, and no agent: every answer of a workload alike.
-    Fixed {
-        /// Provider.
-        provider_id: String,
-        /// Model.
-        model_id: String,
-    },
-}
-
-/// Event times honoured: before each timed item the Processor's clock is set to
-/// `epoch_ms + t_ms`, and a group-commit projector's clock is moved there.
-#[derive(Clone, Debug)]
-pub struct EventTime {
-    /// The clock at `t_ms = 0`, Unix ms (also the clock before the first timed item).
-    pub epoch_ms: i64,
-    /// Moved with [`GroupCommitProjector::advance`] (its `FlushMode::Manual`), so commit
-    /// windows are judged on event time.
-    pub group: Option<Arc<GroupCommitProjector>>,
-}
-
-/// How a [`TurnDriver`] writes.
-#[derive(Clone, Debug, Default)]
-pub struct TurnOptions {
-    /// Options of every Processor (its clock is replaced when `event_time` is set).
-    pub processor: ProcessorOptions,
-    /// Honour event times; `None`: the items' times are ignored.
-    pub event_time: Option<EventTime>,
-    /// The provider, model and agent of an answer its item does not name.
-    pub answerer: Answerer,
-}
-
-/// What an item did.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Applied {
-    /// Nothing: a session item (the driver is made for its session) or an unknown type.
-    Nothing,
-    /// A user message was written.
-    User(MessageId),
-    /// An assistant message was opened.
-    Opened(MessageId),
-    /// The open answer's Processor handled a stream event.
-    Event(Flow),
-    /// The open answer was dropped without finalize.
-    Crash,
-}
+use super::{Answerer, Applied, EventTime, LastUser, TurnOptions, DEFAULT_AGENT};
 
 /// Feeds one session's items to the Processor of its open assistant message.
 pub struct TurnDriver {

@@ -37,14 +37,90 @@
 //!
 //! A refused item (`InvalidInput`) writes nothing and leaves the driver as it was, so a
 //! caller may skip it and go on — except a stream event that opened an answer
-//! implicitly and was then refused by the Processor: the opened answer stays. The driver never finalizes on its own at the end: the
-//! caller decides how an answer left open ends ([`TurnDriver::finalize`],
-//! [`TurnDriver::close_failed`], [`TurnDriver::crash`]).
+//! implicitly and was then refused by the Processor: the opened answer stays. The
+//! driver never finalizes on its own at the end: the caller decides how an answer left
+//! open ends ([`TurnDriver::finalize`], [`TurnDriver::close_failed`],
+//! [`TurnDriver::crash`]). A caller with checks of its own (replay names the line of a
+//! refused one) uses the single steps: [`TurnDriver::write_user`],
+//! [`TurnDriver::open_assistant`], [`TurnDriver::open_message`], [`TurnDriver::event`].
+
+use std::sync::Arc;
+
+use crate::group::GroupCommitProjector;
+use crate::id::MessageId;
+use crate::model::ModelRef;
+use crate::processor::{Flow, ProcessorOptions};
 
 mod driver;
 mod item;
 #[cfg(test)]
 mod tests;
 
-pub use driver::{Answerer, Applied, EventTime, LastUser, TurnDriver, TurnOptions, DEFAULT_AGENT};
+pub use driver::TurnDriver;
 pub use item::{AssistantItem, CompactionItem, Item, Refs, SessionItem, Timed, UserItem};
+
+/// The agent a user message names when neither it nor an earlier one does.
+pub const DEFAULT_AGENT: &str = "build";
+
+/// The user message an assistant message answers: its id, agent and model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LastUser {
+    /// Its id.
+    pub id: MessageId,
+    /// Its agent.
+    pub agent: String,
+    /// Its model, if it names one.
+    pub model: Option<ModelRef>,
+}
+
+/// Who an assistant message says answered, for the fields its item leaves out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Answerer {
+    /// The answered user message's model (`unknown` without one) and agent.
+    #[default]
+    User,
+    /// This provider and model, and no agent: every answer of a workload alike.
+    Fixed {
+        /// Provider.
+        provider_id: String,
+        /// Model.
+        model_id: String,
+    },
+}
+
+/// Event times honoured: before each timed item the Processor's clock is set to
+/// `epoch_ms + t_ms`, and a group-commit projector's clock is moved there.
+#[derive(Clone, Debug)]
+pub struct EventTime {
+    /// The clock at `t_ms = 0`, Unix ms (also the clock before the first timed item).
+    pub epoch_ms: i64,
+    /// Moved with [`GroupCommitProjector::advance`] (its `FlushMode::Manual`), so commit
+    /// windows are judged on event time.
+    pub group: Option<Arc<GroupCommitProjector>>,
+}
+
+/// How a [`TurnDriver`] writes.
+#[derive(Clone, Debug, Default)]
+pub struct TurnOptions {
+    /// Options of every Processor (its clock is replaced when `event_time` is set).
+    pub processor: ProcessorOptions,
+    /// Honour event times; `None`: the items' times are ignored.
+    pub event_time: Option<EventTime>,
+    /// The provider, model and agent of an answer its item does not name.
+    pub answerer: Answerer,
+}
+
+/// What an item did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Applied {
+    /// Nothing: a session item (the driver is made for its session) or an unknown type.
+    Nothing,
+    /// A user message was written.
+    User(MessageId),
+    /// An assistant message was opened.
+    Opened(MessageId),
+    /// The open answer's Processor handled a stream event.
+    Event(Flow),
+    /// The open answer was dropped without finalize.
+    Crash,
+}
