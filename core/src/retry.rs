@@ -262,6 +262,17 @@ impl RetryStore {
     pub fn server(&self) -> &str {
         &self.server
     }
+
+    /// `attempt` (the call `what` on the inner store), retried as the policy says.
+    async fn retried<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        self.policy
+            .run(self.inner.capabilities().name, &self.server, what, attempt)
+            .await
+    }
 }
 
 #[async_trait]
@@ -271,35 +282,16 @@ impl Store for RetryStore {
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        self.policy
-            .run(
-                self.inner.capabilities().name,
-                &self.server,
-                "apply",
-                || self.inner.apply(batch),
-            )
-            .await
+        self.retried("apply", || self.inner.apply(batch)).await
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.policy
-            .run(
-                self.inner.capabilities().name,
-                &self.server,
-                "session",
-                || self.inner.session(tenant, id),
-            )
+        self.retried("session", || self.inner.session(tenant, id))
             .await
     }
 
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        self.policy
-            .run(
-                self.inner.capabilities().name,
-                &self.server,
-                "sessions",
-                || self.inner.sessions(tenant),
-            )
+        self.retried("sessions", || self.inner.sessions(tenant))
             .await
     }
 
@@ -309,13 +301,7 @@ impl Store for RetryStore {
         session: &SessionId,
         id: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
-        self.policy
-            .run(
-                self.inner.capabilities().name,
-                &self.server,
-                "message",
-                || self.inner.message(tenant, session, id),
-            )
+        self.retried("message", || self.inner.message(tenant, session, id))
             .await
     }
 
@@ -326,14 +312,10 @@ impl Store for RetryStore {
         before: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page> {
-        self.policy
-            .run(
-                self.inner.capabilities().name,
-                &self.server,
-                "messages",
-                || self.inner.messages(tenant, session, before, limit),
-            )
-            .await
+        self.retried("messages", || {
+            self.inner.messages(tenant, session, before, limit)
+        })
+        .await
     }
 
     async fn open_items(
@@ -341,13 +323,7 @@ impl Store for RetryStore {
         tenant: &TenantId,
         session: Option<&SessionId>,
     ) -> Result<OpenItems> {
-        self.policy
-            .run(
-                self.inner.capabilities().name,
-                &self.server,
-                "open_items",
-                || self.inner.open_items(tenant, session),
-            )
+        self.retried("open_items", || self.inner.open_items(tenant, session))
             .await
     }
 
