@@ -1,5 +1,6 @@
 //! Workload W1 (docs/backends.md, "Workload W1"), driven through forge-core's
-//! `Processor`: what one turn costs a backend in transactions, statements and rows.
+//! `TurnDriver` and `Processor`: what one turn costs a backend in transactions,
+//! statements and rows.
 //!
 //! Each turn: a user message with a 400 B text part; an assistant message with
 //! step-start, reasoning 2,000 B as 250 deltas of 8 B, text 1,600 B as 200 deltas, 3 tool
@@ -12,6 +13,7 @@ use std::sync::Arc;
 
 use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
 use forge_core::processor::assistant_message;
+use forge_core::turn::{Answerer, AssistantItem, TurnDriver, TurnOptions, UserItem};
 use forge_core::{
     Engine, LocalBus, Message, MessageId, Part, PartId, ProcessorOptions, Session, Store,
     StreamEvent, TenantId,
@@ -159,24 +161,27 @@ pub async fn run(
     let tenant = TenantId::new("w1").unwrap();
     let session = Session::new("W1", clock.load(Ordering::Relaxed));
     let scope = engine.put_session(&tenant, session.clone()).await?;
+    let options = TurnOptions {
+        processor: opts,
+        answerer: Answerer::Fixed {
+            provider_id: "p".to_owned(),
+            model_id: "m".to_owned(),
+        },
+        ..TurnOptions::default()
+    };
+    let mut driver = TurnDriver::new(Arc::clone(&engine.projector), scope, options);
     let mut letters = Letters(42);
     let before = stats();
-    let mut events = 0;
     for _ in 0..turns {
-        let now = clock.load(Ordering::Relaxed);
-        let (user, text) = user_message(&session, letters.take(400), now);
-        let user_id = user.id.clone();
-        engine.put_message(&scope, user, vec![text]).await?;
-        events += 2;
-        let answer = assistant_message(session.id.clone(), user_id, "p", "m", now);
-        let mut p = engine
-            .processor(scope.clone(), answer, opts.clone())
-            .await?;
+        driver.user(UserItem::text(letters.take(400))).await?;
+        driver.assistant(AssistantItem::default()).await?;
         for e in assistant_stream(&mut letters) {
-            p.handle(e).await?;
+            driver.event(e).await?;
         }
-        events += p.stats().rows;
     }
+    // Two rows per user message (the message and its text part), and what the
+    // processors committed (each turn ends with `finish`, which closes its answer).
+    let events = 2 * turns as u64 + driver.stats().rows;
     let d = stats().since(&before);
     let n = turns as f64;
     Ok(PerTurn {
