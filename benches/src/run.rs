@@ -222,10 +222,7 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
             epoch_ms: EPOCH_MS,
             group: group.clone(),
         }),
-        answerer: Answerer::Fixed {
-            provider_id: "bench".to_owned(),
-            model_id: "w1".to_owned(),
-        },
+        answerer: Answerer::fixed("bench", "w1"),
     };
 
     // Sessions are created before the clock starts: their rows are not part of W1.

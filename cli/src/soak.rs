@@ -123,10 +123,7 @@ async fn drive(
             epoch_ms: EPOCH_MS,
             group: None,
         }),
-        answerer: Answerer::Fixed {
-            provider_id: "soak".to_owned(),
-            model_id: "w1".to_owned(),
-        },
+        answerer: Answerer::fixed("soak", "w1"),
         ..TurnOptions::default()
     };
     let mut driver = TurnDriver::new(Arc::clone(&engine.projector), scope, options);

@@ -88,6 +88,16 @@ pub enum Answerer {
     },
 }
 
+impl Answerer {
+    /// [`Answerer::Fixed`] with this provider and model.
+    pub fn fixed(provider_id: impl Into<String>, model_id: impl Into<String>) -> Self {
+        Self::Fixed {
+            provider_id: provider_id.into(),
+            model_id: model_id.into(),
+        }
+    }
+}
+
 /// Event times honoured: before each timed item the Processor's clock is set to
 /// `epoch_ms + t_ms`, and a group-commit projector's clock is moved there.
 #[derive(Clone, Debug)]

@@ -203,10 +203,7 @@ async fn event_times_advance_the_group_commit_clock() {
 #[tokio::test]
 async fn a_fixed_answerer_names_no_agent_and_the_item_wins() {
     let options = TurnOptions {
-        answerer: Answerer::Fixed {
-            provider_id: "bench".into(),
-            model_id: "w1".into(),
-        },
+        answerer: Answerer::fixed("bench", "w1"),
         ..TurnOptions::default()
     };
     let (_store, mut d) = driver(options).await;

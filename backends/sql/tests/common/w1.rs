@@ -163,10 +163,7 @@ pub async fn run(
     let scope = engine.put_session(&tenant, session.clone()).await?;
     let options = TurnOptions {
         processor: opts,
-        answerer: Answerer::Fixed {
-            provider_id: "p".to_owned(),
-            model_id: "m".to_owned(),
-        },
+        answerer: Answerer::fixed("p", "m"),
         ..TurnOptions::default()
     };
     let mut driver = TurnDriver::new(Arc::clone(&engine.projector), scope, options);
