@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use forge_bench::workload::{w1, Item, Script, W1_TURN_MS};
-use forge_store::core::turn::{Answerer, EventTime, TurnDriver, TurnOptions};
-use forge_store::core::{LocalBus, MemoryStore, Topic};
+use forge_store::backend::{LocalBus, MemoryStore};
+use forge_store::turn::{Answerer, EventTime, TurnDriver, TurnOptions};
+use forge_store::Topic;
 use forge_store::{
     read_all, Engine, Event, Forge, Outcome, Session, SessionId, StreamEvent, SyncEvent, TenantId,
 };

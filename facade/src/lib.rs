@@ -24,6 +24,7 @@ pub use transfer::{Export, ImportedSession};
 pub use forge_core::id;
 pub use forge_core::model;
 pub use forge_core::processor;
+pub use forge_core::turn;
 pub use forge_core::url::redact;
 pub use forge_core::{
     filter_compacted, read_all, Bus, BusEvent, CompactedView, Cursor, Engine, Envelope, ErrorKind,
