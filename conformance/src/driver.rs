@@ -33,6 +33,8 @@ pub struct DriverFactory {
     instances: OnceCell<Arc<dyn Instances>>,
     /// The bus [`Instances::fresh`] returned with the store handed out last.
     bus: Mutex<Option<Arc<dyn Bus>>>,
+    /// Events the in-process bus of a backend without its own keeps per session.
+    replay: usize,
     divergences: Vec<Divergence>,
 }
 
@@ -47,6 +49,7 @@ impl DriverFactory {
             options: InstanceOptions::default().purpose("conformance"),
             instances: OnceCell::new(),
             bus: Mutex::new(None),
+            replay: DEFAULT_REPLAY_PER_SESSION,
             divergences: Vec::new(),
         }
     }
@@ -55,6 +58,15 @@ impl DriverFactory {
     #[must_use]
     pub fn with_options(mut self, options: InstanceOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// The in-process bus that runs beside a backend without a bus of its own keeps
+    /// `replay` events per session (default [`DEFAULT_REPLAY_PER_SESSION`]); 0 makes it
+    /// live-only, as a deployment without resumable subscribers runs it.
+    #[must_use]
+    pub fn with_local_replay(mut self, replay: usize) -> Self {
+        self.replay = replay;
         self
     }
 
@@ -115,7 +127,7 @@ impl BackendFactory for DriverFactory {
 
     async fn bus(&self) -> Result<Option<Arc<dyn Bus>>> {
         Ok(Some(self.bus.lock().take().unwrap_or_else(|| {
-            Arc::new(LocalBus::with_replay(DEFAULT_REPLAY_PER_SESSION))
+            Arc::new(LocalBus::with_replay(self.replay))
         })))
     }
 
