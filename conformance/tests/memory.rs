@@ -1,14 +1,12 @@
-//! The reference backend passes the whole suite: MemoryStore with a live-only LocalBus,
-//! and with a LocalBus that keeps a replay buffer (durable within the process).
+//! The reference backend passes the whole suite through its driver: MemoryStore with a
+//! live-only LocalBus, and with a LocalBus that keeps a replay buffer (durable within
+//! the process).
 
-use std::sync::Arc;
+use forge_conformance::DriverFactory;
+use forge_core::driver::MEMORY;
 
-use forge_conformance::FnFactory;
-use forge_core::{LocalBus, MemoryStore};
-
-fn memory(replay: usize) -> FnFactory {
-    FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
-        .with_bus(move || Some(Arc::new(LocalBus::with_replay(replay))))
+fn memory(replay: usize) -> DriverFactory {
+    DriverFactory::of(&MEMORY, "memory://").with_local_replay(replay)
 }
 
 mod live_bus {
