@@ -195,14 +195,10 @@ fn check_after(url: &str, file: &Path, confirmed: &[String], failed: &Output, sa
 fn a_full_tmpfs_fails_the_write_clearly_and_keeps_everything_confirmed() {
     for (scheme, name) in [("redb", "forge.redb"), ("sqlite", "forge.db")] {
         let Some(fs) = Tmpfs::mount("1m") else {
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_MOUNT").map_or(true, |v| v != "1"),
-                "`mount -t tmpfs` failed, and FORGE_TEST_REQUIRE_MOUNT=1 makes that a \
-                 failure: the full-disk test did not run"
-            );
-            eprintln!(
-                "SKIPPED a_full_tmpfs_fails_the_write_clearly: `mount -t tmpfs` is not \
-                 permitted here (needs root)"
+            forge_testkit::skip_unless(
+                "FORGE_TEST_REQUIRE_MOUNT",
+                "a_full_tmpfs_fails_the_write_clearly",
+                "`mount -t tmpfs` is not permitted here (needs root)",
             );
             return;
         };

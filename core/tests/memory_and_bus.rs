@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use forge_core::id::now_ms;
 use forge_core::{
-    Bus, BusEvent, Envelope, Error, Event, LocalBus, MemoryStore, PartDelta, Session, SessionId,
-    Store, SyncEvent, TenantId, Topic,
+    Bus, BusEvent, Envelope, Error, Event, LocalBus, MemoryStore, Session, SessionId, Store,
+    SyncEvent, TenantId, Topic,
 };
 
 fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
@@ -161,18 +161,7 @@ async fn tenants_never_see_each_other() {
 }
 
 fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
-    Arc::new(Envelope {
-        tenant: tenant.clone(),
-        session_id: session.clone(),
-        seq,
-        event: Event::PartDelta(PartDelta {
-            session_id: session.clone(),
-            message_id: "msg_1".into(),
-            part_id: "prt_1".into(),
-            field: "text".into(),
-            delta: seq.to_string(),
-        }),
-    })
+    forge_testkit::delta(tenant, session, seq, seq.to_string())
 }
 
 #[tokio::test]

@@ -72,7 +72,3 @@ pub mod text {
     pub use crate::clip::{clip, MESSAGE_MAX, QUOTE_MAX};
     pub use crate::error::ClippedError;
 }
-
-/// The whole engine crate, for what the modules above do not name.
-#[doc(hidden)]
-pub use forge_core as core;

@@ -23,8 +23,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use corpus::*;
-use forge_store::core::codec;
-use forge_store::core::id::check_external;
+use forge_store::backend::codec;
+use forge_store::id::check_external;
 use forge_store::model::{Message, Part, Session};
 use forge_store::{Cursor, Error, Forge, MessageId, PartId, ReplayOptions, SessionId, TenantId};
 #[cfg(any(
@@ -422,7 +422,7 @@ fn external_ids_are_checked_clearly() {
             check_external("id", &text),
         ];
         let want = !text.is_empty()
-            && text.len() <= forge_store::core::id::MAX_EXTERNAL_ID_LEN
+            && text.len() <= forge_store::id::MAX_EXTERNAL_ID_LEN
             && !text.chars().any(|c| c.is_control() || c.is_whitespace());
         for r in results {
             match r {

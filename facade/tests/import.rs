@@ -27,7 +27,7 @@ impl Forward for Failing {
         &*self.inner
     }
 
-    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> forge_store::core::Result<()> {
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<(), CoreError> {
         let hit = batch.iter().any(|e| {
             matches!(&e.event, SyncEvent::MessageUpdated { info } if info.id.as_str() == self.fail_on)
         });

@@ -86,7 +86,7 @@ async fn resume_on_postgres_gives_exactly_the_events_after_last_event_id() {
     };
     let forge = forge_store::open(&url).await.expect("open postgres");
     let s = start(forge, options()).await;
-    let session = format!("ses_pg_{}", forge_store::core::id::now_ms());
+    let session = format!("ses_pg_{}", forge_store::id::now_ms());
     resume_gives_exactly_the_rest(&s, &session).await;
     // Row-level security under the other tenant's token: not found.
     s.json(&format!("/session/{session}/message"), TOKEN_B, 404)
@@ -100,7 +100,7 @@ async fn resume_on_redis_gives_exactly_the_events_after_last_event_id() {
         return;
     };
     let sep = if url.contains('?') { '&' } else { '?' };
-    let prefix = format!("forge-serve-test-{}", forge_store::core::id::now_ms());
+    let prefix = format!("forge-serve-test-{}", forge_store::id::now_ms());
     let forge = forge_store::open(&format!("{url}{sep}prefix={prefix}"))
         .await
         .expect("open redis");

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::tenant;
 use forge_server::{FollowOptions, FollowReport, Shutdown};
-use forge_store::core::bus::Topic;
+use forge_store::Topic;
 use forge_store::{Event, Forge, OpenOptions, SessionId};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -40,11 +40,11 @@ fn opencode_bin() -> Option<PathBuf> {
     } else {
         "node is not installed"
     };
-    assert!(
-        std::env::var("FORGE_TEST_REQUIRE_OPENCODE").as_deref() != Ok("1"),
-        "FORGE_TEST_REQUIRE_OPENCODE=1 but {why}"
+    forge_testkit::skip_unless(
+        "FORGE_TEST_REQUIRE_OPENCODE",
+        "follow test against the real opencode",
+        why,
     );
-    eprintln!("SKIPPED: follow test against the real opencode: {why}");
     None
 }
 

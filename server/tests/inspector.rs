@@ -42,11 +42,7 @@ impl Browser {
         );
         let (Some(driver), Some(chromium)) = found else {
             let why = "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)";
-            assert!(
-                std::env::var("FORGE_TEST_REQUIRE_BROWSER").as_deref() != Ok("1"),
-                "FORGE_TEST_REQUIRE_BROWSER=1 but {why}"
-            );
-            eprintln!("SKIPPED: inspector browser test: {why}");
+            forge_testkit::skip_unless("FORGE_TEST_REQUIRE_BROWSER", "inspector browser test", why);
             return None;
         };
         let port = {

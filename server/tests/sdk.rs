@@ -36,11 +36,7 @@ fn sdk_dir() -> Option<PathBuf> {
     } else {
         "node is not installed"
     };
-    assert!(
-        std::env::var("FORGE_TEST_REQUIRE_NODE").as_deref() != Ok("1"),
-        "FORGE_TEST_REQUIRE_NODE=1 but {why}"
-    );
-    eprintln!("SKIPPED: opencode SDK client test: {why}");
+    forge_testkit::skip_unless("FORGE_TEST_REQUIRE_NODE", "opencode SDK client test", why);
     None
 }
 

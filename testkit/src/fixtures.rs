@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use forge_core::id::now_ms;
 use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
-use forge_core::{Message, MessageId, Part, PartId, SessionId};
+use forge_core::{
+    BusEvent, Envelope, Event, Message, MessageId, Part, PartDelta, PartId, SessionId, TenantId,
+};
 use serde_json::Value;
 
 /// A user message of agent `build`, made now, with one text part; fresh ids.
@@ -58,6 +60,28 @@ pub fn user_message_with(
         }),
     };
     (msg, part)
+}
+
+/// A bus event of `tenant`: a delta `text` to the `text` field of part `prt_1` of
+/// message `msg_1` in `session`, at `seq`.
+pub fn delta(
+    tenant: &TenantId,
+    session: &SessionId,
+    seq: u64,
+    text: impl Into<String>,
+) -> BusEvent {
+    std::sync::Arc::new(Envelope {
+        tenant: tenant.clone(),
+        session_id: session.clone(),
+        seq,
+        event: Event::PartDelta(PartDelta {
+            session_id: session.clone(),
+            message_id: "msg_1".into(),
+            part_id: "prt_1".into(),
+            field: "text".into(),
+            delta: text.into(),
+        }),
+    })
 }
 
 /// The text of a text or reasoning part (`None` for other parts).

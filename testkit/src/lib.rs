@@ -6,10 +6,10 @@ pub mod servers;
 pub mod services;
 
 pub use fixtures::{
-    current_thread_runtime, env_number, env_usize, normalized, runtime, text_of, user_message,
-    user_message_with, wait_until,
+    current_thread_runtime, delta, env_number, env_usize, normalized, runtime, text_of,
+    user_message, user_message_with, wait_until,
 };
-pub use services::{required, service_url, skip, REQUIRE_SERVICES};
+pub use services::{required, service_url, skip, skip_unless, REQUIRE_SERVICES};
 
 /// A [`Store`](forge_core::Store) that wraps another and changes only some of its methods:
 /// every method it does not write forwards to [`inner`](Forward::inner) (forge-core's

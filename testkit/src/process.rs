@@ -3,7 +3,7 @@
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::wait_until;
@@ -99,6 +99,23 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Waits for `child` to exit; kills it and fails the test if it has not exited within
+/// `limit`.
+pub fn exit_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits for `child` (spawned with piped stdout and stderr), reading both pipes
 /// meanwhile so that a chatty child never blocks on a full pipe; kills it and fails the
 /// test if it has not exited within `limit`.
@@ -125,18 +142,7 @@ pub fn output_within(mut child: Child, limit: Duration) -> Output {
             .take()
             .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
     );
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child process did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(&mut child, limit);
     Output {
         status,
         stdout: out.join().expect("stdout reader").expect("read stdout"),

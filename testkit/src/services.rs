@@ -15,9 +15,15 @@ pub fn required() -> bool {
 /// stderr (past libtest's output capture, so the skip is seen). Under
 /// `FORGE_TEST_REQUIRE_SERVICES=1` it panics instead: a missing service is a failure.
 pub fn skip(test: &str, why: &str) {
+    skip_unless(REQUIRE_SERVICES, test, why);
+}
+
+/// As [`skip`], with the variable that makes the skip a failure named: `require=1`
+/// (`FORGE_TEST_REQUIRE_FUSE`, `FORGE_TEST_REQUIRE_NODE`, …) panics instead.
+pub fn skip_unless(require: &str, test: &str, why: &str) {
     assert!(
-        !required(),
-        "{test}: {why} ({REQUIRE_SERVICES}=1, so this is a failure)"
+        std::env::var(require).map_or(true, |v| v.trim() != "1"),
+        "{test}: {why} ({require}=1, so this is a failure)"
     );
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }

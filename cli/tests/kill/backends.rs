@@ -201,13 +201,7 @@ fn file(dir: &Path, run: &str, ext: &str) -> String {
     dir.join(format!("{run}.{ext}")).display().to_string()
 }
 
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
+pub use forge_testkit::runtime;
 
 pub fn nanos() -> u128 {
     std::time::SystemTime::now()

@@ -74,7 +74,7 @@ fn campaign(backend: Backend) {
     else {
         return;
     };
-    let kills = env_number("FORGE_KILL_RUNS", 3) as usize;
+    let kills = env_number("FORGE_KILL_RUNS", 3_usize);
     let seed = points::seed("FORGE_KILL_SEED", "kill") ^ (backend as u64).wrapping_mul(0x1000_0001);
     let mut rng = Rng(seed);
     let mut failed = Vec::new();

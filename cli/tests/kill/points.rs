@@ -30,16 +30,7 @@ impl Rng {
     }
 }
 
-/// A number from the environment, or `default` when the variable is unset.
-pub fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}")),
-        Err(_) => default,
-    }
-}
+pub use forge_testkit::env_number;
 
 /// A seed from `var`, or one from the clock; printed so that a run can be repeated.
 pub fn seed(var: &str, campaign: &str) -> u64 {

@@ -196,7 +196,7 @@ fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
     }
 
     // The writers start together on a schema that does not exist yet.
-    let suffix = forge_store::core::id::ascending("many").to_lowercase();
+    let suffix = forge_store::id::ascending("many").to_lowercase();
     let schema = TestSchema::to_be_made(&base, &suffix).expect("test schema");
     // The application name lets the lock watcher tell the writers' connections apart.
     let app = format!("forge_{suffix}");

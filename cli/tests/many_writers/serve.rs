@@ -3,7 +3,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+
+use forge_testkit::process::exit_within;
 
 use crate::{FORBIDDEN, PROCESS_TIMEOUT};
 
@@ -74,18 +75,7 @@ impl Server {
             .status()
             .expect("run kill");
         assert!(term.success(), "kill -TERM failed");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for serve") {
-                return status;
-            }
-            if start.elapsed() > PROCESS_TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not stop within {PROCESS_TIMEOUT:?} of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within(&mut child, PROCESS_TIMEOUT)
     }
 }
 

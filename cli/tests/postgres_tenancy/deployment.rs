@@ -27,7 +27,7 @@ impl Deployment {
     /// Provisions it: the migration through the CLI as admin, then the login role with
     /// `grants` ("explicit" or "membership").
     pub(crate) fn provision(admin: &str, explicit_grants: bool) -> Self {
-        let unique = forge_store::core::id::ascending("t").to_lowercase();
+        let unique = forge_store::id::ascending("t").to_lowercase();
         let d = Self {
             admin: admin.to_owned(),
             schema: format!("forge_tenancy_{unique}"),

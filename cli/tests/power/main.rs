@@ -71,15 +71,13 @@ fn mount(test: &str) -> Option<(tempfile::TempDir, Mounted)> {
     match Mounted::mount(dir.path(), Rules::Strict) {
         Ok(m) => Some((dir, m)),
         Err(e) => {
-            let required = std::env::var("FORGE_TEST_REQUIRE_FUSE").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "{test}: the power-cut file system could not be mounted: {e} \
-                 (FORGE_TEST_REQUIRE_FUSE=1, so this is a failure)"
-            );
-            eprintln!(
-                "SKIPPED {test}: the power-cut file system could not be mounted ({e}); \
-                 it needs /dev/fuse and fuse3"
+            forge_testkit::skip_unless(
+                "FORGE_TEST_REQUIRE_FUSE",
+                test,
+                &format!(
+                    "the power-cut file system could not be mounted ({e}); it needs \
+                     /dev/fuse and fuse3"
+                ),
             );
             None
         }
@@ -210,14 +208,14 @@ fn campaign(
 
 /// Cuts per default setting: `FORGE_POWER_RUNS` (default 4).
 fn runs() -> usize {
-    env_number("FORGE_POWER_RUNS", 4) as usize
+    env_number("FORGE_POWER_RUNS", 4_usize)
 }
 
 /// Cuts per setting that must lose (the check of the check): `FORGE_POWER_CHECK_RUNS`,
 /// by default as many as [`runs`] up to 20 (a losing setting shows its loss within a
 /// few cuts; the long campaign's time goes to the defaults).
 fn check_runs() -> usize {
-    env_number("FORGE_POWER_CHECK_RUNS", runs().min(20) as u64) as usize
+    env_number("FORGE_POWER_CHECK_RUNS", runs().min(20))
 }
 
 fn rng(backend: Backend) -> Rng {

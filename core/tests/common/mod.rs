@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use forge_core::id::now_ms;
-use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
 use forge_core::processor::{assistant_message, Clock};
 use forge_core::{
     Bus, BusEvent, CountingStore, Engine, Event, LocalBus, MemoryStore, Message, Part,
@@ -115,37 +114,7 @@ impl Harness {
     }
 }
 
-pub fn user_message(session: &SessionId, text: &str) -> (Message, Part) {
-    let msg = Message {
-        id: forge_core::MessageId::generate(),
-        session_id: session.clone(),
-        body: MessageBody::User(UserMessage {
-            time: UserTime {
-                created: now_ms(),
-                extra: JsonMap::new(),
-            },
-            agent: "build".into(),
-            model: None,
-            system: None,
-            tools: None,
-            extra: JsonMap::new(),
-        }),
-    };
-    let part = Part {
-        id: forge_core::PartId::generate(),
-        session_id: session.clone(),
-        message_id: msg.id.clone(),
-        body: PartBody::Text(TextPart {
-            text: text.into(),
-            synthetic: None,
-            ignored: None,
-            time: None,
-            metadata: None,
-            extra: JsonMap::new(),
-        }),
-    };
-    (msg, part)
-}
+pub use forge_testkit::{text_of, user_message};
 
 pub fn ev(json: &str) -> StreamEvent {
     StreamEvent::from_json(json).unwrap()
@@ -167,14 +136,6 @@ pub async fn drain(sub: &mut Subscription) -> Vec<BusEvent> {
         out.push(e);
     }
     out
-}
-
-pub fn text_of(p: &Part) -> Option<&str> {
-    match &p.body {
-        PartBody::Text(t) => Some(&t.text),
-        PartBody::Reasoning(r) => Some(&r.text),
-        _ => None,
-    }
 }
 
 pub fn part_updates(events: &[BusEvent]) -> Vec<&Part> {

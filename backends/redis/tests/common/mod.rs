@@ -76,28 +76,12 @@ impl Drop for Cleanup {
     }
 }
 
-use std::borrow::Cow;
-use std::sync::Arc;
-
 use forge_core::id::now_ms;
-use forge_core::{
-    BusEvent, Envelope, Event, Message, MessageId, Part, PartDelta, PartId, SessionId, TenantId,
-};
+use forge_core::{BusEvent, Message, MessageId, Part, PartId, SessionId, TenantId};
 
 /// A delta event for `session` with `seq`.
 pub fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
-    Arc::new(Envelope {
-        tenant: tenant.clone(),
-        session_id: session.clone(),
-        seq,
-        event: Event::PartDelta(PartDelta {
-            session_id: session.clone(),
-            message_id: "msg_1".into(),
-            part_id: "prt_1".into(),
-            field: Cow::Borrowed("text"),
-            delta: format!("d{seq} "),
-        }),
-    })
+    forge_testkit::delta(tenant, session, seq, format!("d{seq} "))
 }
 
 #[allow(unused_imports)]

@@ -101,36 +101,13 @@ fn assistant_stream(letters: &mut Letters) -> Vec<StreamEvent> {
 }
 
 fn user_message(session: &Session, text: String, now: i64) -> (Message, Part) {
-    let id = MessageId::generate();
-    let message = Message {
-        id: id.clone(),
-        session_id: session.id.clone(),
-        body: MessageBody::User(UserMessage {
-            time: UserTime {
-                created: now,
-                extra: JsonMap::new(),
-            },
-            agent: "build".into(),
-            model: None,
-            system: None,
-            tools: None,
-            extra: JsonMap::new(),
-        }),
-    };
-    let part = Part {
-        id: PartId::generate(),
-        session_id: session.id.clone(),
-        message_id: id,
-        body: PartBody::Text(TextPart {
-            text,
-            synthetic: None,
-            ignored: None,
-            time: None,
-            metadata: None,
-            extra: JsonMap::new(),
-        }),
-    };
-    (message, part)
+    forge_testkit::user_message_with(
+        &session.id,
+        MessageId::generate(),
+        PartId::generate(),
+        text,
+        now,
+    )
 }
 
 /// What W1 cost per turn.
