@@ -222,7 +222,9 @@ pub trait Instances: Send + Sync {
     }
 
     /// What measures the bytes `store` writes where they persist, if the backend can
-    /// tell (the default: it cannot).
+    /// tell (the default: it cannot). A probe may hold the instance's store (to
+    /// checkpoint it, or close its pool, before reading): drop it before
+    /// [`Instances::reopen`], which needs the last handle.
     fn probe(&self, store: &Arc<dyn Store>) -> Option<Box<dyn WriteProbe>> {
         let _ = store;
         None
