@@ -50,14 +50,7 @@ pub fn user_message_with(
         id: part,
         session_id: session.clone(),
         message_id: msg.id.clone(),
-        body: PartBody::Text(TextPart {
-            text: text.into(),
-            synthetic: None,
-            ignored: None,
-            time: None,
-            metadata: None,
-            extra: JsonMap::new(),
-        }),
+        body: PartBody::Text(TextPart::plain(text)),
     };
     (msg, part)
 }

@@ -4,26 +4,14 @@
 //! (or `FORGE_TEST_REDIS_URL`). Writes under a fresh `forge-measure-*` prefix and
 //! deletes it afterwards. Prints figures; asserts nothing about timings.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use forge_core::{Bus, Envelope, Event, PartDelta, SessionId, TenantId, Topic};
+use forge_core::{Bus, SessionId, TenantId, Topic};
 use forge_redis::RedisBus;
 
 fn delta(tenant: &TenantId, session: &SessionId, seq: u64, text: &str) -> forge_core::BusEvent {
-    Arc::new(Envelope {
-        tenant: tenant.clone(),
-        session_id: session.clone(),
-        seq,
-        event: Event::PartDelta(PartDelta {
-            session_id: session.clone(),
-            message_id: "msg_1".into(),
-            part_id: "prt_1".into(),
-            field: Cow::Borrowed("text"),
-            delta: text.to_owned(),
-        }),
-    })
+    forge_testkit::delta(tenant, session, seq, text)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
