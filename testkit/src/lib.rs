@@ -4,6 +4,7 @@ pub mod fixtures;
 pub mod process;
 pub mod servers;
 pub mod services;
+pub mod stores;
 
 pub use fixtures::{
     current_thread_runtime, delta, env_number, env_usize, normalized, runtime, text_of,

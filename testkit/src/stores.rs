@@ -1,0 +1,1 @@
+//! Helpers shared by the store backends' own tests (redb, SQLite, Postgres).
