@@ -7,7 +7,6 @@
 //! forge-store does not model decodes as [`Event::Other`] and encodes back unchanged.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -482,8 +481,7 @@ impl Envelope<SyncEvent> {
     }
 }
 
-/// What travels on the bus: an envelope shared between subscribers without copying.
-pub type BusEvent = Arc<Envelope<Event>>;
+pub use crate::bus_event::BusEvent;
 
 #[cfg(test)]
 mod tests {

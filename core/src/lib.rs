@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod bus;
+mod bus_event;
 pub mod close;
 pub mod codec;
 pub mod counting;

@@ -165,13 +165,13 @@ impl LocalBus {
                 if c.buffer.len() >= self.replay_capacity {
                     c.trim_front();
                 }
-                c.buffer.push_back(Arc::clone(event));
+                c.buffer.push_back(event.clone());
             }
         }
         if let Some(tx) = &c.tx {
             if deleted || !Self::send(tx, event) {
                 if deleted {
-                    let _ = tx.send(Arc::clone(event));
+                    let _ = tx.send(event.clone());
                 }
                 // Dropping the sender ends the subscriptions (after `session.deleted`).
                 c.tx = None;
@@ -186,7 +186,7 @@ impl LocalBus {
             return false;
         }
         // A receiver dropped since the count is not an error: nobody is listening.
-        let _ = tx.send(Arc::clone(event));
+        let _ = tx.send(event.clone());
         true
     }
 }
@@ -248,7 +248,7 @@ impl Bus for LocalBus {
                 self.publish_to(&mut c, &event, deleted);
             }
             if !deleted {
-                retained.push_back((Arc::clone(&channel), Arc::clone(&event)));
+                retained.push_back((Arc::clone(&channel), event.clone()));
             }
             while retained.len() > self.replay_total {
                 let Some((c, old)) = retained.pop_front() else {
@@ -257,7 +257,7 @@ impl Bus for LocalBus {
                 let mut c = c.lock();
                 // The session's buffer is in publish order too: its oldest event is
                 // this one, unless its own limit or its deletion dropped it already.
-                if c.buffer.front().is_some_and(|f| Arc::ptr_eq(f, &old)) {
+                if c.buffer.front().is_some_and(|f| BusEvent::ptr_eq(f, &old)) {
                     c.trim_front();
                 }
             }

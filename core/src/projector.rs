@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::bus::Bus;
 use crate::error::Result;
-use crate::event::{Envelope, Event, SyncEvent};
+use crate::event::{BusEvent, Envelope, Event, SyncEvent};
 use crate::id::SessionId;
 use crate::store::Store;
 use crate::tenant::TenantId;
@@ -191,7 +191,7 @@ impl Projector for DirectProjector {
         let mut last = 0;
         for env in batch {
             last = env.seq;
-            self.bus.publish(Arc::new(Envelope {
+            self.bus.publish(BusEvent::new(Envelope {
                 tenant: env.tenant,
                 session_id: env.session_id,
                 seq: env.seq,
@@ -203,7 +203,7 @@ impl Projector for DirectProjector {
 
     fn emit(&self, scope: &Scope, event: Event) -> Result<u64> {
         let seq = scope.next_seq();
-        self.bus.publish(Arc::new(Envelope {
+        self.bus.publish(BusEvent::new(Envelope {
             tenant: scope.tenant.clone(),
             session_id: scope.session_id.clone(),
             seq,

@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use forge_core::id::now_ms;
 use forge_core::{
     Bus, BusEvent, Envelope, Error, Event, LocalBus, MemoryStore, Session, SessionId, Store,
@@ -288,7 +286,7 @@ async fn a_deleted_session_ends_its_subscriptions_and_frees_its_channel() {
         .await
         .unwrap();
     bus.publish(delta(&t, &s, 1)).unwrap();
-    bus.publish(Arc::new(Envelope {
+    bus.publish(BusEvent::new(Envelope {
         tenant: t.clone(),
         session_id: s.clone(),
         seq: 2,

@@ -62,8 +62,10 @@ fn data(event: &serde_json::Value) -> Sse_ {
     Sse_::default().data(event.to_string())
 }
 
+/// The frame of a bus event: its JSON as the bus event holds it, encoded once for every
+/// subscriber (or kept from the durable bus entry it was read from).
 fn bus_data(event: &BusEvent) -> Sse_ {
-    match serde_json::to_string(&event.event) {
+    match event.event_json() {
         Ok(text) => Sse_::default().data(text),
         // Events are serializable by construction; say so rather than drop one silently.
         Err(e) => data(&json!({"type": "server.error", "properties": {"message": e.to_string()}})),

@@ -63,7 +63,7 @@ pub fn delta(
     seq: u64,
     text: impl Into<String>,
 ) -> BusEvent {
-    std::sync::Arc::new(Envelope {
+    BusEvent::new(Envelope {
         tenant: tenant.clone(),
         session_id: session.clone(),
         seq,

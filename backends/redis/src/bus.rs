@@ -21,12 +21,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::{
-    Bus, BusCapabilities, BusEvent, Envelope, Error, Event, Replay, Result, SessionId,
-    Subscription, TenantId, Topic,
+    Bus, BusCapabilities, BusEvent, Error, Event, Replay, Result, SessionId, Subscription,
+    TenantId, Topic,
 };
 use redis::aio::ConnectionLike;
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
@@ -89,8 +88,8 @@ pub(crate) fn decode_entry(entry: &StreamId) -> Result<BusEvent> {
         message: format!("stream entry {} has no `e` field", entry.id),
         source: None,
     })?;
-    let env: Envelope<Event> = serde_json::from_slice(&bytes)?;
-    Ok(Arc::new(env))
+    // The event's JSON text is kept with it: an SSE frame passes it on as read.
+    Ok(serde_json::from_slice(&bytes)?)
 }
 
 impl RedisBus {
@@ -395,7 +394,9 @@ async fn write(
             .arg(opts.work_maxlen.unwrap_or(0))
             .arg(if shards <= 1 { "1" } else { "0" });
         for ev in &group {
-            let json = serde_json::to_vec(&***ev)?;
+            // The event's JSON is encoded once and kept with it, for every other
+            // writer and subscriber of this process that passes it on.
+            let json = serde_json::to_vec(ev)?;
             // Work streams carry what projector workers apply: sync events only.
             let work = if shards > 1 && matches!(ev.event, Event::Sync(_)) {
                 keys.work_stream(&ev.tenant, shard_of(&ev.session_id, shards), shards)

@@ -112,7 +112,7 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
         .await
         .expect("a batch spanning 24 tenants");
     for env in &batch {
-        bus.publish(Arc::new(Envelope {
+        bus.publish(forge_core::BusEvent::new(Envelope {
             tenant: env.tenant.clone(),
             session_id: env.session_id.clone(),
             seq: env.seq,
@@ -195,7 +195,7 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
         Event::Sync(SyncEvent::PartUpdated { part }),
     ];
     for (i, event) in events.into_iter().enumerate() {
-        bus.publish(Arc::new(Envelope {
+        bus.publish(forge_core::BusEvent::new(Envelope {
             tenant: tenant.clone(),
             session_id: session.clone(),
             seq: i as u64 + 1,

@@ -204,7 +204,7 @@ impl Publisher {
                     .unwrap_or_default(),
             ),
         };
-        Arc::new(Envelope {
+        BusEvent::new(Envelope {
             tenant: if p.other_tenant {
                 self.b.clone()
             } else {
@@ -326,7 +326,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             .collect();
         ctx.stats.listing(published.len());
         for e in &published {
-            bus.publish(Arc::clone(e)).map_err(ctx_err("publish"))?;
+            bus.publish(e.clone()).map_err(ctx_err("publish"))?;
         }
         bus.flush().await.map_err(ctx_err("flush"))?;
         let mine: Vec<BusEvent> = published
@@ -402,7 +402,7 @@ pub(crate) fn check_resume(ctx: &Ctx<'_>, case: &ResumeCase) -> Result<(), Strin
             .collect();
         let after: Vec<BusEvent> = case.after.iter().map(|e| p.envelope(e)).collect();
         for e in &before {
-            bus.publish(Arc::clone(e)).map_err(ctx_err("publish"))?;
+            bus.publish(e.clone()).map_err(ctx_err("publish"))?;
         }
         bus.flush().await.map_err(ctx_err("flush"))?;
         let of_session = |v: &[BusEvent]| -> Vec<BusEvent> {

@@ -158,7 +158,7 @@ impl Bus for BrokenBus {
                 for q in self.queues.lock().get(&key).into_iter().flatten() {
                     let mut events = q.events.lock();
                     if events.len() < BOUND {
-                        events.push_back(Arc::clone(&event));
+                        events.push_back(event.clone());
                         q.ready.notify_one();
                     }
                 }

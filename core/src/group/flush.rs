@@ -1,7 +1,6 @@
 //! Flushing: committing a group in one transaction (each session alone after a
 //! failure), publishing what a commit releases, and waiting for a commit.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -10,7 +9,7 @@ use super::options::HISTOGRAM_MS;
 use super::outbox::{Held, Outbox, SessionKey};
 use super::{FlushMode, GroupCommitProjector, State};
 use crate::error::{Error, Result, SharedError};
-use crate::event::{Envelope, Event};
+use crate::event::BusEvent;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Flush {
@@ -219,11 +218,7 @@ impl GroupCommitProjector {
     }
 
     /// Publishes `event` now if nothing of its session is held, else queues it.
-    pub(super) fn publish_or_hold(
-        &self,
-        o: &mut Outbox,
-        event: Arc<Envelope<Event>>,
-    ) -> Result<()> {
+    pub(super) fn publish_or_hold(&self, o: &mut Outbox, event: BusEvent) -> Result<()> {
         if o.held.is_empty() {
             self.bus.publish(event)
         } else {

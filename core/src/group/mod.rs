@@ -46,7 +46,7 @@ use parking_lot::Mutex;
 
 use crate::bus::Bus;
 use crate::error::Result;
-use crate::event::{Envelope, Event, SyncEvent};
+use crate::event::{BusEvent, Envelope, Event, SyncEvent};
 use crate::id::SessionId;
 use crate::projector::{Projector, Scope, Scopes};
 use crate::store::Store;
@@ -172,7 +172,7 @@ impl Projector for GroupCommitProjector {
             for event in events {
                 let seq = scope.next_seq();
                 last = seq;
-                let published = Arc::new(Envelope {
+                let published = BusEvent::new(Envelope {
                     tenant: scope.tenant.clone(),
                     session_id: scope.session_id.clone(),
                     seq,
@@ -241,7 +241,7 @@ impl Projector for GroupCommitProjector {
         let seq = scope.next_seq();
         self.publish_or_hold(
             o,
-            Arc::new(Envelope {
+            BusEvent::new(Envelope {
                 tenant: scope.tenant.clone(),
                 session_id: scope.session_id.clone(),
                 seq,

@@ -2,10 +2,9 @@
 //! events held back until the commit they wait for.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use crate::error::{Error, SharedError};
-use crate::event::{Envelope, Event, SyncEvent};
+use crate::event::{Envelope, SyncEvent};
 use crate::id::{MessageId, PartId, SessionId};
 use crate::tenant::TenantId;
 
@@ -28,7 +27,7 @@ fn row_key(event: &SyncEvent) -> Option<RowKey> {
 
 /// An event waiting to be published; a terminal one also waits for its commit.
 pub(super) struct Held {
-    pub(super) event: Arc<Envelope<Event>>,
+    pub(super) event: crate::event::BusEvent,
     pub(super) terminal: bool,
     /// When it arrived (ms on the projector's clock), for terminal events.
     pub(super) arrived: i64,
