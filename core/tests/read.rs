@@ -12,6 +12,7 @@ use forge_core::{
     filter_compacted_reference, read_all, CountingStore, Cursor, Envelope, MemoryStore, MessageId,
     MessageWithParts, Part, PartId, Session, SessionId, Store, SyncEvent, TenantId,
 };
+use forge_testkit::current_thread_runtime;
 use proptest::prelude::*;
 
 fn cases(default: u32) -> u32 {
@@ -36,6 +37,12 @@ enum Spec {
         error: bool,
     },
 }
+
+/// A summary that finished without an error: its compaction is a boundary.
+const GOOD_SUMMARY: Spec = Spec::Summary {
+    finish: true,
+    error: false,
+};
 
 fn build(session: &SessionId, specs: &[Spec]) -> Vec<MessageWithParts> {
     let mut out: Vec<MessageWithParts> = Vec::new();
@@ -137,12 +144,6 @@ fn positions(history: &[MessageWithParts], view: &[MessageWithParts]) -> Vec<usi
         .collect()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn view_starts_at_a_successful_compaction() {
     use Spec::*;
@@ -153,10 +154,7 @@ fn view_starts_at_a_successful_compaction() {
             User,
             Assistant,
             Compaction { tail_back: None },
-            Summary {
-                finish: true,
-                error: false,
-            },
+            GOOD_SUMMARY,
             User,
             Assistant,
         ],
@@ -203,10 +201,6 @@ fn a_failed_or_unfinished_summary_is_not_a_boundary() {
 fn nested_compactions_cut_at_the_newest_successful_one() {
     use Spec::*;
     let s = SessionId::generate();
-    let ok = Summary {
-        finish: true,
-        error: false,
-    };
     let failed = Summary {
         finish: true,
         error: true,
@@ -216,10 +210,10 @@ fn nested_compactions_cut_at_the_newest_successful_one() {
         &[
             User,
             Compaction { tail_back: None },
-            ok.clone(),
+            GOOD_SUMMARY,
             User,
             Compaction { tail_back: None },
-            ok.clone(),
+            GOOD_SUMMARY,
             User,
         ],
     );
@@ -232,7 +226,7 @@ fn nested_compactions_cut_at_the_newest_successful_one() {
         &[
             User,
             Compaction { tail_back: None },
-            ok,
+            GOOD_SUMMARY,
             User,
             Compaction { tail_back: None },
             failed,
@@ -257,10 +251,7 @@ fn a_tail_is_placed_after_the_summary() {
             User,
             Assistant,
             Compaction { tail_back: Some(2) },
-            Summary {
-                finish: true,
-                error: false,
-            },
+            GOOD_SUMMARY,
             User,
             Assistant,
         ],
@@ -273,17 +264,14 @@ fn a_tail_is_placed_after_the_summary() {
 #[test]
 fn the_view_through_a_store_stops_reading_at_the_boundary() {
     use Spec::*;
-    let rt = runtime();
+    let rt = current_thread_runtime();
     let tenant = TenantId::default();
     let s = SessionId::generate();
     let mut specs: Vec<Spec> = (0..1000)
         .map(|i| if i % 2 == 0 { User } else { Assistant })
         .collect();
     specs[980] = Compaction { tail_back: None };
-    specs[981] = Summary {
-        finish: true,
-        error: false,
-    };
+    specs[981] = GOOD_SUMMARY;
     let h = build(&s, &specs);
     rt.block_on(async {
         let (mem, session) = store_with(&tenant, &h).await;
@@ -327,7 +315,7 @@ proptest! {
     /// history, for any page size.
     #[test]
     fn paged_view_equals_the_reference(specs in proptest::collection::vec(spec(), 0..60), page in 1usize..12) {
-        let rt = runtime();
+        let rt = current_thread_runtime();
         let tenant = TenantId::default();
         let h = build(&SessionId::generate(), &specs);
         let (mem, session) = rt.block_on(store_with(&tenant, &h));
@@ -339,7 +327,7 @@ proptest! {
     /// messages are appended between page reads.
     #[test]
     fn paging_yields_every_message_once_while_appending(n in 0usize..80, page in 1usize..15, appends in proptest::collection::vec(0usize..4, 0..20)) {
-        let rt = runtime();
+        let rt = current_thread_runtime();
         let tenant = TenantId::default();
         let h = build(&SessionId::generate(), &vec![Spec::User; n]);
         rt.block_on(async {
@@ -377,7 +365,7 @@ proptest! {
 
 #[test]
 fn limits_are_capped_and_cursors_are_opaque_but_checked() {
-    let rt = runtime();
+    let rt = current_thread_runtime();
     let tenant = TenantId::default();
     let h = build(&SessionId::generate(), &vec![Spec::User; 1200]);
     rt.block_on(async {
