@@ -38,6 +38,9 @@ enum Spec {
     },
 }
 
+/// A compaction request that keeps no tail.
+const COMPACTION: Spec = Spec::Compaction { tail_back: None };
+
 /// A summary that finished without an error: its compaction is a boundary.
 const GOOD_SUMMARY: Spec = Spec::Summary {
     finish: true,
@@ -144,30 +147,26 @@ fn positions(history: &[MessageWithParts], view: &[MessageWithParts]) -> Vec<usi
         .collect()
 }
 
+/// A history of `specs` in a new session, with the positions in it of its view's
+/// messages.
+fn history_and_view(specs: &[Spec]) -> (Vec<MessageWithParts>, Vec<usize>) {
+    let h = build(&SessionId::generate(), specs);
+    let view = positions(&h, &filter_compacted_reference(&h).messages);
+    (h, view)
+}
+
 #[test]
 fn view_starts_at_a_successful_compaction() {
     use Spec::*;
-    let s = SessionId::generate();
-    let h = build(
-        &s,
-        &[
-            User,
-            Assistant,
-            Compaction { tail_back: None },
-            GOOD_SUMMARY,
-            User,
-            Assistant,
-        ],
-    );
+    let (h, view) = history_and_view(&[User, Assistant, COMPACTION, GOOD_SUMMARY, User, Assistant]);
+    assert_eq!(view, [2, 3, 4, 5]);
     let v = filter_compacted_reference(&h);
-    assert_eq!(positions(&h, &v.messages), [2, 3, 4, 5]);
     assert_eq!(v.boundary.as_ref(), Some(&h[2].info.id));
 }
 
 #[test]
 fn a_failed_or_unfinished_summary_is_not_a_boundary() {
     use Spec::*;
-    let s = SessionId::generate();
     for summary in [
         Summary {
             finish: true,
@@ -178,87 +177,55 @@ fn a_failed_or_unfinished_summary_is_not_a_boundary() {
             error: false,
         },
     ] {
-        let h = build(
-            &s,
-            &[
-                User,
-                Assistant,
-                Compaction { tail_back: None },
-                summary,
-                User,
-            ],
-        );
-        let v = filter_compacted_reference(&h);
-        assert_eq!(positions(&h, &v.messages), [0, 1, 2, 3, 4]);
-        assert_eq!(v.boundary, None);
+        let (h, view) = history_and_view(&[User, Assistant, COMPACTION, summary, User]);
+        assert_eq!(view, [0, 1, 2, 3, 4]);
+        assert_eq!(filter_compacted_reference(&h).boundary, None);
     }
     // A compaction request nobody answered is no boundary either.
-    let h = build(&s, &[User, Compaction { tail_back: None }, Assistant]);
-    assert_eq!(filter_compacted_reference(&h).messages.len(), 3);
+    let (_, view) = history_and_view(&[User, COMPACTION, Assistant]);
+    assert_eq!(view.len(), 3);
 }
 
 #[test]
 fn nested_compactions_cut_at_the_newest_successful_one() {
     use Spec::*;
-    let s = SessionId::generate();
     let failed = Summary {
         finish: true,
         error: true,
     };
-    let h = build(
-        &s,
-        &[
+    // The newer compaction's summary succeeded, then failed.
+    for (newer, expected) in [
+        (GOOD_SUMMARY, &[4, 5, 6][..]),
+        (failed, &[1, 2, 3, 4, 5, 6]),
+    ] {
+        let (_, view) = history_and_view(&[
             User,
-            Compaction { tail_back: None },
+            COMPACTION,
             GOOD_SUMMARY,
             User,
-            Compaction { tail_back: None },
-            GOOD_SUMMARY,
+            COMPACTION,
+            newer,
             User,
-        ],
-    );
-    assert_eq!(
-        positions(&h, &filter_compacted_reference(&h).messages),
-        [4, 5, 6]
-    );
-    let h = build(
-        &s,
-        &[
-            User,
-            Compaction { tail_back: None },
-            GOOD_SUMMARY,
-            User,
-            Compaction { tail_back: None },
-            failed,
-            User,
-        ],
-    );
-    assert_eq!(
-        positions(&h, &filter_compacted_reference(&h).messages),
-        [1, 2, 3, 4, 5, 6]
-    );
+        ]);
+        assert_eq!(view, expected);
+    }
 }
 
 #[test]
 fn a_tail_is_placed_after_the_summary() {
     use Spec::*;
-    let s = SessionId::generate();
-    let h = build(
-        &s,
-        &[
-            User,
-            Assistant,
-            User,
-            Assistant,
-            Compaction { tail_back: Some(2) },
-            GOOD_SUMMARY,
-            User,
-            Assistant,
-        ],
-    );
-    let v = filter_compacted_reference(&h);
-    assert_eq!(positions(&h, &v.messages), [4, 5, 2, 3, 6, 7]);
-    assert_eq!(v.tail, 2);
+    let (h, view) = history_and_view(&[
+        User,
+        Assistant,
+        User,
+        Assistant,
+        Compaction { tail_back: Some(2) },
+        GOOD_SUMMARY,
+        User,
+        Assistant,
+    ]);
+    assert_eq!(view, [4, 5, 2, 3, 6, 7]);
+    assert_eq!(filter_compacted_reference(&h).tail, 2);
 }
 
 #[test]
@@ -270,7 +237,7 @@ fn the_view_through_a_store_stops_reading_at_the_boundary() {
     let mut specs: Vec<Spec> = (0..1000)
         .map(|i| if i % 2 == 0 { User } else { Assistant })
         .collect();
-    specs[980] = Compaction { tail_back: None };
+    specs[980] = COMPACTION;
     specs[981] = GOOD_SUMMARY;
     let h = build(&s, &specs);
     rt.block_on(async {
