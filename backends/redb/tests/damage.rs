@@ -18,6 +18,7 @@ use forge_conformance::differential::damage::{
 };
 use forge_core::{Error, Store};
 use forge_redb::{RedbOptions, RedbStore};
+use forge_testkit::stores::{flips_and_cuts, Damaged};
 
 /// Messages per page when reading back (several pages per session).
 const PAGE: usize = 3;
@@ -81,13 +82,7 @@ fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
     let path = dir.path().join("forge.redb");
     std::fs::write(&path, b"").unwrap();
     let err = RedbStore::open(&path).unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-    assert!(err.to_string().contains("empty file"), "{err}");
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        0,
-        "the file was written to"
-    );
+    stores::assert_refused_as_empty(&path, &err);
 }
 
 /// The whole campaign in one test: the panic hook is process-wide.
@@ -102,26 +97,18 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
     let read = |db: &[u8], beside: Option<&[u8]>| try_copy(dir.path(), db, beside);
 
     // The file as a clean close leaves it.
-    let flips = rng.flips(n, db.len());
-    tallies.push(campaign(
-        "redb file, flips",
-        &read,
-        (&db, None),
+    let clean = Damaged {
+        read: &read,
+        files: (&db, None),
+        original: &original,
+        panics: &panics,
+    };
+    tallies.extend(flips_and_cuts(
+        "redb file",
+        &clean,
         false,
-        &flips,
-        &original,
-        &panics,
-        &|_| false,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, db.len());
-    tallies.push(campaign(
-        "redb file, cuts",
-        &read,
-        (&db, None),
-        false,
-        &cuts,
-        &original,
-        &panics,
+        &mut rng,
+        n,
         &|_| false,
     ));
 
@@ -135,26 +122,18 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         Damage::Flip { at, .. } => last.contains(&at),
         Damage::Truncate { len } => len as u64 >= checkpoint_len,
     };
-    let flips = rng.flips(n, crash_journal.len());
-    tallies.push(campaign(
-        "redb journal, flips",
-        &read,
-        (&crash_db, Some(&crash_journal)),
+    let crashed = Damaged {
+        read: &read,
+        files: (&crash_db, Some(&crash_journal)),
+        original: &crash_original,
+        panics: &panics,
+    };
+    tallies.extend(flips_and_cuts(
+        "redb journal",
+        &crashed,
         true,
-        &flips,
-        &crash_original,
-        &panics,
-        &torn,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, crash_journal.len());
-    tallies.push(campaign(
-        "redb journal, cuts",
-        &read,
-        (&crash_db, Some(&crash_journal)),
-        true,
-        &cuts,
-        &crash_original,
-        &panics,
+        &mut rng,
+        n,
         &torn,
     ));
     // The database file is judged on its own terms: the torn-record rule above is about
@@ -164,7 +143,7 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
     tallies.push(campaign(
         "redb file beside a journal, flips",
         &read,
-        (&crash_db, Some(&crash_journal)),
+        crashed.files,
         false,
         &flips,
         &crash_original,

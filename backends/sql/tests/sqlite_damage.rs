@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use forge_conformance::differential::damage::{
-    assert_clean, campaign, history, runs, snapshot, Damage, PanicCounter, Rng, Snapshot,
+    assert_clean, history, runs, snapshot, Damage, PanicCounter, Rng, Snapshot,
 };
 use forge_core::{Error, Store};
 use forge_sql::SqliteStore;
+use forge_testkit::stores::{flips_and_cuts, Damaged};
 
 /// Messages per page when reading back (several pages per session).
 const PAGE: usize = 3;
@@ -66,9 +67,7 @@ fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
     let err = runtime()
         .block_on(SqliteStore::open(&url(&path)))
         .unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-    assert!(err.to_string().contains("empty file"), "{err}");
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "written to");
+    stores::assert_refused_as_empty(&path, &err);
 }
 
 /// The whole campaign in one test: the panic hook is process-wide.
@@ -93,26 +92,18 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
     let db = std::fs::read(&path).unwrap();
     let original = try_copy(dir.path(), &db, None).unwrap();
     assert_eq!(original.len(), 2 + 6 * 8, "the history reads back whole");
-    let flips = rng.flips(n, db.len());
-    tallies.push(campaign(
-        "sqlite file, flips",
-        &read,
-        (&db, None),
+    let clean = Damaged {
+        read: &read,
+        files: (&db, None),
+        original: &original,
+        panics: &panics,
+    };
+    tallies.extend(flips_and_cuts(
+        "sqlite file",
+        &clean,
         false,
-        &flips,
-        &original,
-        &panics,
-        &|_| false,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, db.len());
-    tallies.push(campaign(
-        "sqlite file, cuts",
-        &read,
-        (&db, None),
-        false,
-        &cuts,
-        &original,
-        &panics,
+        &mut rng,
+        n,
         &|_| false,
     ));
 
@@ -127,26 +118,18 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         Damage::Flip { at, .. } => last_frame.contains(&at),
         Damage::Truncate { .. } => true,
     };
-    let flips = rng.flips(n, crash_wal.len());
-    tallies.push(campaign(
-        "sqlite -wal, flips",
-        &read,
-        (&crash_db, Some(&crash_wal)),
+    let crashed = Damaged {
+        read: &read,
+        files: (&crash_db, Some(&crash_wal)),
+        original: &crash_original,
+        panics: &panics,
+    };
+    tallies.extend(flips_and_cuts(
+        "sqlite -wal",
+        &crashed,
         true,
-        &flips,
-        &crash_original,
-        &panics,
-        &torn,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, crash_wal.len());
-    tallies.push(campaign(
-        "sqlite -wal, cuts",
-        &read,
-        (&crash_db, Some(&crash_wal)),
-        true,
-        &cuts,
-        &crash_original,
-        &panics,
+        &mut rng,
+        n,
         &torn,
     ));
     for t in &tallies {
