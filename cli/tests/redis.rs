@@ -5,7 +5,8 @@
 mod common;
 
 use common::{example, stderr, stdout, Env, OnRedis};
-use redis::streams::StreamRangeReply;
+use redis::streams::{StreamInfoGroupsReply, StreamRangeReply};
+use redis::Commands;
 
 #[test]
 fn recover_in_another_process_rebuilds_text_from_the_stream_and_project_copies_it() {
@@ -35,16 +36,13 @@ fn recover_in_another_process_rebuilds_text_from_the_stream_and_project_copies_i
 
 /// The last entry id delivered to `group` on `stream`.
 fn last_delivered(conn: &mut redis::Connection, stream: &str, group: &str) -> String {
-    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(stream)
-        .query(conn)
-        .unwrap();
-    let g = groups
-        .iter()
-        .find(|g| redis::from_redis_value_ref::<String>(&g["name"]).unwrap() == group)
-        .expect("the group");
-    redis::from_redis_value_ref(&g["last-delivered-id"]).unwrap()
+    let reply: StreamInfoGroupsReply = conn.xinfo_groups(stream).unwrap();
+    reply
+        .groups
+        .into_iter()
+        .find(|g| g.name == group)
+        .expect("the group")
+        .last_delivered_id
 }
 
 /// The number in `text` right before `label`, e.g. `3` in "3 refused by".
