@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{fresh_prefix, user_message, with_prefix, Cleanup};
+use common::{user_message, TestPrefix};
 use forge_core::id::now_ms;
 use forge_core::{
-    Bus, Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Result, Scope, Session,
+    Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Result, Scope, Session,
     SessionId, Store, SyncEvent, TenantId,
 };
-use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions, WorkerStats};
+use forge_redis::{ProjectorWorker, WorkerOptions, WorkerStats};
 use redis::streams::{StreamId, StreamRangeReply};
 
 const OPTS: WorkerOptions = WorkerOptions {
@@ -27,44 +27,30 @@ const OPTS: WorkerOptions = WorkerOptions {
 
 /// A fresh prefix on the test server, with an engine writing to it.
 struct Setup {
-    url: String,
-    prefix: String,
     tenant: TenantId,
     engine: Engine,
     conn: redis::Connection,
-    _cleanup: Cleanup,
+    /// Last: its keys are deleted once the engine is gone.
+    p: TestPrefix,
 }
 
 impl Setup {
     async fn new(extra: &str) -> Option<Self> {
-        let server = common::redis_url()?;
-        let prefix = fresh_prefix();
-        let url = with_prefix(&server, &prefix, extra);
-        let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&url).await.unwrap());
-        let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(&url).await.unwrap());
-        let conn = redis::Client::open(server.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
+        let p = TestPrefix::with_query(extra)?;
         Some(Self {
-            _cleanup: Cleanup {
-                url: server,
-                prefix: prefix.clone(),
-            },
-            url,
-            prefix,
             tenant: TenantId::new("t1").unwrap(),
-            engine: Engine::direct(store, bus),
-            conn,
+            engine: common::engine(&p.url).await,
+            conn: p.conn(),
+            p,
         })
     }
 
     fn tenant_stream(&self) -> String {
-        format!("{}:t:{{t1}}:bus", self.prefix)
+        format!("{}:t:{{t1}}:bus", self.p.prefix)
     }
 
     fn dead_key(&self) -> String {
-        format!("{}:t:{{t1}}:dead", self.prefix)
+        format!("{}:t:{{t1}}:dead", self.p.prefix)
     }
 
     async fn session(&self, title: &str) -> (Scope, SessionId) {
@@ -153,9 +139,16 @@ impl Setup {
     }
 
     async fn worker(&self, store: Arc<dyn Store>, group: &str, consumer: &str) -> ProjectorWorker {
-        ProjectorWorker::connect(&self.url, store, self.tenant.clone(), group, consumer, OPTS)
-            .await
-            .unwrap()
+        ProjectorWorker::connect(
+            &self.p.url,
+            store,
+            self.tenant.clone(),
+            group,
+            consumer,
+            OPTS,
+        )
+        .await
+        .unwrap()
     }
 }
 
@@ -350,7 +343,7 @@ async fn an_opt_in_work_maxlen_bounds_work_streams_and_dead_letters_what_it_drop
         s.messages(&scope, &sid, 1, 50).await;
     }
     let streams: Vec<String> = (0..2)
-        .map(|k| format!("{}:t:{{t1}}:work:2:{k}", s.prefix))
+        .map(|k| format!("{}:t:{{t1}}:work:2:{k}", s.p.prefix))
         .collect();
     let added: u64 = streams
         .iter()
@@ -505,7 +498,7 @@ async fn a_stopped_worker_falls_behind_past_maxlen_and_still_applies_every_event
             vec![s.tenant_stream()]
         } else {
             (0..shards)
-                .map(|k| format!("{}:t:{{t1}}:work:{shards}:{k}", s.prefix))
+                .map(|k| format!("{}:t:{{t1}}:work:{shards}:{k}", s.p.prefix))
                 .collect()
         };
         let backlog: u64 = streams.iter().map(|k| s.xlen(k)).sum();
