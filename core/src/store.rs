@@ -153,6 +153,19 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
+impl Page {
+    /// A page of `messages` (oldest first); when `more` older messages exist, `next`
+    /// is the cursor before the first of them.
+    pub fn new(messages: Vec<MessageWithParts>, more: bool) -> Self {
+        let next = if more {
+            messages.first().map(|m| Cursor::before(m.info.id.clone()))
+        } else {
+            None
+        };
+        Self { messages, next }
+    }
+}
+
 /// What a crash may have left open, for [`recover`](crate::recover::recover).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpenItems {
