@@ -332,11 +332,7 @@ impl Store for MemoryStore {
                 continue;
             }
             for m in s.messages.values() {
-                if m.info.is_open() {
-                    out.messages.push(m.info.clone());
-                }
-                out.parts
-                    .extend(m.parts.values().filter(|p| p.is_open()).cloned());
+                out.add(&m.info, m.parts.values());
             }
         }
         Ok(out)

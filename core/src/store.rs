@@ -180,6 +180,15 @@ impl OpenItems {
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty() && self.parts.is_empty()
     }
+
+    /// Adds `message` if it is open and those of its `parts` that are.
+    pub fn add<'a>(&mut self, message: &Message, parts: impl IntoIterator<Item = &'a Part>) {
+        if message.is_open() {
+            self.messages.push(message.clone());
+        }
+        self.parts
+            .extend(parts.into_iter().filter(|p| p.is_open()).cloned());
+    }
 }
 
 /// Durable storage of sessions, messages and parts.
