@@ -1,7 +1,6 @@
 //! [`Forge`]: an opened backend and the operations a platform runs on it.
 
 use std::fmt;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -183,7 +182,11 @@ impl Forge {
         text: &str,
         opts: ReplayOptions,
     ) -> Result<ReplayReport, ReplayError> {
-        self.replay(tenant, opts, |r| r.run_text(text)).await
+        let before = self.writes();
+        let outcome = Replayer::new(&self.engine, tenant, opts)
+            .run_text(text)
+            .await;
+        self.finish_replay(before, outcome).await
     }
 
     /// Replays a recorded stream file (`-` reads standard input).
@@ -221,7 +224,11 @@ impl Forge {
     where
         S: Stream<Item = std::result::Result<String, String>>,
     {
-        self.replay(tenant, opts, |r| r.run_lines(lines)).await
+        let before = self.writes();
+        let outcome = Replayer::new(&self.engine, tenant, opts)
+            .run_lines(lines)
+            .await;
+        self.finish_replay(before, outcome).await
     }
 
     /// Replays any stream of lines: framing lines and model stream events
@@ -238,23 +245,10 @@ impl Forge {
     where
         S: Stream<Item = Line>,
     {
-        self.replay(tenant, opts, |r| r.run_stream(lines)).await
-    }
-
-    /// Runs one replay (`run` drives the replayer over its input), then commits what
-    /// the projector holds and fills in what the replay wrote.
-    async fn replay<'a, F, Fut>(
-        &'a self,
-        tenant: &'a TenantId,
-        opts: ReplayOptions,
-        run: F,
-    ) -> Result<ReplayReport, ReplayError>
-    where
-        F: FnOnce(Replayer<'a>) -> Fut,
-        Fut: Future<Output = Result<ReplayReport, ReplayError>>,
-    {
         let before = self.writes();
-        let outcome = run(Replayer::new(&self.engine, tenant, opts)).await;
+        let outcome = Replayer::new(&self.engine, tenant, opts)
+            .run_stream(lines)
+            .await;
         self.finish_replay(before, outcome).await
     }
 

@@ -134,3 +134,8 @@ pub(crate) fn rows() -> &'static [Vec<u8>] {
 pub(crate) fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// Valid inputs given as text, as a corpus to mutate.
+pub(crate) fn texts(items: &[&str]) -> Vec<Vec<u8>> {
+    items.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
