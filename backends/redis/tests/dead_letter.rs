@@ -45,6 +45,14 @@ impl Setup {
         })
     }
 
+    /// [`Setup::new`] with a session `title` of `n` user messages written.
+    async fn with_session(title: &str, n: usize) -> Option<(Self, Scope, SessionId)> {
+        let s = Self::new("").await?;
+        let (scope, sid) = s.session(title).await;
+        s.messages(&scope, &sid, 1, n).await;
+        Some((s, scope, sid))
+    }
+
     fn tenant_stream(&self) -> String {
         format!("{}:t:{{t1}}:bus", self.p.prefix)
     }
@@ -150,6 +158,15 @@ impl Setup {
         .await
         .unwrap()
     }
+
+    /// Worker `w1` of group `g` projecting into a new memory store, run until idle: the
+    /// store, the worker and what the run did.
+    async fn run_into_memory(&self) -> (Arc<MemoryStore>, ProjectorWorker, WorkerStats) {
+        let target = Arc::new(MemoryStore::new());
+        let mut w = self.worker(target.clone(), "g", "w1").await;
+        let stats = until_idle(&mut w).await;
+        (target, w, stats)
+    }
 }
 
 async fn until_idle(w: &mut ProjectorWorker) -> WorkerStats {
@@ -171,14 +188,10 @@ async fn history(store: &dyn Store, t: &TenantId, s: &SessionId) -> Vec<MessageW
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_the_target_refuses_is_dead_lettered_with_the_stores_error() {
-    let Some(mut s) = Setup::new("").await else {
+    let Some((mut s, scope, sid)) = Setup::with_session("refused", 2).await else {
         return;
     };
-    let (scope, sid) = s.session("refused").await;
-    s.messages(&scope, &sid, 1, 2).await;
-    let target = Arc::new(MemoryStore::new());
-    let mut w = s.worker(target.clone(), "g", "w1").await;
-    let first = until_idle(&mut w).await;
+    let (target, mut w, first) = s.run_into_memory().await;
     assert_eq!(first.dead_lettered(), 0, "{first:?}");
     assert_eq!(history(target.as_ref(), &s.tenant, &sid).await.len(), 2);
 
@@ -243,14 +256,10 @@ async fn an_event_the_target_refuses_is_dead_lettered_with_the_stores_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_trimmed_while_the_worker_was_behind_are_dead_lettered() {
-    let Some(mut s) = Setup::new("").await else {
+    let Some((mut s, scope, sid)) = Setup::with_session("gap", 1).await else {
         return;
     };
-    let (scope, sid) = s.session("gap").await;
-    s.messages(&scope, &sid, 1, 1).await;
-    let target = Arc::new(MemoryStore::new());
-    let mut w = s.worker(target.clone(), "g", "w1").await;
-    until_idle(&mut w).await;
+    let (target, w, _) = s.run_into_memory().await;
     drop(w);
 
     // The worker is stopped; ten more messages (20 entries) arrive, and the first five
@@ -334,9 +343,7 @@ async fn an_opt_in_work_maxlen_bounds_work_streams_and_dead_letters_what_it_drop
     let Some(mut s) = Setup::new("&shards=2&work_maxlen=50").await else {
         return;
     };
-    let target = Arc::new(MemoryStore::new());
-    let mut w = s.worker(target.clone(), "g", "w1").await;
-    until_idle(&mut w).await;
+    let (target, w, _) = s.run_into_memory().await;
     drop(w);
     for i in 0..6 {
         let (scope, sid) = s.session(&format!("bounded {i}")).await;
@@ -404,11 +411,9 @@ impl Forward for Flaky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_entries_trimmed_away_are_dead_lettered_by_their_owner_and_by_a_standby() {
-    let Some(mut s) = Setup::new("").await else {
+    let Some((mut s, _, _)) = Setup::with_session("pending", 10).await else {
         return;
     };
-    let (scope, sid) = s.session("pending").await;
-    s.messages(&scope, &sid, 1, 10).await;
     let stream = s.tenant_stream();
     // Two groups; in each a worker reads 7 entries and cannot commit them (its target
     // is down). In group "own" the worker lives on; in group "standby" it dies.
@@ -473,7 +478,6 @@ async fn pending_entries_trimmed_away_are_dead_lettered_by_their_owner_and_by_a_
         standby_stats.trimmed,
         letters.len()
     );
-    let _ = sid;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -482,10 +486,8 @@ async fn a_stopped_worker_falls_behind_past_maxlen_and_still_applies_every_event
         let Some(mut s) = Setup::new(&format!("&maxlen=20&shards={shards}")).await else {
             return;
         };
-        let target = Arc::new(MemoryStore::new());
         // The worker has run once (its group exists), then stops.
-        let mut w = s.worker(target.clone(), "g", "w1").await;
-        until_idle(&mut w).await;
+        let (target, w, _) = s.run_into_memory().await;
         drop(w);
 
         let mut sessions = Vec::new();
