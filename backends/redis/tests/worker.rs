@@ -21,13 +21,15 @@ const OPTS: WorkerOptions = WorkerOptions {
     count: 7, // small, so a run takes several rounds
 };
 
-/// Writes one finished turn and one turn interrupted mid-text through an engine on
-/// Redis; returns the engine, the session and the number of events published.
-async fn source(url: &str, tenant: &TenantId) -> (Engine, SessionId) {
-    let engine = common::engine(url).await;
+/// A fresh prefix, tenant `t1`, and one finished turn and one turn interrupted
+/// mid-text written through an engine on the prefix; the engine and the session.
+async fn source() -> Option<(TestPrefix, TenantId, Engine, SessionId)> {
+    let p = TestPrefix::new()?;
+    let tenant = TenantId::new("t1").unwrap();
+    let engine = common::engine(&p.url).await;
     let session = Session::new("replicated", now_ms());
     let sid = session.id.clone();
-    let scope = engine.put_session(tenant, session).await.unwrap();
+    let scope = engine.put_session(&tenant, session).await.unwrap();
     for turn in 0..2 {
         let (user, part) = user_message(&sid, &format!("msg_{turn}a"), &format!("prt_{turn}"), "q");
         engine
@@ -54,7 +56,7 @@ async fn source(url: &str, tenant: &TenantId) -> (Engine, SessionId) {
         }
     }
     engine.bus.flush().await.unwrap();
-    (engine, sid)
+    Some((p, tenant, engine, sid))
 }
 
 async fn history(store: &dyn Store, t: &TenantId, s: &SessionId) -> Vec<MessageWithParts> {
@@ -75,12 +77,10 @@ async fn drain(w: &mut ProjectorWorker) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_projects_the_stream_into_another_store_idempotently() {
-    let Some(p) = TestPrefix::new() else {
+    let Some((p, tenant, engine, sid)) = source().await else {
         return;
     };
     let url = &p.url;
-    let tenant = TenantId::new("t1").unwrap();
-    let (engine, sid) = source(url, &tenant).await;
 
     let target = Arc::new(MemoryStore::new());
     let mut w = ProjectorWorker::connect(url, target.clone(), tenant.clone(), "g", "w1", OPTS)
@@ -132,12 +132,10 @@ impl Forward for Broken {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_worker_claims_what_a_dead_worker_left_pending() {
-    let Some(p) = TestPrefix::new() else {
+    let Some((p, tenant, engine, sid)) = source().await else {
         return;
     };
     let url = &p.url;
-    let tenant = TenantId::new("t1").unwrap();
-    let (engine, sid) = source(url, &tenant).await;
 
     let mut dead = ProjectorWorker::connect(
         url,
