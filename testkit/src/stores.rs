@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -18,7 +18,7 @@ use forge_conformance::differential::{
 };
 use forge_core::{
     Cursor, Envelope, MemoryStore, Message, MessageId, Part, PartId, SessionId, Store, SyncEvent,
-    Tenancy,
+    Tenancy, TenantId,
 };
 use serde_json::json;
 
@@ -171,6 +171,18 @@ pub async fn assert_paging_while_appending(
     let unique: BTreeSet<&MessageId> = got.iter().collect();
     assert_eq!(unique.len(), got.len(), "a message was seen twice");
     assert_eq!(got, want);
+}
+
+/// After a batch moved `part` from message `msg_1` to `msg_2` of session `s` of tenant
+/// `t`: `msg_1` has no part left, and `msg_2` has exactly `part`.
+///
+/// # Panics
+/// When a message is missing or holds other parts.
+pub async fn assert_part_moved(store: &dyn Store, t: &TenantId, s: &SessionId, part: Part) {
+    let first = store.message(t, s, &"msg_1".into()).await.unwrap().unwrap();
+    let second = store.message(t, s, &"msg_2".into()).await.unwrap().unwrap();
+    assert!(first.parts.is_empty(), "the part stayed: {:?}", first.parts);
+    assert_eq!(second.parts, vec![part]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -368,6 +380,40 @@ pub async fn hammer(stores: &[Arc<dyn Store>], writers: u64, per_writer: u64, tw
 
 // ---------------------------------------------------------------------------------------
 // Damaged files
+
+/// `path` with `suffix` added to its file name: the file a store keeps beside its main
+/// file (`-journal`, `-wal`).
+pub fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Writes `db` to `copy` and the side file's bytes (if given) to the side file's path,
+/// reads them back with `read_back` (a panic reads as an error), and removes them and
+/// the `extra` files the read may leave.
+///
+/// # Panics
+/// When the copy cannot be written or removed.
+pub fn read_fresh_copy(
+    read_back: fn(&Path) -> Result<Snapshot, forge_core::Error>,
+    copy: &Path,
+    db: &[u8],
+    side: (&Path, Option<&[u8]>),
+    extra: &[&Path],
+) -> Result<Snapshot, forge_core::Error> {
+    std::fs::write(copy, db).unwrap();
+    if let Some(bytes) = side.1 {
+        std::fs::write(side.0, bytes).unwrap();
+    }
+    let got = std::panic::catch_unwind(|| read_back(copy))
+        .unwrap_or_else(|_| Err(forge_core::Error::invalid("the read panicked")));
+    std::fs::remove_file(copy).unwrap();
+    for f in std::iter::once(side.0).chain(extra.iter().copied()) {
+        std::fs::remove_file(f).ok();
+    }
+    got
+}
 
 /// The files a damage campaign starts from, read back by `read`.
 pub struct Damaged<'a> {

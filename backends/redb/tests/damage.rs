@@ -39,8 +39,7 @@ fn read_back(path: &Path) -> Result<Snapshot, Error> {
 /// A directory with `forge.redb` holding the campaign history, closed cleanly (the
 /// journal checkpointed and removed: the file is complete by itself), and what it reads.
 fn clean_file() -> (tempfile::TempDir, PathBuf, Snapshot) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (dir, path) = temp_path();
     let rt = runtime();
     rt.block_on(async {
         let store = RedbStore::open(&path).unwrap();
@@ -57,29 +56,18 @@ fn clean_file() -> (tempfile::TempDir, PathBuf, Snapshot) {
 }
 
 fn journal(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-journal");
-    PathBuf::from(name)
+    stores::beside(path, "-journal")
 }
 
 /// Writes `db` (and `journal`, if given) to a fresh file, reads it back, and removes it.
 fn try_copy(dir: &Path, db: &[u8], jnl: Option<&[u8]>) -> Result<Snapshot, Error> {
     let copy = dir.join("damaged.redb");
-    std::fs::write(&copy, db).unwrap();
-    if let Some(j) = jnl {
-        std::fs::write(journal(&copy), j).unwrap();
-    }
-    let got = std::panic::catch_unwind(|| read_back(&copy))
-        .unwrap_or_else(|_| Err(Error::invalid("the read panicked")));
-    std::fs::remove_file(&copy).unwrap();
-    std::fs::remove_file(journal(&copy)).ok();
-    got
+    stores::read_fresh_copy(read_back, &copy, db, (&journal(&copy), jnl), &[])
 }
 
 #[test]
 fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     std::fs::write(&path, b"").unwrap();
     let err = RedbStore::open(&path).unwrap_err();
     stores::assert_refused_as_empty(&path, &err);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use forge_core::{Cursor, Store};
-use forge_redb::{Durability, RedbOptions, RedbStore};
+use forge_redb::{Durability, RedbOptions};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------
@@ -33,16 +33,13 @@ proptest! {
 #[test]
 fn a_failing_batch_leaves_nothing_of_itself_behind() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
-        stores::assert_failing_batches_leave_nothing(&store, || ()).await;
+    let (_dir, path) = temp_path();
+    on_file(&rt, &path, async |store| {
+        stores::assert_failing_batches_leave_nothing(store, || ()).await;
     });
     // Nothing of the failed batches reached the file either.
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
-        stores::assert_holds_atomicity_base(&store).await;
+    on_file(&rt, &path, async |store| {
+        stores::assert_holds_atomicity_base(store).await;
     });
 }
 

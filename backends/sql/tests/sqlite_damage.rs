@@ -28,9 +28,7 @@ fn url(path: &Path) -> String {
 }
 
 fn wal(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
+    stores::beside(path, "-wal")
 }
 
 /// Opens `path`, reads everything and closes it.
@@ -47,16 +45,8 @@ fn read_back(path: &Path) -> Result<Snapshot, Error> {
 /// Writes `db` (and `wal`) to fresh files, reads them back, and removes them.
 fn try_copy(dir: &Path, db: &[u8], log: Option<&[u8]>) -> Result<Snapshot, Error> {
     let copy = dir.join("damaged.db");
-    std::fs::write(&copy, db).unwrap();
-    if let Some(l) = log {
-        std::fs::write(wal(&copy), l).unwrap();
-    }
-    let got = std::panic::catch_unwind(|| read_back(&copy))
-        .unwrap_or_else(|_| Err(Error::invalid("the read panicked")));
-    for f in [copy.clone(), wal(&copy), dir.join("damaged.db-shm")] {
-        std::fs::remove_file(f).ok();
-    }
-    got
+    let shm = dir.join("damaged.db-shm");
+    stores::read_fresh_copy(read_back, &copy, db, (&wal(&copy), log), &[&shm])
 }
 
 #[test]

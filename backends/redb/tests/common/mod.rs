@@ -10,7 +10,24 @@ pub use forge_conformance::differential::random as differential;
 pub use forge_conformance::differential::*;
 pub use forge_testkit::stores;
 
+use std::path::{Path, PathBuf};
+
 use forge_redb::{RedbOptions, RedbStore};
+
+/// A temporary directory and the path of a store file in it, not created yet.
+pub fn temp_path() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forge.redb");
+    (dir, path)
+}
+
+/// Opens the store at `path` on `rt`, runs `test` on it, and drops it (a clean close).
+pub fn on_file(rt: &tokio::runtime::Runtime, path: &Path, test: impl AsyncFnOnce(&RedbStore)) {
+    rt.block_on(async {
+        let store = RedbStore::open(path).unwrap();
+        test(&store).await;
+    });
+}
 
 pub fn temp_store(options: RedbOptions) -> (tempfile::TempDir, RedbStore) {
     let dir = tempfile::tempdir().unwrap();
