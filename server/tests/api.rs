@@ -12,6 +12,12 @@ fn options() -> ServerOptions {
     ServerOptions::new(two_tenants())
 }
 
+/// The message of an error body, which must be of the error `name`.
+fn error_message<'a>(body: &'a Value, name: &str) -> &'a str {
+    assert_eq!(body["name"], name, "{body}");
+    body["message"].as_str().expect("message")
+}
+
 #[tokio::test]
 async fn tokens_name_the_tenant_and_other_tenants_ids_are_not_found() {
     let s = redb_server(options(), OpenOptions::new()).await;
@@ -69,8 +75,7 @@ async fn tokens_name_the_tenant_and_other_tenants_ids_are_not_found() {
 
 #[tokio::test]
 async fn messages_page_as_opencode_pages_them() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_paged").await;
+    let s = session_server("ses_paged").await;
     let mut lines = Vec::new();
     for i in 0..7 {
         lines.extend(turn(&format!("question {i}"), 2, "x"));
@@ -207,8 +212,7 @@ async fn sessions_list_newest_first_with_filters_and_pages() {
 
 #[tokio::test]
 async fn an_upload_is_processed_while_it_arrives() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_live").await;
+    let s = session_server("ses_live").await;
     let mut sse = SseReader::connected(&s, "/session/ses_live/event", TOKEN_A, None).await;
     assert_eq!(sse.status, 200);
     let lines = turn("stream it", 4, "word ");
@@ -256,19 +260,14 @@ async fn bad_input_gets_its_status_and_stores_nothing_of_the_bad_line() {
     let mut opts = options();
     opts.max_line = 200;
     opts.max_body = 4096;
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_bad").await;
+    let s = server_with_session(opts, OpenOptions::new(), "ses_bad").await;
     // A malformed line: 400 naming it, the report of what was done, the answer closed.
     let mut lines = turn("q", 2, "ok ");
     lines.insert(5, "{\"type\":\"text-delta\",\"id\":\"t1\"}".to_owned());
     let (status, body) = s.upload(TOKEN_A, "ses_bad", ndjson(&lines)).await;
     assert_eq!(status, 400, "{body}");
-    assert_eq!(body["name"], "BadRequest");
     assert!(
-        body["message"]
-            .as_str()
-            .expect("message")
-            .starts_with("line 6:"),
+        error_message(&body, "BadRequest").starts_with("line 6:"),
         "{body}"
     );
     assert_eq!(body["report"]["lines"], 6);
@@ -306,8 +305,7 @@ async fn bad_input_gets_its_status_and_stores_nothing_of_the_bad_line() {
 
 #[tokio::test]
 async fn export_then_import_under_another_tenant_is_the_same_session() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_move").await;
+    let s = session_server("ses_move").await;
     let (status, _) = s
         .upload(TOKEN_A, "ses_move", ndjson(&turn("move me", 3, "b")))
         .await;
@@ -323,8 +321,7 @@ async fn export_then_import_under_another_tenant_is_the_same_session() {
 
 #[tokio::test]
 async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_down").await;
+    let s = session_server("ses_down").await;
     let mut sse = SseReader::connect(&s, "/session/ses_down/event", TOKEN_A, None).await;
     sse.expect().await;
     let lines = turn("cut short", 3, "half ");
@@ -342,12 +339,8 @@ async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
     let r = upload.answer().await;
     assert_eq!(r.status().as_u16(), 503);
     let body: Value = r.json().await.expect("json");
-    assert_eq!(body["name"], "BackendUnavailable");
     assert!(
-        body["message"]
-            .as_str()
-            .expect("message")
-            .contains("shutting down"),
+        error_message(&body, "BackendUnavailable").contains("shutting down"),
         "{body}"
     );
     // The SSE connection is cut, not ended: a client reconnects.

@@ -110,8 +110,7 @@ async fn resume_on_redis_gives_exactly_the_events_after_last_event_id() {
 async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
     let mut open = OpenOptions::new();
     open.replay_per_session = 8;
-    let s = redb_server(options(), open).await;
-    s.create(TOKEN_A, "ses_gap").await;
+    let s = server_with_session(options(), open, "ses_gap").await;
     let (status, _) = s
         .upload(TOKEN_A, "ses_gap", ndjson(&turn("long", 30, "z")))
         .await;
@@ -218,8 +217,7 @@ impl ClientView {
 /// snapshot reported: the snapshot plus the events after it rebuild exactly what is
 /// stored at the end, and every streamed delta after the snapshot arrives once.
 async fn snapshot_then_live(open: OpenOptions) {
-    let s = redb_server(options(), open).await;
-    s.create(TOKEN_A, "ses_snap").await;
+    let s = server_with_session(options(), open, "ses_snap").await;
     let lines = turn("snapshot", 6, "ab ");
     let mut upload = s.upload_lines(TOKEN_A, "ses_snap", 16);
     // Three of the six deltas go out before the snapshot is read.
@@ -277,8 +275,7 @@ async fn a_snapshot_then_its_seq_loses_nothing_with_a_commit_per_boundary() {
 async fn the_tenant_stream_resumes_from_its_own_ids() {
     let mut opts = options();
     opts.event_replay = 20;
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_t1").await;
+    let s = server_with_session(opts, OpenOptions::new(), "ses_t1").await;
     let mut sse = SseReader::connected(&s, "/event", TOKEN_A, None).await;
     // Another tenant's events never show.
     let mut other = SseReader::connect(&s, "/event", TOKEN_B, None).await;
@@ -326,8 +323,7 @@ async fn the_tenant_stream_resumes_from_its_own_ids() {
 async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
     let mut opts = options();
     opts.client_buffer = 16;
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_slow").await;
+    let s = server_with_session(opts, OpenOptions::new(), "ses_slow").await;
     let mut slow = SseReader::connected(&s, "/event", TOKEN_A, None).await;
     let mut fast = SseReader::connected(&s, "/event", TOKEN_A, None).await;
     // 400 deltas of 64 KiB: far more than the socket buffers hold.
@@ -378,8 +374,7 @@ async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
 async fn an_idle_stream_gets_heartbeats() {
     let mut opts = options();
     opts.heartbeat = std::time::Duration::from_millis(200);
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_idle").await;
+    let s = server_with_session(opts, OpenOptions::new(), "ses_idle").await;
     for path in ["/event", "/session/ses_idle/event"] {
         let mut sse = SseReader::connected(&s, path, TOKEN_A, None).await;
         let mut beats = 0;

@@ -10,8 +10,6 @@
 mod common;
 
 use common::*;
-use forge_server::ServerOptions;
-use forge_store::OpenOptions;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -111,8 +109,7 @@ fn last_event_ids_resume_or_are_refused_clearly() {
         .build()
         .unwrap();
     let s = rt.block_on(async {
-        let s = redb_server(ServerOptions::new(two_tenants()), OpenOptions::new()).await;
-        s.create(TOKEN_A, "ses_fuzz").await;
+        let s = session_server("ses_fuzz").await;
         let (status, body) = s
             .upload(TOKEN_A, "ses_fuzz", ndjson(&turn("fuzz", 5, "tok ")))
             .await;

@@ -15,8 +15,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
-use forge_server::ServerOptions;
-use forge_store::OpenOptions;
 use serde_json::{json, Value};
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -94,18 +92,23 @@ impl Browser {
         })
     }
 
-    async fn cmd(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+    /// A WebDriver command's whole answer (`{"value": …}`, an error or not).
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if !body.is_null() {
             req = req.json(&body);
         }
-        let r: Value = req
-            .send()
+        req.send()
             .await
             .expect("WebDriver request")
             .json()
             .await
-            .expect("json");
+            .expect("json")
+    }
+
+    /// A WebDriver command's value; an error fails the test.
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let r = self.send(method, path, body).await;
         assert!(r["value"].get("error").is_none(), "{path}: {r}");
         r["value"].clone()
     }
@@ -145,16 +148,13 @@ impl Browser {
                 .and_then(Value::as_str)
                 .expect("element id")
                 .to_owned();
-            let r: Value = self
-                .http
-                .post(format!("{}/element/{id}/click", self.base))
-                .json(&json!({}))
-                .send()
-                .await
-                .expect("WebDriver request")
-                .json()
-                .await
-                .expect("json");
+            let r = self
+                .send(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/click"),
+                    json!({}),
+                )
+                .await;
             match r["value"].get("error").and_then(Value::as_str) {
                 None => return,
                 Some("stale element reference") if start.elapsed() < Duration::from_secs(10) => {
@@ -236,8 +236,7 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let s = redb_server(ServerOptions::new(two_tenants()), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_inspect").await;
+    let s = session_server("ses_inspect").await;
     let history = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/streams/compaction.jsonl"),
     )

@@ -43,6 +43,23 @@ pub async fn redb_server(options: ServerOptions, open: OpenOptions) -> TestServe
     s
 }
 
+/// A server over a fresh redb file, with a session `id` of tenant A (`TOKEN_A`).
+pub async fn server_with_session(
+    options: ServerOptions,
+    open: OpenOptions,
+    id: &str,
+) -> TestServer {
+    let s = redb_server(options, open).await;
+    s.create(TOKEN_A, id).await;
+    s
+}
+
+/// As [`server_with_session`], with the two tenants of [`two_tenants`] and default
+/// options.
+pub async fn session_server(id: &str) -> TestServer {
+    server_with_session(ServerOptions::new(two_tenants()), OpenOptions::new(), id).await
+}
+
 /// A server over `forge`.
 pub async fn start(forge: Forge, options: ServerOptions) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
