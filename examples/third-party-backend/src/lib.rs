@@ -320,11 +320,7 @@ impl Store for JsonFilesStore {
         };
         let mut out = OpenItems::default();
         for m in files.iter().flat_map(|f| f.messages.values()) {
-            if m.info.is_open() {
-                out.messages.push(m.info.clone());
-            }
-            out.parts
-                .extend(m.parts.iter().filter(|p| p.is_open()).cloned());
+            out.add(&m.info, &m.parts);
         }
         Ok(out)
     }
