@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use forge_conformance::differential::damage::{
-    campaign, Damage, PanicCounter, ReadCopy, Rng, Snapshot, Tally,
+    assert_clean, campaign, Damage, PanicCounter, ReadCopy, Rng, Snapshot, Tally,
 };
 use forge_conformance::differential::{
     all_pages, apply_all, assert_same_reads, atomicity_base, env, failing_batches, message,
@@ -415,46 +415,110 @@ pub fn read_fresh_copy(
     got
 }
 
-/// The files a damage campaign starts from, read back by `read`.
-pub struct Damaged<'a> {
-    /// Copies the files to a fresh place and reads them back whole.
-    pub read: &'a ReadCopy<'a>,
-    /// The main file and the one beside it (a journal or WAL), if any.
-    pub files: (&'a [u8], Option<&'a [u8]>),
-    /// What the files read back before any damage.
-    pub original: &'a Snapshot,
-    /// The process-wide panic counter.
-    pub panics: &'a PanicCounter,
+/// The damage campaigns of one test on copies of a store's files: a seeded random
+/// source of damages, the process-wide panic counter, and each campaign's [`Tally`].
+pub struct Campaigns<'a> {
+    read: &'a ReadCopy<'a>,
+    panics: PanicCounter,
+    rng: Rng,
+    /// Runs of a flip campaign (a cut campaign has a third as many, plus one).
+    pub runs: usize,
+    /// Each campaign's tally, in the order they ran.
+    pub tallies: Vec<Tally>,
 }
 
-/// Two campaigns on one file of `at`: `n` random bit flips, then `n / 3 + 1` random
-/// cuts, named `"{name}, flips"` and `"{name}, cuts"`. With `beside`, the damage goes to
-/// the file beside the main one; `crash_like` tells which damages a crash could leave.
-pub fn flips_and_cuts(
-    name: &str,
-    at: &Damaged<'_>,
-    beside: bool,
-    rng: &mut Rng,
-    n: usize,
-    crash_like: &dyn Fn(Damage) -> bool,
-) -> [Tally; 2] {
-    let len = if beside {
-        at.files.1.expect("a file beside the main one").len()
-    } else {
-        at.files.0.len()
-    };
-    let flips = rng.flips(n, len);
-    let cuts = rng.cuts(n / 3 + 1, len);
-    [("flips", flips), ("cuts", cuts)].map(|(what, damages)| {
-        campaign(
-            &format!("{name}, {what}"),
-            at.read,
-            at.files,
-            beside,
+impl<'a> Campaigns<'a> {
+    /// Campaigns that read damaged copies with `read`, `runs` flips each, counting
+    /// panics from now on (the panic hook is process-wide: one test runs them all).
+    pub fn new(read: &'a ReadCopy<'a>, runs: usize) -> Self {
+        Self {
+            read,
+            panics: PanicCounter::install(),
+            rng: Rng(0x2545_f491_4f6c_dd1d),
+            runs,
+            tallies: Vec::new(),
+        }
+    }
+
+    /// A campaign of `n` random bit flips named `"{name}, flips"` on `files`, which read
+    /// back as `original` undamaged. With `beside`, the damage goes to the file beside
+    /// the main one; `crash_like` tells which damages a crash could leave.
+    pub fn flips(
+        &mut self,
+        name: &str,
+        n: usize,
+        (files, beside): ((&[u8], Option<&[u8]>), bool),
+        original: &Snapshot,
+        crash_like: &dyn Fn(Damage) -> bool,
+    ) {
+        let damages = self.rng.flips(n, damaged_len(files, beside));
+        self.push(
+            &format!("{name}, flips"),
             &damages,
-            at.original,
-            at.panics,
+            (files, beside),
+            original,
             crash_like,
-        )
-    })
+        );
+    }
+
+    /// Two campaigns, as [`Campaigns::flips`]: [`Campaigns::runs`] random bit flips,
+    /// then a third as many (plus one) random cuts, named `"{name}, cuts"`.
+    pub fn flips_and_cuts(
+        &mut self,
+        name: &str,
+        target: ((&[u8], Option<&[u8]>), bool),
+        original: &Snapshot,
+        crash_like: &dyn Fn(Damage) -> bool,
+    ) {
+        self.flips(name, self.runs, target, original, crash_like);
+        let damages = self
+            .rng
+            .cuts(self.runs / 3 + 1, damaged_len(target.0, target.1));
+        self.push(
+            &format!("{name}, cuts"),
+            &damages,
+            target,
+            original,
+            crash_like,
+        );
+    }
+
+    /// Every campaign had 0 silent changes and 0 panics.
+    ///
+    /// # Panics
+    /// When one had any.
+    pub fn assert_clean(&self) {
+        for t in &self.tallies {
+            assert_clean(t);
+        }
+    }
+
+    fn push(
+        &mut self,
+        name: &str,
+        damages: &[Damage],
+        (files, beside): ((&[u8], Option<&[u8]>), bool),
+        original: &Snapshot,
+        crash_like: &dyn Fn(Damage) -> bool,
+    ) {
+        self.tallies.push(campaign(
+            name,
+            self.read,
+            files,
+            beside,
+            damages,
+            original,
+            &self.panics,
+            crash_like,
+        ));
+    }
+}
+
+/// The length of the file a campaign damages.
+fn damaged_len(files: (&[u8], Option<&[u8]>), beside: bool) -> usize {
+    if beside {
+        files.1.expect("a file beside the main one").len()
+    } else {
+        files.0.len()
+    }
 }

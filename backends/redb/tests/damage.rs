@@ -13,12 +13,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use forge_conformance::differential::damage::{
-    assert_clean, campaign, history, runs, snapshot, Damage, PanicCounter, Rng, Snapshot,
-};
+use forge_conformance::differential::damage::{history, runs, snapshot, Damage, Snapshot};
 use forge_core::{Error, Store};
 use forge_redb::{RedbOptions, RedbStore};
-use forge_testkit::stores::{flips_and_cuts, Damaged};
+use forge_testkit::stores::Campaigns;
 
 /// Messages per page when reading back (several pages per session).
 const PAGE: usize = 3;
@@ -76,29 +74,13 @@ fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
 /// The whole campaign in one test: the panic hook is process-wide.
 #[test]
 fn damaged_files_are_reported_never_read_changed_and_never_panic() {
-    let panics = PanicCounter::install();
     let (dir, path, original) = clean_file();
     let db = std::fs::read(&path).unwrap();
-    let n = default_runs();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut tallies = Vec::new();
     let read = |db: &[u8], beside: Option<&[u8]>| try_copy(dir.path(), db, beside);
+    let mut campaigns = Campaigns::new(&read, default_runs());
 
     // The file as a clean close leaves it.
-    let clean = Damaged {
-        read: &read,
-        files: (&db, None),
-        original: &original,
-        panics: &panics,
-    };
-    tallies.extend(flips_and_cuts(
-        "redb file",
-        &clean,
-        false,
-        &mut rng,
-        n,
-        &|_| false,
-    ));
+    campaigns.flips_and_cuts("redb file", ((&db, None), false), &original, &|_| false);
 
     // As a crash leaves it: the last batches only in the journal, not checkpointed.
     let (crash_db, crash_journal, crash_original, checkpoint_len) = crashed_copy(dir.path());
@@ -110,38 +92,24 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         Damage::Flip { at, .. } => last.contains(&at),
         Damage::Truncate { len } => len as u64 >= checkpoint_len,
     };
-    let crashed = Damaged {
-        read: &read,
-        files: (&crash_db, Some(&crash_journal)),
-        original: &crash_original,
-        panics: &panics,
-    };
-    tallies.extend(flips_and_cuts(
-        "redb journal",
-        &crashed,
-        true,
-        &mut rng,
-        n,
-        &torn,
-    ));
+    let crashed = (&crash_db[..], Some(&crash_journal[..]));
+    campaigns.flips_and_cuts("redb journal", (crashed, true), &crash_original, &torn);
     // The database file is judged on its own terms: the torn-record rule above is about
     // journal offsets. Damage to the file reads intact, is reported, or is silent;
     // never crash-like.
-    let flips = rng.flips(n / 2, crash_db.len());
-    tallies.push(campaign(
-        "redb file beside a journal, flips",
-        &read,
-        crashed.files,
-        false,
-        &flips,
+    campaigns.flips(
+        "redb file beside a journal",
+        campaigns.runs / 2,
+        (crashed, false),
         &crash_original,
-        &panics,
         &|_| false,
-    ));
-    for t in &tallies {
-        assert_clean(t);
-    }
-    for t in tallies.iter().filter(|t| t.name.starts_with("redb file")) {
+    );
+    campaigns.assert_clean();
+    for t in campaigns
+        .tallies
+        .iter()
+        .filter(|t| t.name.starts_with("redb file"))
+    {
         assert_eq!(
             t.crash_like, 0,
             "a database-file damage counted as a crash: {t}"

@@ -13,12 +13,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use forge_conformance::differential::damage::{
-    assert_clean, history, runs, snapshot, Damage, PanicCounter, Rng, Snapshot,
-};
+use forge_conformance::differential::damage::{history, runs, snapshot, Damage, Snapshot};
 use forge_core::{Error, Store};
 use forge_sql::SqliteStore;
-use forge_testkit::stores::{flips_and_cuts, Damaged};
+use forge_testkit::stores::Campaigns;
 
 /// Messages per page when reading back (several pages per session).
 const PAGE: usize = 3;
@@ -63,12 +61,9 @@ fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
 /// The whole campaign in one test: the panic hook is process-wide.
 #[test]
 fn damaged_files_are_reported_never_read_changed_and_never_panic() {
-    let panics = PanicCounter::install();
     let dir = tempfile::tempdir().unwrap();
-    let n = runs("FORGE_DAMAGE_RUNS", 100);
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut tallies = Vec::new();
     let read = |db: &[u8], beside: Option<&[u8]>| try_copy(dir.path(), db, beside);
+    let mut campaigns = Campaigns::new(&read, runs("FORGE_DAMAGE_RUNS", 100));
 
     // A file closed cleanly: everything checkpointed into it, no WAL.
     let path = dir.path().join("forge.db");
@@ -82,20 +77,7 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
     let db = std::fs::read(&path).unwrap();
     let original = try_copy(dir.path(), &db, None).unwrap();
     assert_eq!(original.len(), 2 + 6 * 8, "the history reads back whole");
-    let clean = Damaged {
-        read: &read,
-        files: (&db, None),
-        original: &original,
-        panics: &panics,
-    };
-    tallies.extend(flips_and_cuts(
-        "sqlite file",
-        &clean,
-        false,
-        &mut rng,
-        n,
-        &|_| false,
-    ));
+    campaigns.flips_and_cuts("sqlite file", ((&db, None), false), &original, &|_| false);
 
     // As a crash leaves it: the last commits only in the WAL.
     let (crash_db, crash_wal, crash_original) = crashed_copy(dir.path());
@@ -108,23 +90,9 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         Damage::Flip { at, .. } => last_frame.contains(&at),
         Damage::Truncate { .. } => true,
     };
-    let crashed = Damaged {
-        read: &read,
-        files: (&crash_db, Some(&crash_wal)),
-        original: &crash_original,
-        panics: &panics,
-    };
-    tallies.extend(flips_and_cuts(
-        "sqlite -wal",
-        &crashed,
-        true,
-        &mut rng,
-        n,
-        &torn,
-    ));
-    for t in &tallies {
-        assert_clean(t);
-    }
+    let crashed = (&crash_db[..], Some(&crash_wal[..]));
+    campaigns.flips_and_cuts("sqlite -wal", (crashed, true), &crash_original, &torn);
+    campaigns.assert_clean();
 }
 
 /// The files of a store that wrote the history with a checkpoint in the middle and the
