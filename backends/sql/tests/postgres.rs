@@ -193,15 +193,8 @@ fn row_level_security_hides_other_tenants_from_the_application_role() {
 fn a_plain_owner_role_is_bound_by_row_level_security_too() {
     // A deployment whose URL user is an ordinary role owning the schema: no SET ROLE,
     // the tables belong to that user, and FORCE makes the policies bind their owner.
-    runtime().block_on(async {
-        let Some(url) = postgres_url("plain_owner") else {
-            return;
-        };
-        // Declared before the schema, so that it is dropped after it, also on a panic.
-        let role = DroppedRole::new(&url, "forge_owner");
-        let schema = TestSchema::create(&url).await.unwrap();
-        let role = role.name.clone();
-        let mut admin = PgConnection::connect(&url).await.unwrap();
+    let test = with_role_and_schema("plain_owner", "forge_owner", async |url, role, schema| {
+        let mut admin = PgConnection::connect(url).await.unwrap();
         exec_raw(
             &mut admin,
             format!(
@@ -212,7 +205,7 @@ fn a_plain_owner_role_is_bound_by_row_level_security_too() {
         .await;
 
         let mut options = forge_sql::PostgresOptions::from_url(&schema.url()).unwrap();
-        options.connect = options.connect.username(&role);
+        options.connect = options.connect.username(role);
         let store = PostgresStore::connect_with(options.clone()).await.unwrap();
         assert_eq!(store.current_role().await.unwrap(), role);
         apply_all(&store, &sample_history()).await;
@@ -236,6 +229,7 @@ fn a_plain_owner_role_is_bound_by_row_level_security_too() {
         admin.close().await.unwrap();
         schema.drop().await.unwrap();
     });
+    runtime().block_on(test);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -351,27 +345,21 @@ fn connects_that_waited_for_a_migration_see_its_schema_under_a_serializable_defa
 
 #[test]
 fn an_application_role_created_at_the_same_time_by_another_database_is_used() {
-    parallel_runtime().block_on(async {
-        let Some(url) = postgres_url("app_role_race") else {
-            return;
-        };
-        // Declared before the schema, so that it is dropped after it, also on a panic.
-        let role = DroppedRole::new(&url, "forge_app");
-        let schema = TestSchema::create(&url).await.unwrap();
+    let test = with_role_and_schema("app_role_race", "forge_app", async |url, role, schema| {
         // A migration of another database of the server creating the same application
         // role, not committed yet (the migration lock is per database, so it does not
         // hold this one back).
-        let mut other = PgConnection::connect(&url).await.unwrap();
+        let mut other = PgConnection::connect(url).await.unwrap();
         let mut tx = other.begin().await.unwrap();
-        exec_raw(&mut tx, format!("CREATE ROLE \"{}\" NOLOGIN", role.name)).await;
+        exec_raw(&mut tx, format!("CREATE ROLE \"{role}\" NOLOGIN")).await;
         let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
             .fetch_one(&mut *tx)
             .await
             .unwrap();
-        let target = format!("{}&app_role={}", schema.url(), role.name);
+        let target = format!("{}&app_role={role}", schema.url());
         let connect = tokio::spawn(async move { PostgresStore::connect(&target).await });
         // Ours finds no role, creates it, and waits for the other's commit.
-        let mut watch = PgConnection::connect(&url).await.unwrap();
+        let mut watch = PgConnection::connect(url).await.unwrap();
         let xid: i64 = xid.parse().unwrap();
         wait_for_waiters(
             &mut watch,
@@ -385,12 +373,13 @@ fn an_application_role_created_at_the_same_time_by_another_database_is_used() {
             .await
             .unwrap()
             .expect("a role created at the same time elsewhere fails the connect");
-        assert_eq!(store.current_role().await.unwrap(), role.name);
+        assert_eq!(store.current_role().await.unwrap(), role);
         store.apply(&[put_session("a", "ses_1", 1)]).await.unwrap();
         watch.close().await.unwrap();
         other.close().await.unwrap();
         done(schema, store).await;
     });
+    parallel_runtime().block_on(test);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -138,6 +138,22 @@ impl Drop for DroppedRole {
     }
 }
 
+/// Runs `test` with the server's URL, the name of a new role made of `prefix` and a
+/// unique suffix (dropped after the test, also on a panic) and a fresh schema (dropped
+/// before the role); does nothing when the service is not configured.
+pub(crate) async fn with_role_and_schema(
+    name: &str,
+    prefix: &str,
+    test: impl AsyncFnOnce(&str, &str, TestSchema),
+) {
+    let Some(url) = postgres_url(name) else {
+        return;
+    };
+    let role = DroppedRole::new(&url, prefix);
+    let schema = TestSchema::create(&url).await.unwrap();
+    test(&url, &role.name, schema).await;
+}
+
 /// `url` with every transaction of its connections defaulting to `SERIALIZABLE`, as a
 /// server, database or role configured with `default_transaction_isolation` gives.
 pub(crate) fn serializable_by_default(url: &str) -> String {
