@@ -381,6 +381,22 @@ pub async fn hammer(stores: &[Arc<dyn Store>], writers: u64, per_writer: u64, tw
 // ---------------------------------------------------------------------------------------
 // Damaged files
 
+/// Applies the first half of `batches` to `store`, then runs `between` (a checkpoint,
+/// say), then applies the second half.
+///
+/// # Panics
+/// When a batch fails.
+pub async fn apply_in_halves(
+    store: &dyn Store,
+    batches: &[Vec<Envelope<SyncEvent>>],
+    between: impl AsyncFnOnce(),
+) {
+    let (first, second) = batches.split_at(batches.len() / 2);
+    apply_all(store, first).await;
+    between().await;
+    apply_all(store, second).await;
+}
+
 /// `path` with `suffix` added to its file name: the file a store keeps beside its main
 /// file (`-journal`, `-wal`).
 pub fn beside(path: &Path, suffix: &str) -> PathBuf {

@@ -128,20 +128,15 @@ fn crashed_copy(dir: &Path) -> (Vec<u8>, Vec<u8>, Snapshot, u64) {
         ..RedbOptions::default()
     };
     let store = RedbStore::open_with(&live, options).unwrap();
-    let batches = history(4, 6, 3000);
-    let half = batches.len() / 2;
-    rt.block_on(async {
-        for batch in &batches[..half] {
-            store.apply(batch).await.unwrap();
-        }
-        store.checkpoint().await.unwrap();
-    });
-    let checkpoint_len = std::fs::metadata(journal(&live)).unwrap().len();
-    rt.block_on(async {
-        for batch in &batches[half..] {
-            store.apply(batch).await.unwrap();
-        }
-    });
+    let mut checkpoint_len = 0;
+    rt.block_on(stores::apply_in_halves(
+        &store,
+        &history(4, 6, 3000),
+        async || {
+            store.checkpoint().await.unwrap();
+            checkpoint_len = std::fs::metadata(journal(&live)).unwrap().len();
+        },
+    ));
     let db = std::fs::read(&live).unwrap();
     let jnl = std::fs::read(journal(&live)).unwrap();
     rt.block_on(store.close()).unwrap();

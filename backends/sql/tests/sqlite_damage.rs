@@ -107,17 +107,11 @@ fn crashed_copy(dir: &Path) -> (Vec<u8>, Vec<u8>, Snapshot) {
             url(&live)
         )))
         .unwrap();
-    let batches = history(4, 6, 3000);
-    let half = batches.len() / 2;
-    rt.block_on(async {
-        for batch in &batches[..half] {
-            store.apply(batch).await.unwrap();
-        }
-        store.checkpoint().await.unwrap();
-        for batch in &batches[half..] {
-            store.apply(batch).await.unwrap();
-        }
-    });
+    rt.block_on(stores::apply_in_halves(
+        &store,
+        &history(4, 6, 3000),
+        async || store.checkpoint().await.unwrap(),
+    ));
     let db = std::fs::read(&live).unwrap();
     let log = std::fs::read(wal(&live)).unwrap();
     rt.block_on(store.close());
