@@ -7,6 +7,14 @@ fn tenant() -> TenantId {
     TenantId::new("a").unwrap()
 }
 
+/// `err` is a `NotFound` of `what` ("message", "session").
+fn assert_not_found(err: &Error, what: &str) {
+    assert!(
+        matches!(err, Error::NotFound { what: w, .. } if *w == what),
+        "{err}"
+    );
+}
+
 fn env(seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
     Envelope {
         tenant: tenant(),
@@ -142,16 +150,7 @@ fn a_part_for_a_message_removed_earlier_in_the_batch_is_not_found() {
     let b = Batch::prepare(&batch);
     assert!(b.needs().messages.is_empty());
     let err = b.simulate(&stored(&[("s", 1)], &[("s", "m")])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "message",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_found(&err, "message");
 }
 
 #[test]
@@ -184,16 +183,7 @@ fn a_deleted_and_recreated_session_restarts_its_seq() {
     // The session was deleted before the part: its stored messages are gone.
     assert!(b.needs().messages.is_empty());
     let err = b.simulate(&stored(&[("s", 5)], &[("s", "m")])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "message",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_found(&err, "message");
 
     let del = env(
         9,
@@ -221,16 +211,7 @@ fn the_first_failing_event_decides_and_removals_of_absent_rows_are_no_ops() {
     let err = Batch::prepare(&batch)
         .simulate(&stored(&[("s", 0)], &[]))
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "session",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_found(&err, "session");
 
     // Only a seq bump is left of a removal of something absent.
     let plan = Batch::prepare(&[remove_message("s", "nope", 8)])
