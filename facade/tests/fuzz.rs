@@ -246,7 +246,7 @@ fn replay_lines_parse_or_fail_clearly() {
 fn replay_files_replay_or_name_the_bad_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stream.jsonl");
-    let rt = runtime();
+    let rt = forge_testkit::current_thread_runtime();
     let forge = std::cell::RefCell::new(rt.block_on(forge_store::open("memory://")).unwrap());
     let n = std::cell::Cell::new(0u32);
     fuzz("replay files", budget(150), input(512), |i| {
@@ -320,7 +320,7 @@ fn import_round_trip(
 fn import_files_import_or_fail_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("import.json");
-    let rt = runtime();
+    let rt = forge_testkit::current_thread_runtime();
     let corpus: Vec<Vec<u8>> = exports().iter().chain(jsonl_exports()).cloned().collect();
     let forge = std::cell::RefCell::new(rt.block_on(forge_store::open("memory://")).unwrap());
     let n = std::cell::Cell::new(0u32);
@@ -471,7 +471,7 @@ fn no_secret(url: &str, what: &str, text: &str) -> Result<(), String> {
 #[test]
 fn backend_urls_parse_or_fail_clearly() {
     let corpus = urls();
-    let rt = runtime();
+    let rt = forge_testkit::current_thread_runtime();
     fuzz("backend URLs", budget(3_000), input(96), |i| {
         let url = lossy(&realize(&i, &corpus));
         no_secret(&url, "redact", &forge_store::redact(&url))?;
