@@ -26,7 +26,12 @@ fn on_service(var: &str, what: &str, test: impl AsyncFnOnce(&str)) {
     let Some(url) = service_url(var, what) else {
         return;
     };
-    tokio::runtime::Runtime::new().unwrap().block_on(test(&url));
+    block_on(test(&url));
+}
+
+/// Runs `f` to its end on a new multi-threaded runtime.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Runtime::new().unwrap().block_on(f)
 }
 
 /// Runs `sql` (one statement, no parameters) on `conn`.
@@ -114,8 +119,7 @@ where
 
 #[test]
 fn the_sqlite_probe_finds_sqlx_worker_threads_by_their_name() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    block_on(async {
         let (written, set, store) =
             probed(&forge_sql::SQLITE, "sqlite://", false, |store| async move {
                 assert!(!thread_io_by_tid(SQLITE_WORKER_THREAD_PREFIX)
@@ -134,8 +138,7 @@ fn the_sqlite_probe_finds_sqlx_worker_threads_by_their_name() {
 
 #[test]
 fn the_redb_probe_counts_commits_and_syncs() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    block_on(async {
         let (written, set, store) =
             probed(&forge_redb::DRIVER, "redb://", false, |store| async move {
                 store.apply(&batch(1)).await.unwrap();
@@ -156,8 +159,7 @@ fn the_redb_probe_counts_commits_and_syncs() {
 
 #[test]
 fn the_memory_backend_has_no_probe() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    block_on(async {
         let set = forge_core::driver::MEMORY
             .instances("memory://", &InstanceOptions::default())
             .await

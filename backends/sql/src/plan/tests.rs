@@ -15,6 +15,14 @@ fn assert_not_found(err: &Error, what: &str) {
     );
 }
 
+/// `ops` delete exactly part `p` of message `m` of session `s`.
+fn assert_deletes_part_p(ops: &TenantOps, m: &str) {
+    assert_eq!(
+        ops.delete_parts,
+        [(SessionId::from("s"), MessageId::from(m), PartId::from("p"))]
+    );
+}
+
 fn env(seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
     Envelope {
         tenant: tenant(),
@@ -93,27 +101,13 @@ fn a_part_upserted_under_another_message_moves_there() {
         .insert((tenant(), "s".into(), "p".into()), vec!["m1".into()]);
     let plan = b.simulate(&loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
-    assert_eq!(
-        ops.delete_parts,
-        [(
-            SessionId::from("s"),
-            MessageId::from("m1"),
-            PartId::from("p")
-        )]
-    );
+    assert_deletes_part_p(ops, "m1");
     assert_eq!(ops.put_parts[0].message.as_str(), "m2");
     // Moved and moved back in one batch: one row, under the first message.
     let batch = [put_part("s", "m2", "p", 3), put_part("s", "m1", "p", 4)];
     let plan = Batch::prepare(&batch).simulate(&loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
-    assert_eq!(
-        ops.delete_parts,
-        [(
-            SessionId::from("s"),
-            MessageId::from("m2"),
-            PartId::from("p")
-        )]
-    );
+    assert_deletes_part_p(ops, "m2");
     assert_eq!(ops.put_parts.len(), 1);
     assert_eq!(ops.put_parts[0].message.as_str(), "m1");
     // The message holding it was removed first: nothing to move.
