@@ -11,6 +11,8 @@
 //!
 //! Run: `cargo bench -p forge-bench --bench apply`
 
+mod common;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -118,12 +120,8 @@ fn bench_store(c: &mut Criterion, rt: &Runtime, name: &str, store: &dyn Store) {
     let mut fixture = Fixture::new();
     rt.block_on(store.apply(&fixture.base()))
         .expect("base batch");
-    let mut group = c.benchmark_group("apply/text_end_2000B");
-    group
-        .sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(1));
+    let mut group = common::quick_group(c, "apply/text_end_2000B", 10);
+    group.throughput(Throughput::Elements(1));
     group.bench_function(name, |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {

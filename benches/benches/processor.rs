@@ -19,6 +19,8 @@
 //!
 //! Run: `cargo bench -p forge-bench --bench processor`
 
+mod common;
+
 use std::alloc::System;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -198,12 +200,8 @@ async fn spawn_subscriber(turn: &Turn) -> Arc<Drained> {
 }
 
 fn bench_case(c: &mut Criterion, rt: &Runtime, name: &str, turn: &mut Turn) {
-    let mut group = c.benchmark_group("processor/text_delta");
-    group
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(1));
+    let mut group = common::quick_group(c, "processor/text_delta", 20);
+    group.throughput(Throughput::Elements(1));
     group.bench_function(name, |b| {
         b.iter_custom(|iters| rt.block_on(feed(&mut turn.processor, iters)).elapsed);
     });

@@ -16,8 +16,9 @@
 //!
 //! Run: `cargo bench -p forge-bench --bench read`
 
+mod common;
+
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{BenchmarkGroup, Criterion};
 use forge_core::id::now_ms;
@@ -230,12 +231,7 @@ fn quick<'a>(
     c: &'a mut Criterion,
     name: &str,
 ) -> BenchmarkGroup<'a, criterion::measurement::WallTime> {
-    let mut group = c.benchmark_group(name);
-    group
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
-    group
+    common::quick_group(c, name, 20)
 }
 
 fn page(c: &mut Criterion, rt: &Runtime, tenant: &TenantId) {

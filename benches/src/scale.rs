@@ -235,14 +235,10 @@ pub async fn writers(
     })
 }
 
-/// The child side of [`writers`]: streams `sessions` W1 sessions into `url` and
-/// prints the measurement as one JSON line.
-///
-/// # Errors
-/// When the run fails.
-pub async fn child_writer(url: &str, sessions: u32, turns: u32, seed: u64) -> Result<String> {
-    let scripts = w1xn(sessions, turns, seed);
-    let run = Run {
+/// A boundary run of `sessions` W1 sessions of `turns` turns into `url`, committed by
+/// the terminal policy, without latency pacing, its files in the temporary directory.
+fn w1x_run(url: &str, sessions: u32, turns: u32) -> Result<Run> {
+    Ok(Run {
         target: Target::new(url)?,
         mode: Mode::Boundary,
         policy: Policy::Terminal {
@@ -252,8 +248,17 @@ pub async fn child_writer(url: &str, sessions: u32, turns: u32, seed: u64) -> Re
         turns,
         latency: false,
         dir: std::env::temp_dir(),
-    };
-    let m = measure(&run, &scripts).await?;
+    })
+}
+
+/// The child side of [`writers`]: streams `sessions` W1 sessions into `url` and
+/// prints the measurement as one JSON line.
+///
+/// # Errors
+/// When the run fails.
+pub async fn child_writer(url: &str, sessions: u32, turns: u32, seed: u64) -> Result<String> {
+    let scripts = w1xn(sessions, turns, seed);
+    let m = measure(&w1x_run(url, sessions, turns)?, &scripts).await?;
     Ok(serde_json::to_string(&m)?)
 }
 
@@ -265,17 +270,7 @@ pub async fn child_writer(url: &str, sessions: u32, turns: u32, seed: u64) -> Re
 pub async fn publish(redis: &str, sessions: u32, turns: u32) -> Result<(String, Published)> {
     let prefix = format!("forge-scale-{}-{sessions}", std::process::id());
     let url = with_query(redis, &format!("prefix={prefix}&shards={SHARDS}"));
-    let run = Run {
-        target: Target::new(&url)?,
-        mode: Mode::Boundary,
-        policy: Policy::Terminal {
-            window_ms: DEFAULT_WINDOW_MS,
-        },
-        workload: format!("W1x{sessions}"),
-        turns,
-        latency: false,
-        dir: std::env::temp_dir(),
-    };
+    let run = w1x_run(&url, sessions, turns)?;
     let before = used_memory(redis).await?;
     let m = measure(&run, &w1xn(sessions, turns, 7)).await?;
     let after = used_memory(redis).await?;

@@ -20,6 +20,25 @@ use sqlx::Connection as _;
 const POSTGRES: &str = "FORGE_TEST_POSTGRES_URL";
 const REDIS: &str = "FORGE_TEST_REDIS_URL";
 
+/// Runs `test` on a new runtime with the URL of the service in `var`; with none
+/// configured, says the test was skipped and does nothing.
+fn on_service(var: &str, what: &str, test: impl AsyncFnOnce(&str)) {
+    let Some(url) = service_url(var, what) else {
+        return;
+    };
+    block_on(test(&url));
+}
+
+/// Runs `f` to its end on a new multi-threaded runtime.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Runtime::new().unwrap().block_on(f)
+}
+
+/// Runs `sql` (one statement, no parameters) on `conn`.
+async fn exec(conn: &mut sqlx::PgConnection, sql: &'static str) {
+    sqlx::query(sql).execute(conn).await.unwrap();
+}
+
 fn write_and_sync(path: &std::path::Path, bytes: usize) {
     let mut file = std::fs::File::create(path).unwrap();
     file.write_all(&vec![b'x'; bytes]).unwrap();
@@ -100,8 +119,7 @@ where
 
 #[test]
 fn the_sqlite_probe_finds_sqlx_worker_threads_by_their_name() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    block_on(async {
         let (written, set, store) =
             probed(&forge_sql::SQLITE, "sqlite://", false, |store| async move {
                 assert!(!thread_io_by_tid(SQLITE_WORKER_THREAD_PREFIX)
@@ -120,8 +138,7 @@ fn the_sqlite_probe_finds_sqlx_worker_threads_by_their_name() {
 
 #[test]
 fn the_redb_probe_counts_commits_and_syncs() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    block_on(async {
         let (written, set, store) =
             probed(&forge_redb::DRIVER, "redb://", false, |store| async move {
                 store.apply(&batch(1)).await.unwrap();
@@ -142,8 +159,7 @@ fn the_redb_probe_counts_commits_and_syncs() {
 
 #[test]
 fn the_memory_backend_has_no_probe() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    block_on(async {
         let set = forge_core::driver::MEMORY
             .instances("memory://", &InstanceOptions::default())
             .await
@@ -155,24 +171,20 @@ fn the_memory_backend_has_no_probe() {
 
 #[test]
 fn postgres_wal_insert_lsn_grows_with_an_insert() {
-    let Some(url) = service_url(POSTGRES, "Postgres WAL probes") else {
-        return;
-    };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut conn = pg_connect(&url).await.unwrap();
-        sqlx::query("create temp table probe_t (id bigint, body text)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+    on_service(POSTGRES, "Postgres WAL probes", async |url| {
+        let mut conn = pg_connect(url).await.unwrap();
+        exec(
+            &mut conn,
+            "create temp table probe_t (id bigint, body text)",
+        )
+        .await;
         let stats_before = pg_stat_wal(&mut conn).await.unwrap();
         let before = pg_wal_insert_lsn(&mut conn).await.unwrap();
-        sqlx::query(
+        exec(
+            &mut conn,
             "insert into probe_t select g, repeat('x', 100) from generate_series(1, 100) g",
         )
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        .await;
         let after = pg_wal_insert_lsn(&mut conn).await.unwrap();
         assert!(after > before, "WAL insert LSN {before} → {after}");
         let stats = pg_stat_wal(&mut conn).await.unwrap();
@@ -186,26 +198,23 @@ fn postgres_wal_insert_lsn_grows_with_an_insert() {
         // The probe of an instance, around writes of a connection that is closed before
         // it finishes (as the instance's pool is), so their syncs are reported at once.
         let set = forge_sql::POSTGRES
-            .instances(&url, &InstanceOptions::default().purpose("probe_test"))
+            .instances(url, &InstanceOptions::default().purpose("probe_test"))
             .await
             .unwrap();
         let store = set.fresh().await.unwrap().store;
         let run = set.probe(&store).unwrap().start().await.unwrap();
-        let mut writer = pg_connect(&url).await.unwrap();
-        sqlx::query("create table if not exists probe_wal_test (id bigint, body text)")
-            .execute(&mut writer)
-            .await
-            .unwrap();
-        sqlx::query(
+        let mut writer = pg_connect(url).await.unwrap();
+        exec(
+            &mut writer,
+            "create table if not exists probe_wal_test (id bigint, body text)",
+        )
+        .await;
+        exec(
+            &mut writer,
             "insert into probe_wal_test select g, md5(g::text) from generate_series(1, 1000) g",
         )
-        .execute(&mut writer)
-        .await
-        .unwrap();
-        sqlx::query("drop table probe_wal_test")
-            .execute(&mut writer)
-            .await
-            .unwrap();
+        .await;
+        exec(&mut writer, "drop table probe_wal_test").await;
         writer.close().await.unwrap();
         let written = run.finish().await.unwrap();
         eprintln!("postgres, 1000 rows: {written:?}");
@@ -222,11 +231,7 @@ fn postgres_wal_insert_lsn_grows_with_an_insert() {
 
 #[test]
 fn redis_memory_usage_and_persistence_see_the_store_keys() {
-    let Some(url) = service_url(REDIS, "Redis memory / AOF probes") else {
-        return;
-    };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    on_service(REDIS, "Redis memory / AOF probes", async |url| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -239,14 +244,14 @@ fn redis_memory_usage_and_persistence_see_the_store_keys() {
         assert_eq!(pattern, format!("{prefix}:*"));
         assert_eq!(redis_url_pattern(&store_url).unwrap(), pattern);
 
-        let disk = redis_persistence(&url).await.unwrap();
+        let disk = redis_persistence(url).await.unwrap();
         assert_eq!(
             disk.aof_enabled,
             disk.aof_current_size.is_some(),
             "{disk:?}"
         );
         // Only the prefix's layout marker so far.
-        let marker = redis_memory_usage(&url, &pattern).await.unwrap();
+        let marker = redis_memory_usage(url, &pattern).await.unwrap();
         assert!(marker < 256, "{marker} bytes before any write");
 
         // The driver's instance in place on the same prefix: its probe counts these keys.
@@ -255,7 +260,7 @@ fn redis_memory_usage_and_persistence_see_the_store_keys() {
                 store.apply(&batch(1)).await.unwrap();
             })
             .await;
-        let used = redis_memory_usage(&url, &pattern).await.unwrap();
+        let used = redis_memory_usage(url, &pattern).await.unwrap();
         assert!(used > marker, "{used} bytes after a write, {marker} before");
         eprintln!("redis, one batch of 3 rows: {written:?} ({disk:?})");
         assert!(written.bytes.unwrap() > 0, "{written:?}");
@@ -266,7 +271,7 @@ fn redis_memory_usage_and_persistence_see_the_store_keys() {
         assert_eq!(written.syncs, None);
 
         // Leave nothing behind.
-        let client = redis::Client::open(url.as_str()).unwrap();
+        let client = redis::Client::open(url).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(&pattern)

@@ -158,8 +158,13 @@ async fn open(
 async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let quiet = cli.quiet;
     let wait = cli.wait;
-    let projection = cli.projection();
     let retry = cli.retry_deadline();
+    // How the commands that write through the backend open it.
+    let options = forge_store::OpenOptions::new()
+        .projection(cli.projection())
+        .retry_for(retry);
+    // Whose confirmations to print (`--confirmations`).
+    let confirming = cli.confirmations.then_some(&cli.tenant);
     match cli.command {
         Command::Conformance { cases, junit, only } => {
             let opts = conformance::Options {
@@ -196,55 +201,44 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Token => serve::token(&cli.tenant, out),
         #[cfg(feature = "bench")]
         Command::Soak(args) => {
-            let options = forge_store::OpenOptions::new()
-                .projection(projection)
-                .retry_for(retry);
             let forge = open(&cli.backend, options, wait).await?;
             let result = soak::run(&forge, &cli.tenant, &args, quiet, out).await;
             finish(&forge, None, result).await
         }
         Command::Follow(args) => {
-            let options = forge_store::OpenOptions::new()
-                .projection(projection)
-                .retry_for(retry);
-            let forge = open(&cli.backend, options, wait).await?;
-            let printer = confirmations(cli.confirmations, &forge, &cli.tenant).await?;
+            let (forge, printer) = open_confirming(&cli.backend, options, wait, confirming).await?;
             let result = serve::follow(&forge, &cli.tenant, &args, out).await;
             finish(&forge, printer, result).await
         }
         Command::Serve(args) => {
-            let options = forge_store::OpenOptions::new()
-                .projection(projection)
-                .retry_for(retry);
-            let forge = open(&cli.backend, options, wait).await?;
-            let printer = confirmations(cli.confirmations, &forge, &cli.tenant).await?;
+            let (forge, printer) = open_confirming(&cli.backend, options, wait, confirming).await?;
             let result = serve::run(&forge, &cli.tenant, &args, out).await;
             finish(&forge, printer, result).await
         }
         command => {
             // The command line reports what each command handed to the store.
-            let options = forge_store::OpenOptions::new()
-                .count_writes(true)
-                .projection(projection)
-                .retry_for(retry);
-            let forge = open(&cli.backend, options, wait).await?;
-            let printer = confirmations(cli.confirmations, &forge, &cli.tenant).await?;
+            let options = options.count_writes(true);
+            let (forge, printer) = open_confirming(&cli.backend, options, wait, confirming).await?;
             let result = commands::run(&forge, &cli.tenant, command, quiet, out).await;
             finish(&forge, printer, result).await
         }
     }
 }
 
-/// The `--confirmations` printer, when asked for.
-async fn confirmations(
-    on: bool,
-    forge: &forge_store::Forge,
-    tenant: &forge_store::TenantId,
-) -> Result<Option<confirm::Printer>> {
-    if !on {
-        return Ok(None);
-    }
-    Ok(Some(confirm::Printer::start(forge, tenant).await?))
+/// Opens `url` (as [`open`] does) and, given a tenant, starts the printer of its
+/// confirmations.
+async fn open_confirming(
+    url: &str,
+    options: forge_store::OpenOptions,
+    wait: u64,
+    confirming: Option<&forge_store::TenantId>,
+) -> Result<(forge_store::Forge, Option<confirm::Printer>)> {
+    let forge = open(url, options, wait).await?;
+    let printer = match confirming {
+        Some(tenant) => Some(confirm::Printer::start(&forge, tenant).await?),
+        None => None,
+    };
+    Ok((forge, printer))
 }
 
 /// Ends a command on an opened backend, also after a failed command: a bus that does

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{open_things, parts, stderr, stdout, Env};
+use common::{failed, open_things, parts, stderr, stdout, Env};
 
 const USER: &str = r#"{"type":"session","title":"bad input"}
 {"type":"user","text":"hello"}
@@ -13,14 +13,12 @@ const USER: &str = r#"{"type":"session","title":"bad input"}
 /// Replays `tail` after a user message and an open text block (with `--strict`);
 /// returns stderr and the stored history of the (only) session.
 fn replay_failing(env: &Env, tail: &str) -> (String, Vec<serde_json::Value>) {
-    let file = env.file("bad.jsonl", &format!("{USER}\n{tail}\n"));
+    let file = env.jsonl("bad.jsonl", &[USER, tail]);
     let out = env.run(&["replay", "--strict", &file]);
     assert!(!out.status.success(), "replay must fail on {tail}");
     let err = stderr(&out);
     assert_eq!(err.trim_end().lines().count(), 1, "one-line error: {err}");
-    let sessions = env.json(&["sessions"]);
-    let sid = sessions[0]["info"]["id"].as_str().unwrap().to_owned();
-    (err, env.history(&sid))
+    (err, env.history(&env.first_session()))
 }
 
 fn assert_committed_and_closed(history: &[serde_json::Value], line: usize) {
@@ -38,69 +36,50 @@ fn assert_committed_and_closed(history: &[serde_json::Value], line: usize) {
     assert_eq!(parts(&history[1])[0]["text"], "partial answer");
 }
 
-#[test]
-fn malformed_line_reports_its_number_and_keeps_what_was_committed() {
-    let env = Env::new();
-    let (err, history) = replay_failing(&env, r#"{"type":"text-delta","id":"t","#);
-    assert!(err.contains("line 5: malformed JSON"), "{err}");
-    assert_committed_and_closed(&history, 5);
+/// One test per bad last line: replayed with `--strict` after an open answer, it
+/// fails with a one-line error that says each of the texts given, and what was
+/// committed before is kept and closed, the answer's error naming the line.
+macro_rules! bad_last_line {
+    ($($name:ident: $tail:expr => line $line:literal says $($says:expr),+;)+) => {$(
+        #[test]
+        fn $name() {
+            let env = Env::new();
+            let (err, history) = replay_failing(&env, $tail);
+            $(assert!(err.contains($says), "{err}");)+
+            assert_committed_and_closed(&history, $line);
+        }
+    )+};
 }
 
-#[test]
-fn unknown_event_type_is_an_error_under_strict() {
-    let env = Env::new();
-    let (err, history) = replay_failing(&env, r#"{"type":"text-delat","id":"t","text":"x"}"#);
-    assert!(
-        err.contains(r#"line 5: unknown event type "text-delat""#),
-        "{err}"
-    );
-    assert_committed_and_closed(&history, 5);
-}
-
-#[test]
-fn event_that_does_not_fit_names_the_line_and_the_reason() {
-    let env = Env::new();
-    let (err, history) = replay_failing(
-        &env,
-        r#"{"type":"tool-result","toolCallId":"nope","output":"x"}"#,
-    );
-    assert!(err.contains("line 5: tool-result does not fit"), "{err}");
-    assert!(err.contains("nope"), "{err}");
-    assert_committed_and_closed(&history, 5);
-}
-
-#[test]
-fn typo_in_a_replay_line_field_is_an_error() {
-    let env = Env::new();
-    let (err, history) = replay_failing(&env, r#"{"type":"user","txt":"again"}"#);
-    assert!(
-        err.contains("line 5: user line: unknown field `txt`"),
-        "{err}"
-    );
-    assert_committed_and_closed(&history, 5);
-}
-
-#[test]
-fn end_of_file_with_an_open_answer_is_an_error_under_strict_and_closes_it() {
-    let env = Env::new();
-    let (err, history) = replay_failing(&env, "");
-    assert!(err.contains("line 6 (end of file)"), "{err}");
-    assert!(err.contains("still open"), "{err}");
-    assert_committed_and_closed(&history, 6);
+bad_last_line! {
+    malformed_line_reports_its_number_and_keeps_what_was_committed:
+        r#"{"type":"text-delta","id":"t","#
+        => line 5 says "line 5: malformed JSON";
+    unknown_event_type_is_an_error_under_strict:
+        r#"{"type":"text-delat","id":"t","text":"x"}"#
+        => line 5 says r#"line 5: unknown event type "text-delat""#;
+    event_that_does_not_fit_names_the_line_and_the_reason:
+        r#"{"type":"tool-result","toolCallId":"nope","output":"x"}"#
+        => line 5 says "line 5: tool-result does not fit", "nope";
+    typo_in_a_replay_line_field_is_an_error:
+        r#"{"type":"user","txt":"again"}"#
+        => line 5 says "line 5: user line: unknown field `txt`";
+    end_of_file_with_an_open_answer_is_an_error_under_strict_and_closes_it:
+        "" => line 6 says "line 6 (end of file)", "still open";
 }
 
 #[test]
 fn unknown_event_types_are_skipped_with_one_warning() {
     let env = Env::new();
-    let file = env.file(
+    let file = env.jsonl(
         "unknown.jsonl",
-        &format!(
-            "{USER}\n{}\n{}\n{}\n{}\n",
+        &[
+            USER,
             r#"{"type":"tool-input-available","approvalId":"a"}"#,
             r#"{"type":"heartbeat"}"#,
             r#"{"type":"heartbeat"}"#,
-            r#"{"type":"finish"}"#
-        ),
+            r#"{"type":"finish"}"#,
+        ],
     );
     let out = env.run(&["replay", &file]);
     let err = stderr(&out);
@@ -127,7 +106,7 @@ fn unknown_event_types_are_skipped_with_one_warning() {
 #[test]
 fn end_of_file_with_an_open_answer_closes_it_as_ended_early_with_a_warning() {
     let env = Env::new();
-    let file = env.file("throws.jsonl", &format!("{USER}\n"));
+    let file = env.jsonl("throws.jsonl", &[USER]);
     let out = env.run(&["replay", &file, "--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
@@ -152,16 +131,16 @@ fn end_of_file_with_an_open_answer_closes_it_as_ended_early_with_a_warning() {
 #[test]
 fn lenient_skips_each_bad_line_with_a_warning_and_goes_on() {
     let env = Env::new();
-    let file = env.file(
+    let file = env.jsonl(
         "bad.jsonl",
-        &format!(
-            "{USER}\n{}\n{}\n{}\n{}\n{}\n",
+        &[
+            USER,
             r#"{"type":"text-delta","id":"t","#,
             r#"{"type":"tool-result","toolCallId":"nope","output":"x"}"#,
             r#"{"type":"text-delta","id":"t","text":" and the rest"}"#,
             r#"{"type":"text-end","id":"t"}"#,
-            r#"{"type":"finish"}"#
-        ),
+            r#"{"type":"finish"}"#,
+        ],
     );
     let out = env.run(&["replay", "--lenient", &file]);
     let err = stderr(&out);
@@ -179,11 +158,7 @@ fn lenient_skips_each_bad_line_with_a_warning_and_goes_on() {
         "{err}"
     );
     assert!(stdout(&out).contains("skipped:  2 bad line(s)"));
-    let sid = env.json(&["sessions"])[0]["info"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let history = env.history(&sid);
+    let history = env.history(&env.first_session());
     assert_eq!(parts(&history[1])[0]["text"], "partial answer and the rest");
     assert!(history[1]["info"]["error"].is_null());
 }
@@ -196,9 +171,7 @@ fn a_huge_value_in_the_wrong_place_gives_a_short_error() {
         "big.jsonl",
         &format!("{USER}\n{{\"type\":\"text-delta\",\"id\":\"t\",\"text\":[\"{big}\"]}}\n{{\"type\":\"{big}\"}}\n"),
     );
-    let out = env.run(&["replay", "--lenient", "--strict", &file]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    let err = env.fails(&["replay", "--lenient", "--strict", &file]);
     assert_eq!(err.lines().count(), 2, "a warning and the error");
     for line in err.lines() {
         assert!(line.len() < 1000, "{} bytes: {}", line.len(), &line[..200]);
@@ -212,28 +185,21 @@ fn a_huge_value_in_the_wrong_place_gives_a_short_error() {
 fn stream_without_a_user_message_is_an_error() {
     let env = Env::new();
     let file = env.file("bad.jsonl", "{\"type\":\"text-start\",\"id\":\"t\"}\n");
-    let out = env.run(&["replay", &file]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("line 1: no user message to answer"),
-        "{}",
-        stderr(&out)
-    );
+    let err = env.fails(&["replay", &file]);
+    assert!(err.contains("line 1: no user message to answer"), "{err}");
 }
 
 #[test]
 fn unknown_scheme_is_one_line_naming_the_url_without_its_password() {
     let env = Env::new();
-    let out = common::bare(
+    let err = failed(&common::bare(
         &[
             "--backend",
             "mongodb://admin:hunter2@db.internal/forge",
             "sessions",
         ],
         env.dir.path(),
-    );
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    ));
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
         err.contains("mongodb://admin:***@db.internal/forge"),
@@ -247,9 +213,10 @@ fn unknown_scheme_is_one_line_naming_the_url_without_its_password() {
 fn unopenable_backend_is_one_line_naming_the_url() {
     let env = Env::new();
     let url = format!("redb://{}/no/such/dir/f.redb", env.dir.path().display());
-    let out = common::bare(&["--backend", &url, "sessions"], env.dir.path());
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    let err = failed(&common::bare(
+        &["--backend", &url, "sessions"],
+        env.dir.path(),
+    ));
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains(&format!("cannot open backend {url}")), "{err}");
 }
@@ -257,9 +224,7 @@ fn unopenable_backend_is_one_line_naming_the_url() {
 #[test]
 fn invalid_tenant_is_a_clear_error() {
     let env = Env::new();
-    let out = env.run(&["--tenant", "acme/../other", "sessions"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    let err = env.fails(&["--tenant", "acme/../other", "sessions"]);
     assert!(err.contains("--tenant"), "{err}");
     assert!(err.contains("only A-Z a-z 0-9 . _ - are allowed"), "{err}");
 }
@@ -270,13 +235,8 @@ fn tenants_do_not_see_each_other() {
     let (_, sid) = env.replay(&common::example("crash.jsonl"));
     let other = env.json(&["--tenant", "other", "sessions"]);
     assert!(other.as_array().unwrap().is_empty());
-    let out = env.run(&["--tenant", "other", "history", &sid]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("not found in tenant other"),
-        "{}",
-        stderr(&out)
-    );
+    let err = env.fails(&["--tenant", "other", "history", &sid]);
+    assert!(err.contains("not found in tenant other"), "{err}");
     let r = env.json(&["--tenant", "other", "recover"]);
     assert_eq!(
         r["report"]["sessions"], 0,

@@ -9,14 +9,21 @@ use std::path::Path;
 
 use common::{example, Env};
 
-/// An environment on a copy of `file` alone (no journal, no WAL beside it), in a new
-/// directory, with the URL `scheme://…/name`.
-fn copy_alone(file: &Path, scheme: &str, name: &str) -> Env {
+/// Copies `file` alone (no journal, no WAL beside it) into a new directory, opens the
+/// copy with the URL `scheme://…/name`, and checks that the sessions read back there as
+/// in `env`.
+fn assert_copy_alone_holds(env: &Env, file: &Path, scheme: &str, name: &str, sids: [&str; 2]) {
     let mut copy = Env::new();
     let to = copy.dir.path().join(name);
     std::fs::copy(file, &to).expect("copy the database file");
     copy.url = format!("{scheme}://{}", to.display());
-    copy
+    for sid in sids {
+        assert_eq!(
+            copy.history(sid),
+            env.history(sid),
+            "session {sid}: the copied database file lacks what the last command wrote"
+        );
+    }
 }
 
 #[test]
@@ -25,14 +32,7 @@ fn after_a_command_the_redb_file_alone_holds_everything() {
     let (_, first) = env.replay(&example("multi-turn-tools.jsonl"));
     let (_, last) = env.replay(&example("compaction.jsonl"));
     let file = env.dir.path().join("forge.redb");
-    let copy = copy_alone(&file, "redb", "forge.redb");
-    for sid in [&first, &last] {
-        assert_eq!(
-            copy.history(sid),
-            env.history(sid),
-            "session {sid}: the copied database file lacks what the last command wrote"
-        );
-    }
+    assert_copy_alone_holds(&env, &file, "redb", "forge.redb", [&first, &last]);
 }
 
 #[test]
@@ -49,12 +49,5 @@ fn after_a_command_the_sqlite_file_alone_holds_everything_and_no_wal_is_left() {
         wal.display(),
         std::fs::metadata(&wal).map_or(0, |m| m.len())
     );
-    let copy = copy_alone(&file, "sqlite", "forge.db");
-    for sid in [&first, &last] {
-        assert_eq!(
-            copy.history(sid),
-            env.history(sid),
-            "session {sid}: the copied database file lacks what the last command wrote"
-        );
-    }
+    assert_copy_alone_holds(&env, &file, "sqlite", "forge.db", [&first, &last]);
 }

@@ -2,26 +2,17 @@
 
 mod common;
 
-use common::{stderr, stdout, Env};
+use common::{stderr, stdout, text_answer, Env, OnRedis};
 
 #[test]
 fn conformance_reports_each_property_and_writes_junit_without_touching_the_file() {
     let env = Env::new();
-    let (_, sid) = env.replay(&env.file(
-        "t.jsonl",
-        concat!(
-            r#"{"type":"user","text":"hi"}"#,
-            "\n",
-            r#"{"type":"text-start","id":"t"}"#,
-            "\n",
-            r#"{"type":"text-delta","id":"t","text":"hello"}"#,
-            "\n",
-            r#"{"type":"text-end","id":"t"}"#,
-            "\n",
-            r#"{"type":"finish"}"#,
-            "\n",
-        ),
-    ));
+    let stream = format!(
+        "{}\n{}",
+        r#"{"type":"user","text":"hi"}"#,
+        text_answer("hello")
+    );
+    let (_, sid) = env.replay(&env.file("t.jsonl", &stream));
     let before = env.json(&["sessions"]);
     let junit = env.dir.path().join("report.xml");
     let junit_arg = junit.display().to_string();
@@ -60,13 +51,8 @@ fn conformance_reports_each_property_and_writes_junit_without_touching_the_file(
 #[test]
 fn conformance_rejects_an_unknown_property_by_name() {
     let env = Env::new();
-    let out = env.run(&["conformance", "--only", "paginaton"]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("unknown property \"paginaton\""),
-        "{}",
-        stderr(&out)
-    );
+    let err = env.fails(&["conformance", "--only", "paginaton"]);
+    assert!(err.contains("unknown property \"paginaton\""), "{err}");
 }
 
 #[test]
@@ -94,28 +80,21 @@ fn conformance_reopens_a_file_backend_and_skips_reopen_in_memory() {
 
 #[test]
 fn conformance_on_redis_uses_a_prefix_per_case_and_deletes_it() {
-    let Some(server) = forge_testkit::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
-    else {
+    let Some(redis) = OnRedis::new("conformance") else {
         return;
     };
-    let prefix = format!("forge-cli-conformance-{}", std::process::id());
-    let sep = if server.contains('?') { '&' } else { '?' };
-    let mut env = Env::new();
-    env.url = format!("{server}{sep}prefix={prefix}");
+    let env = &redis.env;
     let out = env.run(&["conformance", "--cases", "3", "--only", "crash_durable_bus"]);
     assert!(out.status.success(), "{}\n{}", stderr(&out), stdout(&out));
     let out = env.run(&["conformance", "--cases", "3", "--only", "reopen"]);
     assert!(out.status.success(), "{}\n{}", stderr(&out), stdout(&out));
     assert!(stdout(&out).contains("passed"), "{}", stdout(&out));
-    let mut conn = redis::Client::open(server.as_str())
+    let mut conn = redis::Client::open(redis.base.as_str())
         .and_then(|c| c.get_connection())
         .unwrap();
     let left: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
+        .arg(format!("{}*", redis.prefix))
         .query(&mut conn)
         .unwrap();
-    if !left.is_empty() {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&left).query(&mut conn);
-    }
     assert!(left.is_empty(), "keys left behind: {left:?}");
 }

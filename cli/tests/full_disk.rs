@@ -19,9 +19,10 @@ use std::process::{Command, Output};
 use common::{example, stderr, stdout};
 use serde_json::Value;
 
-fn forge(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forge-store"))
-        .arg("--backend")
+/// Runs `cmd` (the binary, or a shell that runs it) with `--backend URL ARGS…`, without
+/// the environment's defaults.
+fn run(mut cmd: Command, url: &str, args: &[&str]) -> Output {
+    cmd.arg("--backend")
         .arg(url)
         .args(args)
         .env_remove("FORGE_BACKEND")
@@ -31,23 +32,20 @@ fn forge(url: &str, args: &[&str]) -> Output {
         .expect("run forge-store")
 }
 
+fn forge(url: &str, args: &[&str]) -> Output {
+    run(Command::new(env!("CARGO_BIN_EXE_forge-store")), url, args)
+}
+
 /// `forge-store` under `ulimit -f BLOCKS` (512-byte blocks in `sh`) with SIGXFSZ ignored,
 /// so a write past the limit fails with EFBIG instead of killing the process.
 fn forge_limited(blocks: u64, url: &str, args: &[&str]) -> Output {
-    Command::new("sh")
-        .arg("-c")
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
         .arg(format!(
             "ulimit -f {blocks}; trap '' XFSZ; exec \"$0\" \"$@\""
         ))
-        .arg(env!("CARGO_BIN_EXE_forge-store"))
-        .arg("--backend")
-        .arg(url)
-        .args(args)
-        .env_remove("FORGE_BACKEND")
-        .env_remove("FORGE_TENANT")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("run forge-store under sh")
+        .arg(env!("CARGO_BIN_EXE_forge-store"));
+    run(sh, url, args)
 }
 
 /// A tmpfs mounted for the test, unmounted on drop.

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{bare, stderr, stdout, Env};
+use common::{bare, failed, stderr, stdout, Env};
 use serde_json::Value;
 
 fn gen(args: &[&str]) -> String {
@@ -66,16 +66,11 @@ fn gen_is_reproducible_per_seed() {
 #[test]
 fn gen_writes_one_session() {
     let env = Env::new();
-    let out = bare(
+    let err = failed(&bare(
         &["gen", "w1", "--turns", "1", "--sessions", "4"],
         env.dir.path(),
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("use bench for W1xN"),
-        "{}",
-        stderr(&out)
-    );
+    ));
+    assert!(err.contains("use bench for W1xN"), "{err}");
 }
 
 #[test]
@@ -107,12 +102,10 @@ fn bench_measures_a_recorded_stream_given_as_input() {
         "bad.jsonl",
         "{\"type\":\"user\",\"text\":\"q\",\"t\":5}\n{\"type\":\"text-start\",\"id\":\"a\",\"t\":1}\n",
     );
-    let out = bare(
+    let err = failed(&bare(
         &["bench", "--backends", "memory", "--input", &bad],
         env.dir.path(),
-    );
-    assert!(!out.status.success());
-    let err = stderr(&out);
+    ));
     assert!(
         err.contains("line 2") && err.contains("back in time"),
         "{err}"

@@ -4,42 +4,16 @@
 
 mod common;
 
-use common::{example, stderr, stdout, Env};
-use redis::streams::StreamRangeReply;
-
-fn redis_url() -> Option<String> {
-    forge_testkit::service_url("FORGE_TEST_REDIS_URL", "the CLI's Redis test")
-}
-
-/// Deletes every key under `prefix` when dropped.
-struct Cleanup(String, String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.0.as_str()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.1))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
-        }
-    }
-}
+use common::{example, stderr, stdout, Env, OnRedis};
+use redis::streams::{StreamInfoGroupsReply, StreamRangeReply};
+use redis::Commands;
 
 #[test]
 fn recover_in_another_process_rebuilds_text_from_the_stream_and_project_copies_it() {
-    let Some(base) = redis_url() else { return };
-    let prefix = format!("forge-cli-test-{}", std::process::id());
-    let _cleanup = Cleanup(base.clone(), prefix.clone());
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let mut env = Env::new();
-    env.url = format!("{base}{sep}prefix={prefix}");
+    let Some(redis) = OnRedis::new("test") else {
+        return;
+    };
+    let env = &redis.env;
     let (_, sid) = env.replay(&example("crash.jsonl"));
     let report = env.json(&["recover", &sid]);
     assert_eq!(report["report"]["text_from_bus"], 1, "{report}");
@@ -62,16 +36,13 @@ fn recover_in_another_process_rebuilds_text_from_the_stream_and_project_copies_i
 
 /// The last entry id delivered to `group` on `stream`.
 fn last_delivered(conn: &mut redis::Connection, stream: &str, group: &str) -> String {
-    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(stream)
-        .query(conn)
-        .unwrap();
-    let g = groups
-        .iter()
-        .find(|g| redis::from_redis_value_ref::<String>(&g["name"]).unwrap() == group)
-        .expect("the group");
-    redis::from_redis_value_ref(&g["last-delivered-id"]).unwrap()
+    let reply: StreamInfoGroupsReply = conn.xinfo_groups(stream).unwrap();
+    reply
+        .groups
+        .into_iter()
+        .find(|g| g.name == group)
+        .expect("the group")
+        .last_delivered_id
 }
 
 /// The number in `text` right before `label`, e.g. `3` in "3 refused by".
@@ -88,12 +59,10 @@ fn count_before(text: &str, label: &str) -> u64 {
 
 #[test]
 fn project_fails_naming_the_dead_letter_stream_when_events_were_not_projected() {
-    let Some(base) = redis_url() else { return };
-    let prefix = format!("forge-cli-dead-{}", std::process::id());
-    let _cleanup = Cleanup(base.clone(), prefix.clone());
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let mut env = Env::new();
-    env.url = format!("{base}{sep}prefix={prefix}");
+    let Some(redis) = OnRedis::new("dead") else {
+        return;
+    };
+    let (env, prefix) = (&redis.env, &redis.prefix);
     env.replay(&example("crash.jsonl"));
     let copy = format!("sqlite://{}", env.dir.path().join("copy.db").display());
     let project = ["project", "--from", &env.url, "--to", &copy, "--until-idle"];
@@ -105,7 +74,7 @@ fn project_fails_naming_the_dead_letter_stream_when_events_were_not_projected() 
     // them): they are lost to the copy, and so is the second session's creation, so
     // the copy refuses the session's later events.
     env.replay(&example("multi-turn-tools.jsonl"));
-    let mut conn = redis::Client::open(base.as_str())
+    let mut conn = redis::Client::open(redis.base.as_str())
         .unwrap()
         .get_connection()
         .unwrap();

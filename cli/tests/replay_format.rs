@@ -3,19 +3,17 @@
 
 mod common;
 
-use common::{open_things, parts, stderr, Env};
+use common::{open_things, parts, stderr, text_answer, Env};
 
 #[test]
 fn user_parts_are_stored_as_given_with_assigned_ids() {
     let env = Env::new();
-    let file = env.file(
+    let file = env.jsonl(
         "parts.jsonl",
-        concat!(
+        &[
             r#"{"type":"user","text":"look at this","parts":[{"type":"file","mime":"text/plain","filename":"n.txt","url":"file:///n.txt"},{"type":"agent","name":"explore"},{"type":"future-kind","x":[1,2]}]}"#,
-            "\n",
             r#"{"type":"abort"}"#,
-            "\n"
-        ),
+        ],
     );
     let (report, sid) = env.replay(&file);
     assert_eq!(
@@ -46,27 +44,19 @@ fn user_parts_are_stored_as_given_with_assigned_ids() {
 #[test]
 fn refs_resolve_to_earlier_message_ids() {
     let env = Env::new();
-    let file = env.file(
+    let file = env.jsonl(
         "refs.jsonl",
-        concat!(
+        &[
             r#"{"type":"user","ref":"first","text":"one"}"#,
-            "\n",
             r#"{"type":"finish"}"#,
-            "\n",
             // The name earlier releases wrote is still read.
             r#"{"type":"user","compaction":{"auto":false,"tailStartID":"@first"}}"#,
-            "\n",
             r#"{"type":"user","compaction":{"auto":true,"tail_start_id":"@nope"}}"#,
-            "\n",
-        ),
+        ],
     );
     let out = env.run(&["replay", &file]);
     assert!(stderr(&out).contains("line 4: compaction.tail_start_id: @nope names no earlier line"));
-    let sid = env.json(&["sessions"])[0]["info"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let history = env.history(&sid);
+    let history = env.history(&env.first_session());
     assert_eq!(
         parts(&history[2])[0]["tail_start_id"],
         history[0]["info"]["id"]
@@ -79,19 +69,7 @@ fn session_flag_continues_a_session_and_answers_its_last_user_message() {
     let first = env.file("first.jsonl", "{\"type\":\"user\",\"text\":\"question\",\"model\":{\"providerID\":\"p\",\"modelID\":\"m\"}}\n");
     let (report, sid) = env.replay(&first);
     assert_eq!(report["created"], true);
-    let second = env.file(
-        "second.jsonl",
-        concat!(
-            r#"{"type":"text-start","id":"t"}"#,
-            "\n",
-            r#"{"type":"text-delta","id":"t","text":"answer"}"#,
-            "\n",
-            r#"{"type":"text-end","id":"t"}"#,
-            "\n",
-            r#"{"type":"finish"}"#,
-            "\n"
-        ),
-    );
+    let second = env.file("second.jsonl", &text_answer("answer"));
     let report = env.json(&["replay", &second, "--session", &sid]);
     assert_eq!(report["created"], false);
     assert_eq!(report["session"], sid.as_str());

@@ -8,13 +8,19 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_forge-store"))
 }
 
+/// `forge-store --backend BACKEND ARGS…`.
+fn on(backend: &str, args: &[&str]) -> Command {
+    let mut cmd = bin();
+    cmd.args(["--backend", backend]).args(args);
+    cmd
+}
+
 #[test]
 fn serve_runs_on_made_tokens_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = format!("redb://{}", dir.path().join("s.redb").display());
     // Without tokens it refuses, saying how to make one.
-    let out = bin()
-        .args(["--backend", &backend, "serve", "--listen", "127.0.0.1:0"])
+    let out = on(&backend, &["serve", "--listen", "127.0.0.1:0"])
         .env_remove("FORGE_TOKENS")
         .env_remove("FORGE_TOKENS_FILE")
         .output()
@@ -23,15 +29,7 @@ fn serve_runs_on_made_tokens_and_stops_cleanly_on_sigterm() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("forge-store token"), "{err}");
     // --no-auth is for loopback only.
-    let out = bin()
-        .args([
-            "--backend",
-            &backend,
-            "serve",
-            "--no-auth",
-            "--listen",
-            "0.0.0.0:0",
-        ])
+    let out = on(&backend, &["serve", "--no-auth", "--listen", "0.0.0.0:0"])
         .output()
         .expect("runs");
     assert!(!out.status.success());
@@ -56,15 +54,7 @@ fn serve_runs_on_made_tokens_and_stops_cleanly_on_sigterm() {
     assert!(!entry.contains(&token));
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("# acme\n{entry}\n")).expect("write");
-    let mut child = bin()
-        .args([
-            "--backend",
-            &backend,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--tokens",
-        ])
+    let mut child = on(&backend, &["serve", "--listen", "127.0.0.1:0", "--tokens"])
         .arg(&tokens)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -109,15 +99,7 @@ fn serve_runs_on_made_tokens_and_stops_cleanly_on_sigterm() {
     std::io::Read::read_to_string(&mut out, &mut rest).expect("read");
     assert!(rest.contains("stopped"), "{rest}");
     // What was written is in the file, for the tenant of the token.
-    let listed = bin()
-        .args([
-            "--backend",
-            &backend,
-            "--tenant",
-            "acme",
-            "sessions",
-            "--json",
-        ])
+    let listed = on(&backend, &["--tenant", "acme", "sessions", "--json"])
         .output()
         .expect("runs");
     assert!(String::from_utf8_lossy(&listed.stdout).contains("ses_cli"));

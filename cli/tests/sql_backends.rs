@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, Env};
+use common::{example, postgres_url, Env};
 
 /// Replays the crash example, recovers, and returns (open before, open after) counts.
 fn crash_and_recover(env: &Env) -> (serde_json::Value, serde_json::Value) {
@@ -25,15 +25,11 @@ fn sqlite_urls_work_for_replay_history_and_recover() {
 
 #[test]
 fn postgres_urls_work_when_a_server_is_configured() {
-    let Some(base) =
-        forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", "the CLI's Postgres test")
-    else {
+    let Some(base) = postgres_url("the CLI's Postgres test") else {
         return;
     };
     let schema = format!("forge_cli_{}", std::process::id());
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let mut env = Env::new();
-    env.url = format!("{base}{sep}schema={schema}");
+    let env = Env::on(&base, "schema", &schema);
     let (first, second) = crash_and_recover(&env);
     assert_eq!(first["report"]["tools_closed"], 2, "{first}");
     assert_eq!(second["report"]["sessions"], 0, "{second}");

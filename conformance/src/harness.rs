@@ -190,12 +190,7 @@ impl<'a> Ctx<'a> {
         self.opened.lock().push(Arc::clone(&store));
         let raw = Arc::clone(&store);
         let store = self.measured(store);
-        let bus = self
-            .factory
-            .bus()
-            .await
-            .map_err(|e| format!("the factory could not open a bus: {e}"))?;
-        self.buses.lock().extend(bus.clone());
+        let bus = self.factory_bus().await?;
         Ok(Backend {
             store,
             raw,
@@ -215,13 +210,20 @@ impl<'a> Ctx<'a> {
     /// A bus as a restarted process gets it: the factory's (fresh) bus, or a fresh
     /// live-only `LocalBus` for a store-only backend.
     pub async fn fresh_bus(&self) -> Result<Arc<dyn Bus>, String> {
+        let bus = self.factory_bus().await?;
+        Ok(bus.unwrap_or_else(|| Arc::new(LocalBus::new())))
+    }
+
+    /// A bus from the factory (`None` for a store-only backend), closed when the case
+    /// ends.
+    async fn factory_bus(&self) -> Result<Option<Arc<dyn Bus>>, String> {
         let bus = self
             .factory
             .bus()
             .await
             .map_err(|e| format!("the factory could not open a bus: {e}"))?;
         self.buses.lock().extend(bus.clone());
-        Ok(bus.unwrap_or_else(|| Arc::new(LocalBus::new())))
+        Ok(bus)
     }
 
     /// Closes `b` — flushes its bus, drops its bus and store — and opens the same
@@ -263,14 +265,12 @@ impl<'a> Ctx<'a> {
             .map_err(ctx_err("reopening the bus (BackendFactory::reopen_bus)"))?;
         let bus_kept = kept.is_some();
         let bus = match kept {
-            Some(bus) => Some(bus),
-            None => self
-                .factory
-                .bus()
-                .await
-                .map_err(|e| format!("the factory could not open a bus: {e}"))?,
+            Some(bus) => {
+                self.buses.lock().push(Arc::clone(&bus));
+                Some(bus)
+            }
+            None => self.factory_bus().await?,
         };
-        self.buses.lock().extend(bus.clone());
         Ok(Some(Reopened {
             backend: Backend {
                 store: self.measured(store),
@@ -374,6 +374,33 @@ pub(crate) fn envs(
         .zip(first_seq..)
         .map(|(e, seq)| env(tenant, seq, e))
         .collect()
+}
+
+/// Applies `batch` to `model`, which must accept it (else the error is `rejected:` and
+/// the model's reason), then to `store` (`what` names the write in its error).
+pub(crate) async fn apply_both(
+    model: &mut crate::reference::ReferenceStore,
+    store: &dyn Store,
+    batch: &[Envelope<SyncEvent>],
+    rejected: &str,
+    what: &str,
+) -> Result<(), String> {
+    model
+        .apply(batch)
+        .map_err(|r| format!("{rejected}: {r:?}"))?;
+    store.apply(batch).await.map_err(ctx_err(what))
+}
+
+/// What the store read `read` returns is `want`: `call` names the read in its error,
+/// `what` in a difference.
+pub(crate) async fn same_read<T: PartialEq + Debug + Serialize>(
+    what: &str,
+    want: &T,
+    call: &str,
+    read: impl Future<Output = forge_core::Result<T>>,
+) -> Result<(), String> {
+    let got = read.await.map_err(ctx_err(call))?;
+    same(what, want, &got)
 }
 
 /// `Ok` if `expected == actual`, else a message showing both (as JSON when possible).

@@ -9,6 +9,8 @@
 
 #[path = "broken/bus.rs"]
 mod bus;
+#[path = "broken/common.rs"]
+mod common;
 #[path = "broken/scale.rs"]
 mod scale;
 #[path = "broken/store.rs"]
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bus::{Broken, Wrapper};
+use common::{assert_because, assert_regression_printed, catching_config, failed};
 use forge_conformance::properties::crash::run_with_recover;
 use forge_conformance::properties::filter::run_with_filter;
 use forge_conformance::{Config, FnFactory, Outcome, Property};
@@ -30,16 +33,12 @@ use scale::ScaleBug;
 use store::StoreBug;
 
 fn config() -> Config {
-    let mut c = Config::from_env();
-    // Catching a bug is probabilistic: run half again the default at least, so a
-    // property that catches its bug in one case of five misses it about once in 50,000
-    // runs.
-    c.cases = c.cases.max(forge_conformance::DEFAULT_CASES * 3 / 2);
-    // Shrinking only makes the printed case shorter; these tests need the failure.
-    c.max_shrink_iters = 64;
-    c.max_shrink_time = Duration::from_secs(2);
-    // Large cases only where a test asks for them (`caught_at_scale`).
-    c.with_scale(0)
+    // Half again the default cases at least: a property that catches its bug in one
+    // case of five misses it about once in 50,000 runs. Little shrinking: these tests
+    // need the failure, not its shortest case.
+    catching_config(64, Duration::from_secs(2))
+        // Large cases only where a test asks for them (`caught_at_scale`).
+        .with_scale(0)
 }
 
 /// Cases for a bug that few generated cases reach: measured at about one case in 20
@@ -56,6 +55,23 @@ fn rare_config(only: Property) -> Config {
     c
 }
 
+/// What [`Property::Upsert`] says when a read, a listing or the open items disagree with
+/// the model.
+const UPSERT_MISMATCH: &[&str] = &["expected:", "the tenant has", "the session has", "are open"];
+
+/// One `#[test]` per entry `name: how(wrapper) => Meant, because;`: `how` is [`caught`]
+/// or [`caught_at_scale`], `Meant` the property meant to catch the wrapper's bug.
+macro_rules! caught_tests {
+    ($($name:ident: $how:ident($wrapper:expr) => $meant:ident, $because:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                $how($wrapper, Property::$meant, $because);
+            }
+        )*
+    };
+}
+
 /// Runs the whole suite on `wrapper`; `meant` must fail with a message containing one
 /// of `because`.
 fn caught(wrapper: Wrapper, meant: Property, because: &[&str]) {
@@ -65,12 +81,7 @@ fn caught(wrapper: Wrapper, meant: Property, because: &[&str]) {
 /// [`caught`] with `config`.
 fn caught_with(config: &Config, wrapper: Wrapper, meant: Property, because: &[&str]) {
     let report = forge_conformance::run(&Broken::new(wrapper), config);
-    let failed: Vec<&str> = report
-        .results
-        .iter()
-        .filter(|r| r.outcome.is_failure())
-        .map(|r| r.property.name())
-        .collect();
+    let failed = failed(&report);
     println!(
         "CAUGHT | {wrapper:?} | meant: {meant} | failed: {}",
         failed.join(", ")
@@ -82,14 +93,8 @@ fn caught_with(config: &Config, wrapper: Wrapper, meant: Property, because: &[&s
         result.outcome.is_failure(),
         "{meant} did not catch {wrapper:?}:\n{report}"
     );
-    assert!(
-        because.iter().any(|b| text.contains(b)),
-        "{meant} failed on {wrapper:?}, but not because {because:?}:\n{text}"
-    );
-    assert!(
-        text.contains("forge_conformance::assert_replay(&factory"),
-        "no regression test printed:\n{text}"
-    );
+    assert_because(&text, &format!("{meant} failed on {wrapper:?}"), because);
+    assert_regression_printed(&text, meant);
 }
 
 /// `wrapper`'s bug passes the whole suite without large cases, and `meant` with large
@@ -112,109 +117,38 @@ fn caught_at_scale(wrapper: Wrapper, meant: Property, because: &[&str]) {
         result.outcome.is_failure(),
         "{meant} with large cases did not catch {wrapper:?}"
     );
-    assert!(
-        because.iter().any(|b| text.contains(b)),
-        "{meant} failed on {wrapper:?}, but not because {because:?}:\n{text}"
-    );
+    assert_because(&text, &format!("{meant} failed on {wrapper:?}"), because);
 }
 
-#[test]
-fn upsert_catches_a_sessions_listing_that_drops_the_1025th() {
-    caught_at_scale(
-        Wrapper::Scale(ScaleBug::SessionsCappedAt1024),
-        Property::Upsert,
-        &["sessions() lists 1024 sessions"],
-    );
+caught_tests! {
+    upsert_catches_a_sessions_listing_that_drops_the_1025th:
+        caught_at_scale(Wrapper::Scale(ScaleBug::SessionsCappedAt1024)) => Upsert, &["sessions() lists 1024 sessions"];
+    tenant_isolation_catches_a_listing_continuation_that_forgets_the_tenant:
+        caught_at_scale(Wrapper::Scale(ScaleBug::ContinuationLosesTheTenant)) => TenantIsolation, &["sessions() lists"];
+    upsert_catches_open_items_capped_at_1000:
+        caught_at_scale(Wrapper::Scale(ScaleBug::OpenItemsCappedAt1000)) => Upsert, &["open parts listed"];
+    upsert_catches_a_batch_over_1000_rows_applied_in_chunks:
+        caught_at_scale(Wrapper::Scale(ScaleBug::ChunksBatchesOf1000)) => Upsert, &["the tenant has 0"];
+    pagination_catches_pages_capped_at_100_within_the_cap:
+        caught_at_scale(Wrapper::Scale(ScaleBug::PagesCappedAt100)) => Pagination, &["holds 100 messages; pages hold"];
+    round_trip_catches_texts_cut_at_1_mib:
+        caught_at_scale(Wrapper::Scale(ScaleBug::TruncatesTextsPast1MiB)) => RoundTrip, &["write → read"];
+    round_trip_catches_a_store_that_strips_nul:
+        caught(Wrapper::Scale(ScaleBug::StripsNul)) => RoundTrip, &["write → read"];
+    round_trip_catches_a_store_that_normalizes_unicode:
+        caught(Wrapper::Scale(ScaleBug::NormalizesNfc)) => RoundTrip, &["write → read"];
+    round_trip_catches_token_counts_through_f64:
+        caught(Wrapper::Scale(ScaleBug::TokensThroughF64)) => RoundTrip, &["write → read"];
+    round_trip_catches_costs_with_15_digits:
+        caught(Wrapper::Scale(ScaleBug::CostsWith15Digits)) => RoundTrip, &["write → read"];
+    tenant_isolation_catches_session_ids_compared_without_case:
+        caught(Wrapper::Scale(ScaleBug::SessionIdsIgnoreCase)) => TenantIsolation, &["tenant A"];
 }
 
-#[test]
-fn tenant_isolation_catches_a_listing_continuation_that_forgets_the_tenant() {
-    caught_at_scale(
-        Wrapper::Scale(ScaleBug::ContinuationLosesTheTenant),
-        Property::TenantIsolation,
-        &["sessions() lists"],
-    );
-}
-
-#[test]
-fn upsert_catches_open_items_capped_at_1000() {
-    caught_at_scale(
-        Wrapper::Scale(ScaleBug::OpenItemsCappedAt1000),
-        Property::Upsert,
-        &["open parts listed"],
-    );
-}
-
-#[test]
-fn upsert_catches_a_batch_over_1000_rows_applied_in_chunks() {
-    caught_at_scale(
-        Wrapper::Scale(ScaleBug::ChunksBatchesOf1000),
-        Property::Upsert,
-        &["the tenant has 0"],
-    );
-}
-
-#[test]
-fn pagination_catches_pages_capped_at_100_within_the_cap() {
-    caught_at_scale(
-        Wrapper::Scale(ScaleBug::PagesCappedAt100),
-        Property::Pagination,
-        &["holds 100 messages; pages hold"],
-    );
-}
-
-#[test]
-fn round_trip_catches_texts_cut_at_1_mib() {
-    caught_at_scale(
-        Wrapper::Scale(ScaleBug::TruncatesTextsPast1MiB),
-        Property::RoundTrip,
-        &["write → read"],
-    );
-}
-
-#[test]
-fn round_trip_catches_a_store_that_strips_nul() {
-    caught(
-        Wrapper::Scale(ScaleBug::StripsNul),
-        Property::RoundTrip,
-        &["write → read"],
-    );
-}
-
-#[test]
-fn round_trip_catches_a_store_that_normalizes_unicode() {
-    caught(
-        Wrapper::Scale(ScaleBug::NormalizesNfc),
-        Property::RoundTrip,
-        &["write → read"],
-    );
-}
-
-#[test]
-fn round_trip_catches_token_counts_through_f64() {
-    caught(
-        Wrapper::Scale(ScaleBug::TokensThroughF64),
-        Property::RoundTrip,
-        &["write → read"],
-    );
-}
-
-#[test]
-fn round_trip_catches_costs_with_15_digits() {
-    caught(
-        Wrapper::Scale(ScaleBug::CostsWith15Digits),
-        Property::RoundTrip,
-        &["write → read"],
-    );
-}
-
-#[test]
-fn tenant_isolation_catches_session_ids_compared_without_case() {
-    caught(
-        Wrapper::Scale(ScaleBug::SessionIdsIgnoreCase),
-        Property::TenantIsolation,
-        &["tenant A"],
-    );
+/// The memory backend, with the bus `bus` makes.
+fn memory_with(bus: fn() -> LocalBus) -> FnFactory {
+    FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
+        .with_bus(move || Some(Arc::new(bus())))
 }
 
 /// A recover that appends the text it rebuilds from the bus to the stored text, instead
@@ -268,8 +202,7 @@ fn appending_recover<'a>(
 
 #[test]
 fn crash_durable_bus_catches_a_recover_that_appends_to_stored_text() {
-    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
-        .with_bus(|| Some(Arc::new(LocalBus::with_replay(100_000))));
+    let memory = memory_with(|| LocalBus::with_replay(100_000));
     // Only cases whose crash leaves a text part with stored text reach this bug.
     let outcome = run_with_recover(
         &memory,
@@ -289,8 +222,7 @@ fn crash_durable_bus_catches_a_recover_that_appends_to_stored_text() {
 fn crash_boundary_catches_a_recover_that_appends_to_stored_text() {
     // On the live bus too: cases that persist deltas (the slow path a producer may
     // still use) leave open parts whose stored text the recover must keep exactly.
-    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
-        .with_bus(|| Some(Arc::new(LocalBus::with_replay(100_000))));
+    let memory = memory_with(|| LocalBus::with_replay(100_000));
     // Only the cases that persist deltas and cut inside a text block show it: about one
     // run of the default count in five misses them, so this runs sixteen times as many
     // (a miss about once in 10^11 runs if the runs were independent).
@@ -305,31 +237,13 @@ fn crash_boundary_catches_a_recover_that_appends_to_stored_text() {
     assert!(message.contains("best confirmed text"), "{message}");
 }
 
-#[test]
-fn upsert_catches_a_store_that_keeps_the_first_write() {
-    caught(
-        Wrapper::Store(StoreBug::KeepsFirstWrite),
-        Property::Upsert,
-        &["expected:", "the tenant has", "the session has", "are open"],
-    );
-}
-
-#[test]
-fn upsert_catches_a_remove_that_does_not_cascade() {
-    caught(
-        Wrapper::Store(StoreBug::NoCascade),
-        Property::Upsert,
-        &["expected:", "the tenant has", "the session has", "are open"],
-    );
-}
-
-#[test]
-fn upsert_catches_a_failing_batch_that_is_half_applied() {
-    caught(
-        Wrapper::Store(StoreBug::NotAtomic),
-        Property::Upsert,
-        &["expected:", "the tenant has", "the session has", "are open"],
-    );
+caught_tests! {
+    upsert_catches_a_store_that_keeps_the_first_write:
+        caught(Wrapper::Store(StoreBug::KeepsFirstWrite)) => Upsert, UPSERT_MISMATCH;
+    upsert_catches_a_remove_that_does_not_cascade:
+        caught(Wrapper::Store(StoreBug::NoCascade)) => Upsert, UPSERT_MISMATCH;
+    upsert_catches_a_failing_batch_that_is_half_applied:
+        caught(Wrapper::Store(StoreBug::NotAtomic)) => Upsert, UPSERT_MISMATCH;
 }
 
 #[test]
@@ -345,108 +259,31 @@ fn upsert_catches_a_part_keyed_per_message_that_stays_when_moved() {
     );
 }
 
-#[test]
-fn pagination_catches_pages_that_skip_their_first_item() {
-    caught(
-        Wrapper::Store(StoreBug::SkipsFirstOfLaterPages),
-        Property::Pagination,
-        &["paging yielded", "page"],
-    );
-}
-
-#[test]
-fn tenant_isolation_catches_a_tenant_leak() {
-    caught(
-        Wrapper::Store(StoreBug::TenantLeak),
-        Property::TenantIsolation,
-        &["tenant"],
-    );
-}
-
-#[test]
-fn crash_boundary_catches_a_recover_that_leaves_a_tool_running() {
-    caught(
-        Wrapper::Store(StoreBug::HidesTools),
-        Property::CrashBoundary,
-        &["interrupted tools become errors"],
-    );
-}
-
-#[test]
-fn filter_compacted_catches_pages_that_make_a_failed_summary_a_boundary() {
-    caught(
-        Wrapper::Store(StoreBug::FailedSummaryLooksFinished),
-        Property::FilterCompacted,
-        &["missing from the store"],
-    );
-}
-
-#[test]
-fn round_trip_catches_a_store_that_drops_unknown_fields() {
-    caught(
-        Wrapper::Store(StoreBug::DropsUnknownFields),
-        Property::RoundTrip,
-        &["write → read"],
-    );
-}
-
-#[test]
-fn concurrency_catches_database_is_locked() {
-    caught(
-        Wrapper::Store(StoreBug::LockedUnderConcurrency),
-        Property::Concurrency,
-        &["database is locked"],
-    );
-}
-
-#[test]
-fn write_discipline_catches_a_write_behind_store() {
-    caught(
-        Wrapper::Store(StoreBug::WriteBehind),
-        Property::WriteDiscipline,
-        &["not visible", "did not find it in the store"],
-    );
-}
-
-#[test]
-fn write_discipline_catches_a_store_that_receives_deltas() {
-    caught(
-        Wrapper::DeltaPersistingBus,
-        Property::WriteDiscipline,
-        &["reached the store"],
-    );
-}
-
-#[test]
-fn write_discipline_catches_a_bus_that_saves_every_1000th_delta() {
-    caught_at_scale(
-        Wrapper::CheckpointingBus,
-        Property::WriteDiscipline,
-        &["reached the store"],
-    );
-}
-
-#[test]
-fn bus_catches_subscribers_that_drop_events_past_1024_queued() {
-    caught_at_scale(
-        Wrapper::DroppingSubscriberBus,
-        Property::Bus,
-        &["received 1024 of"],
-    );
-}
-
-#[test]
-fn bus_resume_catches_a_replay_that_keeps_1024_events_without_saying_so() {
-    caught_at_scale(
-        Wrapper::TrimmingReplayBus,
-        Property::BusResume,
-        &["wrong sequence"],
-    );
-}
-
-#[test]
-fn bus_catches_a_bus_that_reorders_two_events() {
-    caught(Wrapper::ReorderingBus, Property::Bus, &["wrong sequence"]);
+caught_tests! {
+    pagination_catches_pages_that_skip_their_first_item:
+        caught(Wrapper::Store(StoreBug::SkipsFirstOfLaterPages)) => Pagination, &["paging yielded", "page"];
+    tenant_isolation_catches_a_tenant_leak:
+        caught(Wrapper::Store(StoreBug::TenantLeak)) => TenantIsolation, &["tenant"];
+    crash_boundary_catches_a_recover_that_leaves_a_tool_running:
+        caught(Wrapper::Store(StoreBug::HidesTools)) => CrashBoundary, &["interrupted tools become errors"];
+    filter_compacted_catches_pages_that_make_a_failed_summary_a_boundary:
+        caught(Wrapper::Store(StoreBug::FailedSummaryLooksFinished)) => FilterCompacted, &["missing from the store"];
+    round_trip_catches_a_store_that_drops_unknown_fields:
+        caught(Wrapper::Store(StoreBug::DropsUnknownFields)) => RoundTrip, &["write → read"];
+    concurrency_catches_database_is_locked:
+        caught(Wrapper::Store(StoreBug::LockedUnderConcurrency)) => Concurrency, &["database is locked"];
+    write_discipline_catches_a_write_behind_store:
+        caught(Wrapper::Store(StoreBug::WriteBehind)) => WriteDiscipline, &["not visible", "did not find it in the store"];
+    write_discipline_catches_a_store_that_receives_deltas:
+        caught(Wrapper::DeltaPersistingBus) => WriteDiscipline, &["reached the store"];
+    write_discipline_catches_a_bus_that_saves_every_1000th_delta:
+        caught_at_scale(Wrapper::CheckpointingBus) => WriteDiscipline, &["reached the store"];
+    bus_catches_subscribers_that_drop_events_past_1024_queued:
+        caught_at_scale(Wrapper::DroppingSubscriberBus) => Bus, &["received 1024 of"];
+    bus_resume_catches_a_replay_that_keeps_1024_events_without_saying_so:
+        caught_at_scale(Wrapper::TrimmingReplayBus) => BusResume, &["wrong sequence"];
+    bus_catches_a_bus_that_reorders_two_events:
+        caught(Wrapper::ReorderingBus) => Bus, &["wrong sequence"];
 }
 
 /// A `filter_compacted` that treats a failed summary (error, or no finish) as a
@@ -498,8 +335,7 @@ fn newest_1000_only<'a>(
 
 #[test]
 fn filter_compacted_catches_a_view_of_the_newest_1000_messages_only() {
-    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
-        .with_bus(|| Some(Arc::new(LocalBus::new())));
+    let memory = memory_with(LocalBus::new);
     let small = run_with_filter(&memory, &config(), newest_1000_only);
     assert!(
         !small.is_failure(),
@@ -521,8 +357,7 @@ fn filter_compacted_catches_a_view_of_the_newest_1000_messages_only() {
 
 #[test]
 fn filter_compacted_catches_a_filter_that_cuts_at_a_failed_summary() {
-    let memory = FnFactory::new("memory", || Ok(Arc::new(MemoryStore::new())))
-        .with_bus(|| Some(Arc::new(LocalBus::new())));
+    let memory = memory_with(LocalBus::new);
     let outcome = run_with_filter(&memory, &config(), cuts_at_failed_summary);
     println!("CAUGHT | injected filter that cuts at a failed summary | meant: filter_compacted | failed: filter_compacted");
     let Outcome::Failed {

@@ -6,12 +6,16 @@
 //! The disk is a `MemoryStore` the factory keeps across reopens (standing in for a
 //! file); the store handed out is a handle on it, and a reopen is a new handle.
 
+#[path = "broken/common.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::{assert_because, assert_regression_printed, catching_config, failed};
+use forge_conformance::StoreMap;
 use forge_conformance::{last_handle, BackendFactory, Config, FnFactory, Outcome, Property};
-use forge_conformance::{Report, StoreMap};
 use forge_core::{
     Bus, Capabilities, Cursor, Envelope, Forward, LocalBus, MemoryStore, MessageId,
     MessageWithParts, OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
@@ -215,21 +219,8 @@ impl BackendFactory for Disks {
 }
 
 fn config() -> Config {
-    let mut c = Config::from_env();
     // As in broken.rs: half again the default cases at least, so a catch is not luck.
-    c.cases = c.cases.max(forge_conformance::DEFAULT_CASES * 3 / 2);
-    c.max_shrink_iters = 400;
-    c.max_shrink_time = Duration::from_secs(10);
-    c
-}
-
-fn failed(report: &Report) -> Vec<&'static str> {
-    report
-        .results
-        .iter()
-        .filter(|r| r.outcome.is_failure())
-        .map(|r| r.property.name())
-        .collect()
+    catching_config(400, Duration::from_secs(10))
 }
 
 /// Runs the whole suite on a handle that forgets `forgets`: `reopen` must fail with a
@@ -245,14 +236,8 @@ fn only_reopen_catches(forgets: Forgets, because: &[&str]) {
     let text = result.failure_text();
     println!("{text}\n");
     assert_eq!(failed, ["reopen"], "{report}");
-    assert!(
-        because.iter().any(|b| text.contains(b)),
-        "reopen failed, but not because {because:?}:\n{text}"
-    );
-    assert!(
-        text.contains("forge_conformance::assert_replay(&factory, \"reopen\""),
-        "no regression test printed:\n{text}"
-    );
+    assert_because(&text, "reopen failed", because);
+    assert_regression_printed(&text, Property::Reopen);
 }
 
 #[test]

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_conformance::{guarded, BackendFactory, Config, Outcome, Property, StoreMap};
+use forge_conformance::{
+    guarded, BackendFactory, Config, Outcome, Property, PropertyResult, Report, StoreMap,
+};
 use forge_core::{Bus, Forward, LocalBus, MemoryStore, Result, SessionState, Store, TenantId};
 use parking_lot::Mutex;
 
@@ -68,6 +70,23 @@ impl Checked {
             self.torn_down.load(Ordering::SeqCst),
         )
     }
+
+    /// Every store handed out was torn down, once, and no hook saw a store it did not
+    /// hand out.
+    #[track_caller]
+    fn assert_each_torn_down_once(&self) {
+        let (opened, _, torn_down) = self.counts();
+        assert_eq!(
+            torn_down, opened,
+            "stores opened {opened}, torn down {torn_down}"
+        );
+        assert!(self.misuse.lock().is_empty(), "{:?}", self.misuse.lock());
+        assert!(
+            self.out.is_empty(),
+            "{} stores never torn down",
+            self.out.len()
+        );
+    }
 }
 
 #[async_trait]
@@ -100,27 +119,24 @@ fn config() -> Config {
     Config::default().with_cases(4)
 }
 
+/// Runs only `property` on `factory`: its result (it must have run) and the report.
+fn run_only(factory: &Checked, property: Property) -> (PropertyResult, Report) {
+    let report = forge_conformance::run(factory, &config().with_only(property.name()));
+    let result = report
+        .result(property)
+        .cloned()
+        .unwrap_or_else(|| panic!("{property} did not run: {report}"));
+    (result, report)
+}
+
 #[test]
 fn every_store_is_torn_down_once_also_after_a_reopen() {
     let factory = Checked::default();
     let report = forge_conformance::run(&factory, &config());
     assert!(report.is_success(), "{report}");
-    let (opened, reopened, torn_down) = factory.counts();
+    let (_, reopened, _) = factory.counts();
     assert!(reopened > 0, "the reopen property never reopened");
-    assert_eq!(
-        torn_down, opened,
-        "stores opened {opened}, torn down {torn_down}"
-    );
-    assert!(
-        factory.misuse.lock().is_empty(),
-        "{:?}",
-        factory.misuse.lock()
-    );
-    assert!(
-        factory.out.is_empty(),
-        "{} stores never torn down",
-        factory.out.len()
-    );
+    factory.assert_each_torn_down_once();
 }
 
 #[test]
@@ -129,29 +145,14 @@ fn a_panicking_case_is_torn_down_too() {
         panics: true,
         ..Checked::default()
     };
-    let report = forge_conformance::run(&factory, &config().with_only("upsert"));
-    let result = report.result(Property::Upsert).expect("upsert ran");
+    let (result, report) = run_only(&factory, Property::Upsert);
     assert!(
         result
             .failure_text()
             .contains("panicked: sessions() of a store that panics"),
         "{report}"
     );
-    let (opened, _, torn_down) = factory.counts();
-    assert_eq!(
-        torn_down, opened,
-        "stores opened {opened}, torn down {torn_down}"
-    );
-    assert!(
-        factory.misuse.lock().is_empty(),
-        "{:?}",
-        factory.misuse.lock()
-    );
-    assert!(
-        factory.out.is_empty(),
-        "{} stores never torn down",
-        factory.out.len()
-    );
+    factory.assert_each_torn_down_once();
 }
 
 #[test]
@@ -160,8 +161,7 @@ fn a_failing_teardown_fails_the_case() {
         failing_teardown: true,
         ..Checked::default()
     };
-    let report = forge_conformance::run(&factory, &config().with_only("round_trip"));
-    let result = report.result(Property::RoundTrip).expect("round_trip ran");
+    let (result, report) = run_only(&factory, Property::RoundTrip);
     let Outcome::Failed { message, .. } = &result.outcome else {
         panic!("a failing teardown passed: {report}");
     };

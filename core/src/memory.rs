@@ -312,17 +312,12 @@ impl Store for MemoryStore {
             range.rev().take(limit + 1).map(|(_, m)| m).collect();
         let more = newest_first.len() > limit;
         newest_first.truncate(limit);
-        let messages: Vec<MessageWithParts> = newest_first
+        let messages = newest_first
             .into_iter()
             .rev()
             .map(MessageData::with_parts)
             .collect();
-        let next = if more {
-            messages.first().map(|m| Cursor::before(m.info.id.clone()))
-        } else {
-            None
-        };
-        Ok(Page { messages, next })
+        Ok(Page::new(messages, more))
     }
 
     async fn open_items(
@@ -337,11 +332,7 @@ impl Store for MemoryStore {
                 continue;
             }
             for m in s.messages.values() {
-                if m.info.is_open() {
-                    out.messages.push(m.info.clone());
-                }
-                out.parts
-                    .extend(m.parts.values().filter(|p| p.is_open()).cloned());
+                out.add(&m.info, m.parts.values());
             }
         }
         Ok(out)

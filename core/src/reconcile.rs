@@ -22,7 +22,7 @@ use crate::id::{MessageId, PartId, SessionId};
 use crate::model::{Message, Part, Session};
 use crate::projector::Projector;
 use crate::read::read_all;
-use crate::recover::stored_seqs;
+use crate::recover::sum_over_sessions;
 use crate::store::MAX_PAGE_LIMIT;
 use crate::tenant::TenantId;
 
@@ -74,32 +74,34 @@ pub(crate) async fn republish_missing(
     tenant: &TenantId,
     session: Option<&SessionId>,
 ) -> Result<usize> {
-    let store = projector.store();
-    let bus = projector.bus();
-    let sessions = stored_seqs(store.as_ref(), tenant, session).await?;
-    let mut republished = 0;
-    for (sid, stored) in sessions {
-        let published = bus.last_seq(tenant, &sid).await?.unwrap_or(0);
-        if stored <= published {
-            continue;
-        }
-        let events = missing_events(projector, tenant, &sid).await?;
-        if events.is_empty() {
-            continue;
-        }
-        tracing::info!(
-            tenant = %tenant,
-            session = %sid,
-            stored_seq = stored,
-            bus_seq = published,
-            events = events.len(),
-            "the bus lacks committed events of the session; republishing what differs",
-        );
-        republished += events.len();
-        let scope = projector.scope(tenant, &sid).await?;
-        projector.commit(&scope, events).await?;
-    }
-    Ok(republished)
+    sum_over_sessions(
+        projector,
+        tenant,
+        session,
+        |sid, stored, published| async move {
+            let published = published.unwrap_or(0);
+            if stored <= published {
+                return Ok(0);
+            }
+            let events = missing_events(projector, tenant, &sid).await?;
+            if events.is_empty() {
+                return Ok(0);
+            }
+            tracing::info!(
+                tenant = %tenant,
+                session = %sid,
+                stored_seq = stored,
+                bus_seq = published,
+                events = events.len(),
+                "the bus lacks committed events of the session; republishing what differs",
+            );
+            let republished = events.len();
+            let scope = projector.scope(tenant, &sid).await?;
+            projector.commit(&scope, events).await?;
+            Ok(republished)
+        },
+    )
+    .await
 }
 
 /// The events that bring the bus's view of `sid` to what the store holds: the session,

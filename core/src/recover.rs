@@ -209,44 +209,65 @@ async fn replay_uncommitted(
 ) -> Result<usize> {
     let store = projector.store();
     let bus = projector.bus();
-    let sessions = stored_seqs(store.as_ref(), tenant, session).await?;
-    let mut applied = 0;
-    for (sid, stored) in sessions {
-        let ahead = bus
-            .last_seq(tenant, &sid)
-            .await?
-            .is_some_and(|l| l > stored);
-        if !ahead {
-            continue;
-        }
-        let replay = bus.replay(tenant, &sid, stored + 1).await?;
-        let batch: Vec<Envelope<SyncEvent>> = replay
-            .events
-            .iter()
-            .filter_map(|e| match &e.event {
-                Event::Sync(ev) => Some(Envelope {
-                    tenant: e.tenant.clone(),
-                    session_id: e.session_id.clone(),
-                    seq: e.seq,
-                    event: ev.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        if batch.is_empty() {
-            continue;
-        }
-        let span = tracing::debug_span!(
-            "apply_batch",
-            projector = "recover",
-            tenant = %tenant,
-            session = %sid,
-            events = batch.len(),
-        );
-        store.apply(&batch).instrument(span).await?;
-        applied += batch.len();
+    sum_over_sessions(
+        projector,
+        tenant,
+        session,
+        |sid, stored, published| async move {
+            if published.is_none_or(|l| l <= stored) {
+                return Ok(0);
+            }
+            let replay = bus.replay(tenant, &sid, stored + 1).await?;
+            let batch: Vec<Envelope<SyncEvent>> = replay
+                .events
+                .iter()
+                .filter_map(|e| match &e.event {
+                    Event::Sync(ev) => Some(Envelope {
+                        tenant: e.tenant.clone(),
+                        session_id: e.session_id.clone(),
+                        seq: e.seq,
+                        event: ev.clone(),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            if batch.is_empty() {
+                return Ok(0);
+            }
+            let span = tracing::debug_span!(
+                "apply_batch",
+                projector = "recover",
+                tenant = %tenant,
+                session = %sid,
+                events = batch.len(),
+            );
+            store.apply(&batch).instrument(span).await?;
+            Ok(batch.len())
+        },
+    )
+    .await
+}
+
+/// Runs `each` on every session of `tenant` (or only `session`) with its stored `seq`
+/// and the last seq the projector's bus holds for it, one session after the other, and
+/// sums what it returns.
+pub(crate) async fn sum_over_sessions<F, Fut>(
+    projector: &dyn Projector,
+    tenant: &TenantId,
+    session: Option<&SessionId>,
+    mut each: F,
+) -> Result<usize>
+where
+    F: FnMut(SessionId, u64, Option<u64>) -> Fut,
+    Fut: std::future::Future<Output = Result<usize>>,
+{
+    let bus = projector.bus();
+    let mut sum = 0;
+    for (sid, stored) in stored_seqs(projector.store().as_ref(), tenant, session).await? {
+        let published = bus.last_seq(tenant, &sid).await?;
+        sum += each(sid, stored, published).await?;
     }
-    Ok(applied)
+    Ok(sum)
 }
 
 fn is_block(p: &Part) -> bool {

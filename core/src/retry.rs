@@ -221,20 +221,11 @@ pub fn at_server(e: Error, server: &str, gave_up: Option<(u32, Duration)>) -> Er
 
 /// A [`Store`] whose calls ride out restarts of the server under it: see the [module
 /// docs](self).
+#[derive(Debug)]
 pub struct RetryStore {
-    inner: Arc<dyn Store>,
     server: String,
     policy: RetryPolicy,
-}
-
-impl fmt::Debug for RetryStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryStore")
-            .field("server", &self.server)
-            .field("policy", &self.policy)
-            .field("inner", &self.inner)
-            .finish()
-    }
+    inner: Arc<dyn Store>,
 }
 
 impl RetryStore {
@@ -372,16 +363,23 @@ mod tests {
         assert_eq!((got, calls.load(Ordering::SeqCst)), (7, 4));
     }
 
-    #[tokio::test]
-    async fn past_the_deadline_the_error_names_the_server_attempts_and_cause() {
+    /// A call to `server` that fails with `error` every time, run under `fast(deadline_ms)`:
+    /// its final error, and how many attempts were made.
+    async fn always_failing(deadline_ms: u64, server: &str, error: fn() -> Error) -> (Error, u32) {
         let calls = AtomicU32::new(0);
-        let e = fast(40)
-            .run("postgres", "server 127.0.0.1:55432", "t", || async {
+        let e = fast(deadline_ms)
+            .run("postgres", server, "t", || async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Err::<(), _>(refused())
+                Err::<(), _>(error())
             })
             .await
             .unwrap_err();
+        (e, calls.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn past_the_deadline_the_error_names_the_server_attempts_and_cause() {
+        let (e, calls) = always_failing(40, "server 127.0.0.1:55432", refused).await;
         let text = e.to_string();
         assert!(
             text.starts_with(
@@ -390,7 +388,7 @@ mod tests {
             "{text}"
         );
         assert!(e.is_retryable());
-        assert!(calls.load(Ordering::SeqCst) > 1);
+        assert!(calls > 1);
         let cause = std::error::Error::source(&e)
             .and_then(std::error::Error::source)
             .and_then(|s| s.downcast_ref::<std::io::Error>())
@@ -400,15 +398,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_permanent_failure_is_not_retried() {
-        let calls = AtomicU32::new(0);
-        let e = fast(5_000)
-            .run("postgres", "s", "t", || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err::<(), _>(Error::invalid("bad"))
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let (e, calls) = always_failing(5_000, "s", || Error::invalid("bad")).await;
+        assert_eq!(calls, 1);
         assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
     }
 

@@ -153,6 +153,19 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
+impl Page {
+    /// A page of `messages` (oldest first); when `more` older messages exist, `next`
+    /// is the cursor before the first of them.
+    pub fn new(messages: Vec<MessageWithParts>, more: bool) -> Self {
+        let next = if more {
+            messages.first().map(|m| Cursor::before(m.info.id.clone()))
+        } else {
+            None
+        };
+        Self { messages, next }
+    }
+}
+
 /// What a crash may have left open, for [`recover`](crate::recover::recover).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpenItems {
@@ -166,6 +179,15 @@ impl OpenItems {
     /// Nothing is open.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty() && self.parts.is_empty()
+    }
+
+    /// Adds `message` if it is open and those of its `parts` that are.
+    pub fn add<'a>(&mut self, message: &Message, parts: impl IntoIterator<Item = &'a Part>) {
+        if message.is_open() {
+            self.messages.push(message.clone());
+        }
+        self.parts
+            .extend(parts.into_iter().filter(|p| p.is_open()).cloned());
     }
 }
 

@@ -10,97 +10,58 @@ use serde_json::Value;
 
 /// Token usage as the AI SDK reports it, in either shape: v5's flat counts
 /// (`reasoningTokens`, `cachedInputTokens`) or v6+'s `inputTokenDetails` /
-/// `outputTokenDetails`. [`Usage::tokens`] maps both to opencode's `tokens`.
+/// `outputTokenDetails`. [`Usage::tokens`] maps both to opencode's `tokens`. Every
+/// field may be absent (as in these structs' `Default`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Usage {
     /// Prompt tokens, cached ones included.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub input_tokens: Option<u64>,
     /// Completion tokens, reasoning included.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub output_tokens: Option<u64>,
     /// Total tokens.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub total_tokens: Option<u64>,
     /// Reasoning tokens (v5).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub reasoning_tokens: Option<u64>,
     /// Prompt tokens served from the provider's cache (v5).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub cached_input_tokens: Option<u64>,
     /// The split of the prompt tokens (v6+).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub input_token_details: Option<InputTokenDetails>,
     /// The split of the completion tokens (v6+).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output_token_details: Option<OutputTokenDetails>,
 }
 
 /// `inputTokenDetails` of a v6+ usage.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct InputTokenDetails {
     /// Prompt tokens neither read from nor written to the cache.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub no_cache_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub cache_read_tokens: Option<u64>,
     /// Prompt tokens written to the cache.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub cache_write_tokens: Option<u64>,
 }
 
 /// `outputTokenDetails` of a v6+ usage.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct OutputTokenDetails {
     /// Completion tokens of visible text.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub text_tokens: Option<u64>,
     /// Completion tokens spent reasoning.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "count"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "count")]
     pub reasoning_tokens: Option<u64>,
 }
 

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use forge_core::model::{Part, PartBody, ToolPart, ToolState};
-use forge_core::{Error, Outcome};
+use forge_core::{Error, Outcome, Processor};
 
 const CALL: &[&str] = &[
     r#"{"type":"start-step"}"#,
@@ -39,12 +39,13 @@ fn approval_status(t: &ToolPart) -> Option<String> {
 
 /// A first answer that asks for approval of call `c1` and finishes.
 async fn asked(h: &Harness) -> forge_core::Message {
-    let user = h.user("delete the build directory").await;
-    let mut p = h.processor(&user).await;
+    let mut p = h.answer("delete the build directory").await;
     feed(&mut p, CALL).await;
-    p.handle(ev(r#"{"type":"finish","finishReason":"tool-calls"}"#))
-        .await
-        .unwrap();
+    feed(
+        &mut p,
+        &[r#"{"type":"finish","finishReason":"tool-calls"}"#],
+    )
+    .await;
     p.message().clone()
 }
 
@@ -76,12 +77,9 @@ async fn finalize_and_recover_leave_a_call_waiting_for_approval_as_it_is() {
 #[tokio::test]
 async fn a_crash_after_the_request_closes_the_answer_but_not_the_waiting_call() {
     let h = Harness::new(false).await;
-    let user = h.user("delete the build directory").await;
-    let mut p = h.processor(&user).await;
+    let mut p = h.answer("delete the build directory").await;
     feed(&mut p, CALL).await;
-    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
-        .await
-        .unwrap();
+    feed(&mut p, &[r#"{"type":"text-start","id":"t"}"#]).await;
     drop(p); // the process dies before finish
     let report = h.engine.recover(&h.tenant, None).await.unwrap();
     assert_eq!(report.messages_closed, 1, "{report:?}");
@@ -91,17 +89,23 @@ async fn a_crash_after_the_request_closes_the_answer_but_not_the_waiting_call() 
     assert!(parts.iter().all(|p| !p.is_open()), "the text was closed");
 }
 
-#[tokio::test]
-async fn a_later_result_completes_the_call_in_the_message_that_made_it() {
+/// A harness whose first answer asked for approval of call `c1` (returned), and a
+/// second answer, to user message `text`, fed `lines`.
+async fn answered(text: &str, lines: &[&str]) -> (Harness, forge_core::Message, Processor) {
     let h = Harness::new(false).await;
     let first = asked(&h).await;
-    let user = h.user("approved").await;
-    let mut p = h.processor(&user).await;
-    p.handle(ev(
-        r#"{"type":"tool-result","toolCallId":"c1","toolName":"shell","output":"done"}"#,
-    ))
-    .await
-    .unwrap();
+    let mut p = h.answer(text).await;
+    feed(&mut p, lines).await;
+    (h, first, p)
+}
+
+#[tokio::test]
+async fn a_later_result_completes_the_call_in_the_message_that_made_it() {
+    let (h, first, mut p) = answered(
+        "approved",
+        &[r#"{"type":"tool-result","toolCallId":"c1","toolName":"shell","output":"done"}"#],
+    )
+    .await;
     // The call is finished: a second result for it is an error, and stores nothing.
     let before = h.parts().await;
     let again = p
@@ -126,20 +130,14 @@ async fn a_later_result_completes_the_call_in_the_message_that_made_it() {
 
 #[tokio::test]
 async fn a_denial_closes_the_call_as_an_error_that_says_so() {
-    let h = Harness::new(false).await;
-    asked(&h).await;
-    let user = h.user("no").await;
-    let mut p = h.processor(&user).await;
-    p.handle(ev(
-        r#"{"type":"tool-approval-response","approvalId":"ap-1","approved":false,"reason":"not now","toolCall":{"toolCallId":"c1","toolName":"shell"}}"#,
-    ))
-    .await
-    .unwrap();
-    p.handle(ev(
-        r#"{"type":"tool-output-denied","toolCallId":"c1","toolName":"shell"}"#,
-    ))
-    .await
-    .unwrap();
+    let (h, _, mut p) = answered(
+        "no",
+        &[
+            r#"{"type":"tool-approval-response","approvalId":"ap-1","approved":false,"reason":"not now","toolCall":{"toolCallId":"c1","toolName":"shell"}}"#,
+            r#"{"type":"tool-output-denied","toolCallId":"c1","toolName":"shell"}"#,
+        ],
+    )
+    .await;
     p.finalize(Outcome::Finished).await.unwrap();
     let parts = h.parts().await;
     let (_, t) = tool(&parts, "c1");
@@ -158,15 +156,11 @@ async fn a_denial_closes_the_call_as_an_error_that_says_so() {
 
 #[tokio::test]
 async fn an_approved_call_that_never_ran_is_closed_as_interrupted() {
-    let h = Harness::new(false).await;
-    asked(&h).await;
-    let user = h.user("yes").await;
-    let mut p = h.processor(&user).await;
-    p.handle(ev(
-        r#"{"type":"tool-approval-response","approvalId":"ap-1","approved":true,"toolCall":{"toolCallId":"c1"}}"#,
-    ))
-    .await
-    .unwrap();
+    let (h, _, mut p) = answered(
+        "yes",
+        &[r#"{"type":"tool-approval-response","approvalId":"ap-1","approved":true,"toolCall":{"toolCallId":"c1"}}"#],
+    )
+    .await;
     let parts = h.parts().await;
     let (part, t) = tool(&parts, "c1");
     assert_eq!(approval_status(t).as_deref(), Some("approved"));
@@ -183,9 +177,7 @@ async fn an_approved_call_that_never_ran_is_closed_as_interrupted() {
 #[tokio::test]
 async fn approval_events_that_do_not_fit_are_errors_that_store_nothing() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
-    feed(&mut p, &CALL[..1]).await;
+    let mut p = h.turn(&CALL[..1]).await;
     let before = h.parts().await;
     for (line, says) in [
         (

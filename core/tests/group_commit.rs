@@ -5,16 +5,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::group::group_options;
 use common::group::{check_published, shapes, Rig, TURN};
-use common::{ev, options, part_updates, text_of, user_message};
+use common::{ev, feed, options, part_updates, text_of, user_message};
 use forge_core::id::now_ms;
 use forge_core::processor::assistant_message;
-use forge_core::{
-    Event, FlushMode, GroupCommitOptions, LocalBus, MemoryStore, Projector, Session, Store,
-    SyncEvent, TenantId,
-};
+use forge_core::{Event, FlushMode, LocalBus, MemoryStore, Projector, Session, Store, TenantId};
 
 #[tokio::test]
 async fn a_turn_commits_only_at_terminal_boundaries_and_writes_each_block_once() {
@@ -22,9 +19,7 @@ async fn a_turn_commits_only_at_terminal_boundaries_and_writes_each_block_once()
     let scope = rig.session().await;
     let mut p = rig.turn(&scope).await;
     let before = rig.counting.totals();
-    for line in TURN {
-        p.handle(ev(line)).await.unwrap();
-    }
+    feed(&mut p, TURN).await;
     check_published(&rig.bus);
     let after = rig.counting.totals();
     // Terminal boundaries: reasoning-end, text-end, tool completed, finish-step, finish.
@@ -48,14 +43,16 @@ async fn non_terminal_writes_are_published_at_once_and_stored_with_the_next_comm
     let rig = Rig::new(0, FlushMode::Manual);
     let scope = rig.session().await;
     let mut p = rig.turn(&scope).await;
-    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
-        .await
-        .unwrap();
-    p.handle(ev(r#"{"type":"text-delta","id":"t","text":"abc"}"#))
-        .await
-        .unwrap();
+    feed(
+        &mut p,
+        &[
+            r#"{"type":"text-start","id":"t"}"#,
+            r#"{"type":"text-delta","id":"t","text":"abc"}"#,
+        ],
+    )
+    .await;
     // Subscribers learned about the part and its delta; the store has not yet.
-    let published = rig.bus.published();
+    let published = rig.bus.tap.published();
     assert_eq!(
         part_updates(&published).len(),
         2,
@@ -89,19 +86,21 @@ async fn a_window_groups_sessions_and_holds_later_events_behind_a_terminal_one()
     let mut pa = rig.turn(&a).await;
     let mut pb = rig.turn(&b).await;
     let commits = rig.counting.totals().commits;
-    let published = rig.bus.published().len();
+    let published = rig.bus.tap.published().len();
 
     // Both users' messages (terminal) arrived at t = 1000: one group, still open.
     assert_eq!(rig.counting.totals().commits, commits);
     rig.projector.advance(1_050).await.unwrap();
-    pa.handle(ev(r#"{"type":"text-start","id":"t"}"#))
-        .await
-        .unwrap();
-    pa.handle(ev(r#"{"type":"text-delta","id":"t","text":"x"}"#))
-        .await
-        .unwrap();
+    feed(
+        &mut pa,
+        &[
+            r#"{"type":"text-start","id":"t"}"#,
+            r#"{"type":"text-delta","id":"t","text":"x"}"#,
+        ],
+    )
+    .await;
     // Session a is held behind its terminal user message: nothing new published.
-    let held: Vec<_> = rig.bus.published()[published..]
+    let held: Vec<_> = rig.bus.tap.published()[published..]
         .iter()
         .filter(|e| e.session_id == a.session_id)
         .cloned()
@@ -115,7 +114,7 @@ async fn a_window_groups_sessions_and_holds_later_events_behind_a_terminal_one()
         "one transaction"
     );
     check_published(&rig.bus);
-    let after: Vec<_> = rig.bus.published()[published..].to_vec();
+    let after: Vec<_> = rig.bus.tap.published()[published..].to_vec();
     assert!(after
         .iter()
         .any(|e| e.session_id == a.session_id && matches!(e.event, Event::PartDelta(_))));
@@ -145,12 +144,14 @@ async fn a_group_commits_through_its_terminal_events_and_leaves_later_writes_to_
     assert_eq!(rig.parts(&scope).await.len(), 1);
     assert!(rig.projector.pending() > 0);
     rig.projector.advance(1_150).await.unwrap();
-    p.handle(ev(r#"{"type":"text-delta","id":"t","text":"late"}"#))
-        .await
-        .unwrap();
-    p.handle(ev(r#"{"type":"text-end","id":"t"}"#))
-        .await
-        .unwrap();
+    feed(
+        &mut p,
+        &[
+            r#"{"type":"text-delta","id":"t","text":"late"}"#,
+            r#"{"type":"text-end","id":"t"}"#,
+        ],
+    )
+    .await;
     rig.projector.advance(1_300).await.unwrap();
     let parts = rig.parts(&scope).await;
     assert_eq!(parts.len(), 2);
@@ -178,9 +179,8 @@ async fn direct_and_grouped_projection_store_the_same_history() {
     let grouped = shapes(&rig.parts(&scope).await);
 
     let h = common::Harness::new(false).await;
-    let user = h.user("question").await;
-    let mut p = h.processor(&user).await;
-    common::feed(&mut p, TURN).await;
+    let mut p = h.answer("question").await;
+    feed(&mut p, TURN).await;
     let direct = shapes(&h.parts().await);
     assert_eq!(grouped, direct);
 }
@@ -197,18 +197,7 @@ async fn timer_mode_groups_concurrent_sessions_and_returns_after_the_commit() {
     for scope in scopes.clone() {
         let rig = Arc::clone(&rig);
         tasks.push(tokio::spawn(async move {
-            let (user, part) = user_message(&scope.session_id, "q");
-            let id = user.id.clone();
-            rig.projector
-                .commit(
-                    &scope,
-                    vec![
-                        SyncEvent::MessageUpdated { info: user },
-                        SyncEvent::PartUpdated { part },
-                    ],
-                )
-                .await
-                .unwrap();
+            let id = rig.user(&scope, "q").await.id;
             // Returned: the message is in the store.
             rig.memory
                 .message(&rig.tenant, &scope.session_id, &id)
@@ -237,10 +226,7 @@ async fn an_engine_with_group_commit_runs_a_turn_on_the_wall_clock() {
     let engine = forge_core::Engine::with_group_commit(
         memory.clone(),
         Arc::new(LocalBus::new()),
-        GroupCommitOptions {
-            window: Duration::from_millis(5),
-            flush: FlushMode::Timer,
-        },
+        group_options(5, FlushMode::Timer),
     );
     let tenant = TenantId::new("t1").unwrap();
     let scope = engine
@@ -257,9 +243,7 @@ async fn an_engine_with_group_commit_runs_a_turn_on_the_wall_clock() {
         .processor(scope.clone(), answer, options())
         .await
         .unwrap();
-    for line in TURN {
-        p.handle(ev(line)).await.unwrap();
-    }
+    feed(&mut p, TURN).await;
     // `finish` returned: the whole turn is stored, closed, nothing left pending.
     let messages = forge_core::read_all(memory.as_ref(), &tenant, &scope.session_id, 100)
         .await

@@ -8,57 +8,33 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::group::{check_published, refused_in_chain, CheckingBus, Refusing, Rig};
-use common::{ev, text_of, user_message};
+use common::group::{
+    check_published, checking_bus, group_options, new_session, refused_in_chain, refused_session,
+    refusing_projector, Rig,
+};
+use common::{ev, text_of, user_events};
 use forge_core::id::now_ms;
 use forge_core::ErrorKind;
-use forge_core::{
-    recover, Event, FlushMode, GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore,
-    Projector, Scope, Session, SyncEvent, TenantId,
-};
-use parking_lot::Mutex;
+use forge_core::{recover, Event, FlushMode, MemoryStore, Projector, Scope, SyncEvent, TenantId};
 
 #[tokio::test]
 async fn a_failed_session_does_not_sink_its_group() {
     let memory = Arc::new(MemoryStore::new());
-    let refusing = Arc::new(Refusing {
-        inner: memory.clone(),
-        refuse: Mutex::new(None),
-    });
-    let bus = Arc::new(CheckingBus::new(memory.clone()));
-    let projector = Arc::new(GroupCommitProjector::new(
-        refusing.clone(),
+    let bus = Arc::new(checking_bus(memory.clone()));
+    let (refusing, projector) = refusing_projector(
+        memory.clone(),
         bus.clone(),
-        GroupCommitOptions {
-            window: Duration::from_millis(50),
-            flush: FlushMode::Manual,
-        },
-    ));
+        group_options(50, FlushMode::Manual),
+    );
     let tenant = TenantId::new("t1").unwrap();
     let mut scopes = Vec::new();
     for _ in 0..2 {
-        let s = Session::new("s", now_ms());
-        let scope = projector.scope(&tenant, &s.id).await.unwrap();
-        projector
-            .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
-            .await
-            .unwrap();
-        scopes.push(scope);
+        scopes.push(new_session(&projector, &tenant).await);
     }
     projector.sync().await.unwrap();
-    *refusing.refuse.lock() = Some(scopes[1].session_id.clone());
+    refusing.refuse(&scopes[1].session_id);
     for scope in &scopes {
-        let (user, part) = user_message(&scope.session_id, "q");
-        projector
-            .commit(
-                scope,
-                vec![
-                    SyncEvent::MessageUpdated { info: user },
-                    SyncEvent::PartUpdated { part },
-                ],
-            )
-            .await
-            .unwrap();
+        projector.commit(scope, user_turn(scope)).await.unwrap();
     }
     let err = projector.advance(100).await.unwrap_err();
     assert!(err.to_string().contains(&scopes[1].session_id.to_string()));
@@ -77,7 +53,8 @@ async fn a_failed_session_does_not_sink_its_group() {
     assert_eq!(stored(0).await, 1);
     assert_eq!(stored(1).await, 0);
     let published_users = |i: usize| {
-        bus.published()
+        bus.tap
+            .published()
             .iter()
             .filter(|e| {
                 e.session_id == scopes[i].session_id
@@ -98,37 +75,10 @@ async fn a_failed_session_does_not_sink_its_group() {
 
 #[tokio::test]
 async fn timer_mode_returns_the_store_error_instead_of_waiting_forever() {
-    let memory = Arc::new(MemoryStore::new());
-    let refusing = Arc::new(Refusing {
-        inner: memory.clone(),
-        refuse: Mutex::new(None),
-    });
-    let projector = GroupCommitProjector::new(
-        refusing.clone(),
-        Arc::new(LocalBus::new()),
-        GroupCommitOptions {
-            window: Duration::from_millis(5),
-            flush: FlushMode::Timer,
-        },
-    );
-    let tenant = TenantId::new("t1").unwrap();
-    let s = Session::new("s", now_ms());
-    let scope = projector.scope(&tenant, &s.id).await.unwrap();
-    projector
-        .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
-        .await
-        .unwrap();
-    *refusing.refuse.lock() = Some(scope.session_id.clone());
-    let (user, part) = user_message(&scope.session_id, "q");
+    let (projector, scope) = refused_session(group_options(5, FlushMode::Timer)).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(5),
-        projector.commit(
-            &scope,
-            vec![
-                SyncEvent::MessageUpdated { info: user },
-                SyncEvent::PartUpdated { part },
-            ],
-        ),
+        projector.commit(&scope, user_turn(&scope)),
     )
     .await
     .expect("a failed group commit must not leave its waiter hanging");
@@ -174,41 +124,14 @@ async fn recover_applies_what_was_published_but_not_committed() {
     assert!(again.is_empty(), "{again:?}");
 }
 
-/// A projector over a [`Refusing`] store with one session, already committed, that
-/// the store refuses from now on.
-async fn refused_session(options: GroupCommitOptions) -> (GroupCommitProjector, Scope) {
-    let refusing = Arc::new(Refusing {
-        inner: Arc::new(MemoryStore::new()),
-        refuse: Mutex::new(None),
-    });
-    let projector = GroupCommitProjector::new(refusing.clone(), Arc::new(LocalBus::new()), options);
-    let tenant = TenantId::new("t1").unwrap();
-    let s = Session::new("s", now_ms());
-    let scope = projector.scope(&tenant, &s.id).await.unwrap();
-    projector
-        .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
-        .await
-        .unwrap();
-    projector.sync().await.unwrap();
-    *refusing.refuse.lock() = Some(scope.session_id.clone());
-    (projector, scope)
-}
-
+/// The events of a new user message `q` of `scope`'s session.
 fn user_turn(scope: &Scope) -> Vec<SyncEvent> {
-    let (user, part) = user_message(&scope.session_id, "q");
-    vec![
-        SyncEvent::MessageUpdated { info: user },
-        SyncEvent::PartUpdated { part },
-    ]
+    user_events(&scope.session_id, "q").1
 }
 
 #[tokio::test]
 async fn the_flush_caller_and_the_failed_session_both_reach_the_store_error() {
-    let (projector, scope) = refused_session(GroupCommitOptions {
-        window: Duration::from_millis(50),
-        flush: FlushMode::Manual,
-    })
-    .await;
+    let (projector, scope) = refused_session(group_options(50, FlushMode::Manual)).await;
     projector.commit(&scope, user_turn(&scope)).await.unwrap();
 
     // The caller that ran the flush: the store's error itself, kind and all (a backend
@@ -233,11 +156,7 @@ async fn the_flush_caller_and_the_failed_session_both_reach_the_store_error() {
 
 #[tokio::test]
 async fn a_commit_with_no_window_returns_the_store_error() {
-    let (projector, scope) = refused_session(GroupCommitOptions {
-        window: Duration::ZERO,
-        flush: FlushMode::Manual,
-    })
-    .await;
+    let (projector, scope) = refused_session(group_options(0, FlushMode::Manual)).await;
     let err = projector
         .commit(&scope, user_turn(&scope))
         .await
@@ -248,11 +167,7 @@ async fn a_commit_with_no_window_returns_the_store_error() {
 
 #[tokio::test]
 async fn every_waiter_of_a_failed_commit_reaches_the_store_error() {
-    let (projector, scope) = refused_session(GroupCommitOptions {
-        window: Duration::from_millis(50),
-        flush: FlushMode::Timer,
-    })
-    .await;
+    let (projector, scope) = refused_session(group_options(50, FlushMode::Timer)).await;
     // Two terminal commits of one session in one group: one waiter is told first, the
     // other finds its seq dropped by the same failure.
     let (a, b) = tokio::time::timeout(Duration::from_secs(5), async {

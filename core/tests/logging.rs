@@ -7,15 +7,11 @@ mod common;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::group::Refusing;
-use common::{ev, user_message, Harness};
+use common::group::{group_options, refused_session};
+use common::{ev, user_events, Harness};
 use forge_core::id::now_ms;
-use forge_core::{
-    recover, FlushMode, GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore, Projector,
-    Session, SyncEvent, TenantId,
-};
+use forge_core::{recover, FlushMode, Projector};
 use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -81,11 +77,7 @@ async fn deltas_log_nothing_and_boundaries_log_their_store_batches() {
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(recorder.clone());
     let h = Harness::new(false).await;
-    let user = h.user("question").await;
-    let mut p = h.processor(&user).await;
-    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
-        .await
-        .unwrap();
+    let mut p = h.turn(&[r#"{"type":"text-start","id":"t"}"#]).await;
     let started = recorder.take();
     assert!(
         started.events.iter().any(|e| e == "processor started"),
@@ -127,11 +119,7 @@ async fn recover_logs_a_span_and_what_it_closed() {
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(recorder.clone());
     let h = Harness::new(false).await;
-    let user = h.user("question").await;
-    let mut p = h.processor(&user).await;
-    p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
-        .await
-        .unwrap();
+    let p = h.turn(&[r#"{"type":"text-start","id":"t"}"#]).await;
     drop(p); // crash
     recorder.take();
 
@@ -162,38 +150,9 @@ async fn recover_logs_a_span_and_what_it_closed() {
 async fn a_failed_group_commit_is_logged_before_its_retries() {
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(recorder.clone());
-    let refusing = Arc::new(Refusing {
-        inner: Arc::new(MemoryStore::new()),
-        refuse: Mutex::new(None),
-    });
-    let projector = GroupCommitProjector::new(
-        refusing.clone(),
-        Arc::new(LocalBus::new()),
-        GroupCommitOptions {
-            window: Duration::from_millis(50),
-            flush: FlushMode::Manual,
-        },
-    );
-    let tenant = TenantId::new("t1").unwrap();
-    let s = Session::new("s", now_ms());
-    let scope = projector.scope(&tenant, &s.id).await.unwrap();
-    projector
-        .commit(&scope, vec![SyncEvent::SessionUpdated { info: s }])
-        .await
-        .unwrap();
-    projector.sync().await.unwrap();
-    *refusing.refuse.lock() = Some(scope.session_id.clone());
-    let (user, part) = user_message(&scope.session_id, "q");
-    projector
-        .commit(
-            &scope,
-            vec![
-                SyncEvent::MessageUpdated { info: user },
-                SyncEvent::PartUpdated { part },
-            ],
-        )
-        .await
-        .unwrap();
+    let (projector, scope) = refused_session(group_options(50, FlushMode::Manual)).await;
+    let (_, user) = user_events(&scope.session_id, "q");
+    projector.commit(&scope, user).await.unwrap();
     recorder.take();
     projector.advance(1_000).await.unwrap_err();
     let log = recorder.take();

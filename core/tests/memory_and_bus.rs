@@ -4,8 +4,8 @@ mod common;
 
 use forge_core::id::now_ms;
 use forge_core::{
-    Bus, BusEvent, Envelope, Error, Event, LocalBus, MemoryStore, Session, SessionId, Store,
-    SyncEvent, TenantId, Topic,
+    Bus, BusEvent, Envelope, Error, Event, LocalBus, MemoryStore, Message, Part, Session,
+    SessionId, Store, Subscription, SyncEvent, TenantId, Topic,
 };
 
 fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
@@ -19,6 +19,23 @@ fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
 
 fn session() -> Session {
     Session::new("s", now_ms())
+}
+
+/// The rows of session `s` of `tenant` with message `m` and its part `p`, at seqs 1 to 3.
+fn session_rows(tenant: &TenantId, s: &Session, m: &Message, p: Part) -> Vec<Envelope<SyncEvent>> {
+    vec![
+        env(tenant, 1, SyncEvent::SessionUpdated { info: s.clone() }),
+        env(tenant, 2, SyncEvent::MessageUpdated { info: m.clone() }),
+        env(tenant, 3, SyncEvent::PartUpdated { part: p }),
+    ]
+}
+
+/// What an [`Error::NotFound`] did not find; `None` for any other error.
+fn not_found(err: &Error) -> Option<&'static str> {
+    match err {
+        Error::NotFound { what, .. } => Some(what),
+        _ => None,
+    }
 }
 
 #[tokio::test]
@@ -44,16 +61,7 @@ async fn a_failing_batch_leaves_nothing_behind() {
         ])
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "message",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(not_found(&err), Some("message"), "{err:?}");
     let st = store.session(&t, &s.id).await.unwrap().unwrap();
     assert_eq!(st.info.title, "s");
     assert_eq!(st.seq, 1);
@@ -66,28 +74,22 @@ async fn removes_cascade_and_nothing_is_resurrected() {
     let t = TenantId::default();
     let s = session();
     let (m, p) = common::user_message(&s.id, "x");
-    store
-        .apply(&[
-            env(&t, 1, SyncEvent::SessionUpdated { info: s.clone() }),
-            env(&t, 2, SyncEvent::MessageUpdated { info: m.clone() }),
-            env(&t, 3, SyncEvent::PartUpdated { part: p.clone() }),
-            env(
-                &t,
-                4,
-                SyncEvent::MessageRemoved {
-                    session_id: s.id.clone(),
-                    message_id: m.id.clone(),
-                },
-            ),
-        ])
-        .await
-        .unwrap();
+    let mut batch = session_rows(&t, &s, &m, p.clone());
+    batch.push(env(
+        &t,
+        4,
+        SyncEvent::MessageRemoved {
+            session_id: s.id.clone(),
+            message_id: m.id.clone(),
+        },
+    ));
+    store.apply(&batch).await.unwrap();
     let err = store
         .apply(&[env(&t, 5, SyncEvent::PartUpdated { part: p.clone() })])
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::NotFound { .. }),
+        not_found(&err).is_some(),
         "part for a removed message: {err:?}"
     );
     // Re-adding the message does not bring its old parts back.
@@ -117,13 +119,7 @@ async fn removes_cascade_and_nothing_is_resurrected() {
         .apply(&[env(&t, 8, SyncEvent::MessageUpdated { info: m })])
         .await
         .unwrap_err();
-    assert!(matches!(
-        err,
-        Error::NotFound {
-            what: "session",
-            ..
-        }
-    ));
+    assert_eq!(not_found(&err), Some("session"), "{err:?}");
 }
 
 #[tokio::test]
@@ -133,14 +129,7 @@ async fn tenants_never_see_each_other() {
     let b = TenantId::new("b").unwrap();
     let s = session();
     let (m, p) = common::user_message(&s.id, "secret");
-    store
-        .apply(&[
-            env(&a, 1, SyncEvent::SessionUpdated { info: s.clone() }),
-            env(&a, 2, SyncEvent::MessageUpdated { info: m.clone() }),
-            env(&a, 3, SyncEvent::PartUpdated { part: p }),
-        ])
-        .await
-        .unwrap();
+    store.apply(&session_rows(&a, &s, &m, p)).await.unwrap();
     assert!(store.session(&b, &s.id).await.unwrap().is_none());
     assert!(store.sessions(&b).await.unwrap().is_empty());
     assert!(store.message(&b, &s.id, &m.id).await.unwrap().is_none());
@@ -155,11 +144,35 @@ async fn tenants_never_see_each_other() {
         .apply(&[env(&b, 1, SyncEvent::MessageUpdated { info: m })])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::NotFound { .. }));
+    assert!(not_found(&err).is_some(), "{err:?}");
 }
 
 fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
     forge_testkit::delta(tenant, session, seq, seq.to_string())
+}
+
+/// Publishes a delta of `session` at each of `seqs`.
+fn publish_deltas(
+    bus: &LocalBus,
+    tenant: &TenantId,
+    session: &SessionId,
+    seqs: impl IntoIterator<Item = u64>,
+) {
+    for seq in seqs {
+        bus.publish(delta(tenant, session, seq)).unwrap();
+    }
+}
+
+/// A subscription to `session`, from `from_seq` when given.
+async fn subscribe(
+    bus: &LocalBus,
+    tenant: &TenantId,
+    session: &SessionId,
+    from_seq: Option<u64>,
+) -> Subscription {
+    bus.subscribe(tenant, Topic::Session(session.clone()), from_seq)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -168,16 +181,9 @@ async fn resume_from_a_seq_replays_the_gap_then_follows_live_without_repeats() {
     assert!(bus.capabilities().durable);
     let t = TenantId::default();
     let s = SessionId::generate();
-    for seq in 1..=10 {
-        bus.publish(delta(&t, &s, seq)).unwrap();
-    }
-    let mut sub = bus
-        .subscribe(&t, Topic::Session(s.clone()), Some(6))
-        .await
-        .unwrap();
-    for seq in 11..=13 {
-        bus.publish(delta(&t, &s, seq)).unwrap();
-    }
+    publish_deltas(&bus, &t, &s, 1..=10);
+    let mut sub = subscribe(&bus, &t, &s, Some(6)).await;
+    publish_deltas(&bus, &t, &s, 11..=13);
     let got: Vec<u64> = common::drain(&mut sub)
         .await
         .iter()
@@ -195,9 +201,7 @@ async fn retention_is_reported_not_hidden() {
     let bus = LocalBus::with_replay(4);
     let t = TenantId::default();
     let s = SessionId::generate();
-    for seq in 1..=10 {
-        bus.publish(delta(&t, &s, seq)).unwrap();
-    }
+    publish_deltas(&bus, &t, &s, 1..=10);
     let r = bus.replay(&t, &s, 1).await.unwrap();
     assert!(r.truncated);
     assert_eq!(
@@ -233,19 +237,11 @@ async fn every_subscriber_sees_the_same_sequence_and_tenants_are_apart() {
     let a = TenantId::new("a").unwrap();
     let b = TenantId::new("b").unwrap();
     let s = SessionId::generate();
-    let mut s1 = bus
-        .subscribe(&a, Topic::Session(s.clone()), None)
-        .await
-        .unwrap();
-    let mut s2 = bus
-        .subscribe(&a, Topic::Session(s.clone()), None)
-        .await
-        .unwrap();
+    let mut s1 = subscribe(&bus, &a, &s, None).await;
+    let mut s2 = subscribe(&bus, &a, &s, None).await;
     let mut whole_a = bus.subscribe(&a, Topic::Tenant, None).await.unwrap();
     let mut whole_b = bus.subscribe(&b, Topic::Tenant, None).await.unwrap();
-    for seq in 1..=50 {
-        bus.publish(delta(&a, &s, seq)).unwrap();
-    }
+    publish_deltas(&bus, &a, &s, 1..=50);
     bus.publish(delta(&b, &s, 1)).unwrap();
     let seqs = |v: Vec<BusEvent>| v.iter().map(|e| e.seq).collect::<Vec<_>>();
     let one = seqs(common::drain(&mut s1).await);
@@ -262,10 +258,7 @@ async fn a_subscriber_that_falls_behind_is_told() {
     let bus = LocalBus::new();
     let t = TenantId::default();
     let s = SessionId::generate();
-    let mut sub = bus
-        .subscribe(&t, Topic::Session(s.clone()), None)
-        .await
-        .unwrap();
+    let mut sub = subscribe(&bus, &t, &s, None).await;
     for seq in 1..=(forge_core::local_bus::DEFAULT_SESSION_CHANNEL_CAPACITY as u64 + 10) {
         bus.publish(delta(&t, &s, seq)).unwrap();
     }
@@ -281,10 +274,7 @@ async fn a_deleted_session_ends_its_subscriptions_and_frees_its_channel() {
     let bus = LocalBus::with_replay(100);
     let t = TenantId::default();
     let s = SessionId::generate();
-    let mut sub = bus
-        .subscribe(&t, Topic::Session(s.clone()), None)
-        .await
-        .unwrap();
+    let mut sub = subscribe(&bus, &t, &s, None).await;
     bus.publish(delta(&t, &s, 1)).unwrap();
     bus.publish(BusEvent::new(Envelope {
         tenant: t.clone(),
@@ -335,9 +325,7 @@ async fn the_replay_buffers_of_all_sessions_share_one_budget_and_report_what_the
     // A session past its own limit leaves the budget to the others: 120 events of one
     // session keep 100 of it, and what is left of the budget holds the newest others.
     let long = SessionId::generate();
-    for seq in 1..=120 {
-        bus.publish(delta(&t, &long, seq)).unwrap();
-    }
+    publish_deltas(&bus, &t, &long, 1..=120);
     assert!(bus.retained_events() <= 50);
     let r = bus.replay(&t, &long, 1).await.unwrap();
     assert_eq!(r.events.first().map(|e| e.seq), Some(71));
@@ -353,17 +341,11 @@ async fn a_session_has_a_live_channel_only_while_someone_subscribes() {
     }
     assert_eq!(bus.live_channels(), 0, "publishing alone opened channels");
     let s = SessionId::generate();
-    let mut sub = bus
-        .subscribe(&t, Topic::Session(s.clone()), None)
-        .await
-        .unwrap();
+    let mut sub = subscribe(&bus, &t, &s, None).await;
     assert_eq!(bus.live_channels(), 1);
     bus.publish(delta(&t, &s, 1)).unwrap();
     assert_eq!(sub.next().await.unwrap().unwrap().seq, 1);
-    let second = bus
-        .subscribe(&t, Topic::Session(s.clone()), None)
-        .await
-        .unwrap();
+    let second = subscribe(&bus, &t, &s, None).await;
     drop(sub);
     assert_eq!(
         bus.live_channels(),
@@ -375,10 +357,7 @@ async fn a_session_has_a_live_channel_only_while_someone_subscribes() {
     drop(second);
     assert_eq!(bus.live_channels(), 0);
     bus.publish(delta(&t, &s, 2)).unwrap();
-    let mut again = bus
-        .subscribe(&t, Topic::Session(s.clone()), Some(2))
-        .await
-        .unwrap();
+    let mut again = subscribe(&bus, &t, &s, Some(2)).await;
     bus.publish(delta(&t, &s, 3)).unwrap();
     assert_eq!(again.next().await.unwrap().unwrap().seq, 2);
     assert_eq!(again.next().await.unwrap().unwrap().seq, 3);

@@ -4,7 +4,7 @@
 //! encodes back unchanged.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::Path;
 
 use forge_core::Event;
 use serde_json::Value;
@@ -18,16 +18,8 @@ use serde_json::Value;
 const NOT_WRITTEN: &[(&str, &str)] = &[("message.part.updated", "time")];
 
 fn log() -> Vec<(usize, Value)> {
-    let path: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "examples",
-        "opencode",
-        "1.18.33",
-        "events.jsonl",
-    ]
-    .iter()
-    .collect();
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/opencode/1.18.33/events.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .enumerate()

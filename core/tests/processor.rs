@@ -2,21 +2,17 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
 use forge_core::model::{ErrorName, PartBody, ToolState};
-use forge_core::{
-    Bus, BusCapabilities, BusEvent, Error, Event, LocalBus, MemoryStore, Replay, Store,
-    Subscription, SyncEvent, TenantId, Topic,
-};
+use forge_core::{BusEvent, Error, Event, LocalBus, MemoryStore, Store, SyncEvent};
 
 #[tokio::test]
 async fn deltas_never_reach_the_store_and_a_text_part_is_written_twice() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut sub = h.subscribe().await;
-    let mut p = h.processor(&user).await;
+    let (mut sub, mut p) = h.watched_turn(&[]).await;
     let before = h.counting.totals();
     p.handle(ev(r#"{"type":"text-start","id":"t"}"#))
         .await
@@ -45,7 +41,7 @@ async fn deltas_never_reach_the_store_and_a_text_part_is_written_twice() {
     let parts = h.parts().await;
     let text = parts
         .iter()
-        .find(|p| p.kind() == "text" && p.message_id != user.id)
+        .find(|part| part.kind() == "text" && part.message_id == p.message().id)
         .unwrap();
     assert_eq!(h.counting.part_writes(&text.id), 2, "start and end only");
     let expected = (0..200).fold(String::new(), |mut s, i| {
@@ -98,9 +94,7 @@ async fn text_end_trims_trailing_whitespace_and_runs_the_hook_on_text_only() {
 #[tokio::test]
 async fn a_tool_is_persisted_at_each_transition_and_input_deltas_are_dropped() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut sub = h.subscribe().await;
-    let mut p = h.processor(&user).await;
+    let (mut sub, mut p) = h.watched_turn(&[]).await;
     let c0 = h.counting.totals();
     feed(
         &mut p,
@@ -145,27 +139,22 @@ async fn a_tool_is_persisted_at_each_transition_and_input_deltas_are_dropped() {
 #[tokio::test]
 async fn tool_result_and_error_are_accepted_only_from_running() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
-    feed(
-        &mut p,
-        &[r#"{"type":"tool-input-start","id":"c1","toolName":"bash"}"#],
-    )
-    .await;
-    let err = p
-        .handle(ev(
+    let mut p = h
+        .turn(&[r#"{"type":"tool-input-start","id":"c1","toolName":"bash"}"#])
+        .await;
+    for (line, needle) in [
+        (
             r#"{"type":"tool-result","toolCallId":"c1","output":"x"}"#,
-        ))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("not running"), "{err}");
-    let err = p
-        .handle(ev(
+            "not running",
+        ),
+        (
             r#"{"type":"tool-error","toolCallId":"nope","error":"x"}"#,
-        ))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("unknown"), "{err}");
+            "unknown",
+        ),
+    ] {
+        let err = p.handle(ev(line)).await.unwrap_err();
+        assert!(err.to_string().contains(needle), "{err}");
+    }
     // A tool-call without tool-input-start goes straight to running.
     feed(
         &mut p,
@@ -189,9 +178,7 @@ async fn tool_result_and_error_are_accepted_only_from_running() {
 #[tokio::test]
 async fn a_step_finish_writes_step_patch_and_message_usage_in_one_batch() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
-    feed(&mut p, &[r#"{"type":"start-step","request":{}}"#]).await;
+    let mut p = h.turn(&[r#"{"type":"start-step","request":{}}"#]).await;
     let c0 = h.counting.totals();
     feed(
         &mut p,
@@ -218,103 +205,55 @@ async fn a_step_finish_writes_step_patch_and_message_usage_in_one_batch() {
     assert_eq!(a.finish.as_deref(), Some("tool-calls"));
 }
 
-/// A bus that, when a sync event is published, checks that the store already holds it.
-#[derive(Debug)]
-struct CommitCheckingBus {
-    inner: LocalBus,
-    store: Arc<MemoryStore>,
-    violations: parking_lot::Mutex<Vec<String>>,
-    checked: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Bus for CommitCheckingBus {
-    fn capabilities(&self) -> BusCapabilities {
-        self.inner.capabilities()
-    }
-    fn publish(&self, event: BusEvent) -> forge_core::Result<()> {
-        if let Event::Sync(SyncEvent::PartUpdated { part }) = &event.event {
-            let stored = futures::executor::block_on(self.store.message(
-                &event.tenant,
-                &event.session_id,
-                &part.message_id,
-            ))
-            .unwrap();
-            let found = stored.is_some_and(|m| m.parts.iter().any(|p| p == part));
-            if !found {
-                self.violations
-                    .lock()
-                    .push(format!("{} published before commit", part.id));
-            }
-            self.checked
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.inner.publish(event)
-    }
-    async fn subscribe(
-        &self,
-        t: &TenantId,
-        topic: Topic,
-        from: Option<u64>,
-    ) -> forge_core::Result<Subscription> {
-        self.inner.subscribe(t, topic, from).await
-    }
-    async fn replay(
-        &self,
-        t: &TenantId,
-        s: &forge_core::SessionId,
-        from: u64,
-    ) -> forge_core::Result<Replay> {
-        self.inner.replay(t, s, from).await
-    }
-    async fn last_seq(
-        &self,
-        t: &TenantId,
-        s: &forge_core::SessionId,
-    ) -> forge_core::Result<Option<u64>> {
-        self.inner.last_seq(t, s).await
-    }
-}
-
 #[tokio::test]
 async fn a_sync_event_is_published_only_after_its_commit() {
     let memory = Arc::new(MemoryStore::new());
-    let bus = Arc::new(CommitCheckingBus {
-        inner: LocalBus::new(),
-        store: memory.clone(),
-        violations: parking_lot::Mutex::new(Vec::new()),
-        checked: 0.into(),
-    });
-    let h = Harness::with(memory, bus.clone()).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
-    feed(
-        &mut p,
-        &[
-            r#"{"type":"start-step"}"#,
-            r#"{"type":"text-start","id":"t"}"#,
-            r#"{"type":"text-delta","id":"t","text":"x"}"#,
-            r#"{"type":"text-end","id":"t"}"#,
-            r#"{"type":"tool-call","toolCallId":"c","toolName":"x","input":{}}"#,
-            r#"{"type":"tool-result","toolCallId":"c","output":"ok"}"#,
-            r#"{"type":"finish-step","finishReason":"stop"}"#,
-            r#"{"type":"finish"}"#,
-        ],
-    )
+    let violations = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let checked = Arc::new(AtomicUsize::new(0));
+    // When a part is published, the store already holds it.
+    let check = {
+        let (store, violations, checked) = (memory.clone(), violations.clone(), checked.clone());
+        move |event: &BusEvent| {
+            if let Event::Sync(SyncEvent::PartUpdated { part }) = &event.event {
+                let stored = futures::executor::block_on(store.message(
+                    &event.tenant,
+                    &event.session_id,
+                    &part.message_id,
+                ))
+                .unwrap();
+                let found = stored.is_some_and(|m| m.parts.iter().any(|p| p == part));
+                if !found {
+                    violations
+                        .lock()
+                        .push(format!("{} published before commit", part.id));
+                }
+                checked.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }
+    };
+    let bus = Arc::new(TapBus::new(LocalBus::new(), check));
+    let h = Harness::with(memory, bus).await;
+    h.turn(&[
+        r#"{"type":"start-step"}"#,
+        r#"{"type":"text-start","id":"t"}"#,
+        r#"{"type":"text-delta","id":"t","text":"x"}"#,
+        r#"{"type":"text-end","id":"t"}"#,
+        r#"{"type":"tool-call","toolCallId":"c","toolName":"x","input":{}}"#,
+        r#"{"type":"tool-result","toolCallId":"c","output":"ok"}"#,
+        r#"{"type":"finish-step","finishReason":"stop"}"#,
+        r#"{"type":"finish"}"#,
+    ])
     .await;
-    assert!(bus.checked.load(std::sync::atomic::Ordering::Relaxed) >= 6);
-    assert_eq!(*bus.violations.lock(), Vec::<String>::new());
+    assert!(checked.load(Ordering::Relaxed) >= 6);
+    assert_eq!(*violations.lock(), Vec::<String>::new());
 }
 
 #[tokio::test]
 async fn no_delta_reaches_a_subscriber_before_its_part_and_seqs_increase() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut sub = h.subscribe().await;
-    let mut p = h.processor(&user).await;
-    feed(
-        &mut p,
-        &[
+    let (mut sub, _p) = h
+        .watched_turn(&[
             r#"{"type":"reasoning-start","id":"r"}"#,
             r#"{"type":"reasoning-delta","id":"r","text":"a"}"#,
             r#"{"type":"text-start","id":"t"}"#,
@@ -323,9 +262,8 @@ async fn no_delta_reaches_a_subscriber_before_its_part_and_seqs_increase() {
             r#"{"type":"reasoning-end","id":"r"}"#,
             r#"{"type":"text-end","id":"t"}"#,
             r#"{"type":"finish"}"#,
-        ],
-    )
-    .await;
+        ])
+        .await;
     let events = drain(&mut sub).await;
     let mut known = std::collections::HashSet::new();
     let mut last = 0;
@@ -352,8 +290,7 @@ async fn no_delta_reaches_a_subscriber_before_its_part_and_seqs_increase() {
 #[tokio::test]
 async fn events_that_do_not_fit_the_stream_are_clear_errors() {
     let h = Harness::new(false).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
+    let mut p = h.turn(&[]).await;
     let cases = [
         (r#"{"type":"text-delta","id":"x","text":"a"}"#, "not open"),
         (r#"{"type":"text-end","id":"x"}"#, "not open"),
@@ -399,20 +336,16 @@ async fn finalize_closes_everything_in_one_batch_for_each_outcome() {
         (r#"{"type":"abort"}"#, Some(ErrorName::Aborted)),
     ] {
         let h = Harness::new(false).await;
-        let user = h.user("hi").await;
-        let mut p = h.processor(&user).await;
-        feed(
-            &mut p,
-            &[
+        let mut p = h
+            .turn(&[
                 r#"{"type":"text-start","id":"t"}"#,
                 r#"{"type":"text-delta","id":"t","text":"partial  "}"#,
                 r#"{"type":"reasoning-start","id":"r"}"#,
                 r#"{"type":"reasoning-delta","id":"r","text":"hmm"}"#,
                 r#"{"type":"tool-input-start","id":"c1","toolName":"a"}"#,
                 r#"{"type":"tool-call","toolCallId":"c2","toolName":"b","input":{"x":1}}"#,
-            ],
-        )
-        .await;
+            ])
+            .await;
         let c0 = h.counting.totals();
         p.handle(ev(end)).await.unwrap();
         assert!(p.is_done());

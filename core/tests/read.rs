@@ -12,6 +12,7 @@ use forge_core::{
     filter_compacted_reference, read_all, CountingStore, Cursor, Envelope, MemoryStore, MessageId,
     MessageWithParts, Part, PartId, Session, SessionId, Store, SyncEvent, TenantId,
 };
+use forge_testkit::current_thread_runtime;
 use proptest::prelude::*;
 
 fn cases(default: u32) -> u32 {
@@ -36,6 +37,15 @@ enum Spec {
         error: bool,
     },
 }
+
+/// A compaction request that keeps no tail.
+const COMPACTION: Spec = Spec::Compaction { tail_back: None };
+
+/// A summary that finished without an error: its compaction is a boundary.
+const GOOD_SUMMARY: Spec = Spec::Summary {
+    finish: true,
+    error: false,
+};
 
 fn build(session: &SessionId, specs: &[Spec]) -> Vec<MessageWithParts> {
     let mut out: Vec<MessageWithParts> = Vec::new();
@@ -137,39 +147,26 @@ fn positions(history: &[MessageWithParts], view: &[MessageWithParts]) -> Vec<usi
         .collect()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
+/// A history of `specs` in a new session, with the positions in it of its view's
+/// messages.
+fn history_and_view(specs: &[Spec]) -> (Vec<MessageWithParts>, Vec<usize>) {
+    let h = build(&SessionId::generate(), specs);
+    let view = positions(&h, &filter_compacted_reference(&h).messages);
+    (h, view)
 }
 
 #[test]
 fn view_starts_at_a_successful_compaction() {
     use Spec::*;
-    let s = SessionId::generate();
-    let h = build(
-        &s,
-        &[
-            User,
-            Assistant,
-            Compaction { tail_back: None },
-            Summary {
-                finish: true,
-                error: false,
-            },
-            User,
-            Assistant,
-        ],
-    );
+    let (h, view) = history_and_view(&[User, Assistant, COMPACTION, GOOD_SUMMARY, User, Assistant]);
+    assert_eq!(view, [2, 3, 4, 5]);
     let v = filter_compacted_reference(&h);
-    assert_eq!(positions(&h, &v.messages), [2, 3, 4, 5]);
     assert_eq!(v.boundary.as_ref(), Some(&h[2].info.id));
 }
 
 #[test]
 fn a_failed_or_unfinished_summary_is_not_a_boundary() {
     use Spec::*;
-    let s = SessionId::generate();
     for summary in [
         Summary {
             finish: true,
@@ -180,110 +177,68 @@ fn a_failed_or_unfinished_summary_is_not_a_boundary() {
             error: false,
         },
     ] {
-        let h = build(
-            &s,
-            &[
-                User,
-                Assistant,
-                Compaction { tail_back: None },
-                summary,
-                User,
-            ],
-        );
-        let v = filter_compacted_reference(&h);
-        assert_eq!(positions(&h, &v.messages), [0, 1, 2, 3, 4]);
-        assert_eq!(v.boundary, None);
+        let (h, view) = history_and_view(&[User, Assistant, COMPACTION, summary, User]);
+        assert_eq!(view, [0, 1, 2, 3, 4]);
+        assert_eq!(filter_compacted_reference(&h).boundary, None);
     }
     // A compaction request nobody answered is no boundary either.
-    let h = build(&s, &[User, Compaction { tail_back: None }, Assistant]);
-    assert_eq!(filter_compacted_reference(&h).messages.len(), 3);
+    let (_, view) = history_and_view(&[User, COMPACTION, Assistant]);
+    assert_eq!(view.len(), 3);
 }
 
 #[test]
 fn nested_compactions_cut_at_the_newest_successful_one() {
     use Spec::*;
-    let s = SessionId::generate();
-    let ok = Summary {
-        finish: true,
-        error: false,
-    };
     let failed = Summary {
         finish: true,
         error: true,
     };
-    let h = build(
-        &s,
-        &[
+    // The newer compaction's summary succeeded, then failed.
+    for (newer, expected) in [
+        (GOOD_SUMMARY, &[4, 5, 6][..]),
+        (failed, &[1, 2, 3, 4, 5, 6]),
+    ] {
+        let (_, view) = history_and_view(&[
             User,
-            Compaction { tail_back: None },
-            ok.clone(),
+            COMPACTION,
+            GOOD_SUMMARY,
             User,
-            Compaction { tail_back: None },
-            ok.clone(),
+            COMPACTION,
+            newer,
             User,
-        ],
-    );
-    assert_eq!(
-        positions(&h, &filter_compacted_reference(&h).messages),
-        [4, 5, 6]
-    );
-    let h = build(
-        &s,
-        &[
-            User,
-            Compaction { tail_back: None },
-            ok,
-            User,
-            Compaction { tail_back: None },
-            failed,
-            User,
-        ],
-    );
-    assert_eq!(
-        positions(&h, &filter_compacted_reference(&h).messages),
-        [1, 2, 3, 4, 5, 6]
-    );
+        ]);
+        assert_eq!(view, expected);
+    }
 }
 
 #[test]
 fn a_tail_is_placed_after_the_summary() {
     use Spec::*;
-    let s = SessionId::generate();
-    let h = build(
-        &s,
-        &[
-            User,
-            Assistant,
-            User,
-            Assistant,
-            Compaction { tail_back: Some(2) },
-            Summary {
-                finish: true,
-                error: false,
-            },
-            User,
-            Assistant,
-        ],
-    );
-    let v = filter_compacted_reference(&h);
-    assert_eq!(positions(&h, &v.messages), [4, 5, 2, 3, 6, 7]);
-    assert_eq!(v.tail, 2);
+    let (h, view) = history_and_view(&[
+        User,
+        Assistant,
+        User,
+        Assistant,
+        Compaction { tail_back: Some(2) },
+        GOOD_SUMMARY,
+        User,
+        Assistant,
+    ]);
+    assert_eq!(view, [4, 5, 2, 3, 6, 7]);
+    assert_eq!(filter_compacted_reference(&h).tail, 2);
 }
 
 #[test]
 fn the_view_through_a_store_stops_reading_at_the_boundary() {
     use Spec::*;
-    let rt = runtime();
+    let rt = current_thread_runtime();
     let tenant = TenantId::default();
     let s = SessionId::generate();
     let mut specs: Vec<Spec> = (0..1000)
         .map(|i| if i % 2 == 0 { User } else { Assistant })
         .collect();
-    specs[980] = Compaction { tail_back: None };
-    specs[981] = Summary {
-        finish: true,
-        error: false,
-    };
+    specs[980] = COMPACTION;
+    specs[981] = GOOD_SUMMARY;
     let h = build(&s, &specs);
     rt.block_on(async {
         let (mem, session) = store_with(&tenant, &h).await;
@@ -327,7 +282,7 @@ proptest! {
     /// history, for any page size.
     #[test]
     fn paged_view_equals_the_reference(specs in proptest::collection::vec(spec(), 0..60), page in 1usize..12) {
-        let rt = runtime();
+        let rt = current_thread_runtime();
         let tenant = TenantId::default();
         let h = build(&SessionId::generate(), &specs);
         let (mem, session) = rt.block_on(store_with(&tenant, &h));
@@ -339,7 +294,7 @@ proptest! {
     /// messages are appended between page reads.
     #[test]
     fn paging_yields_every_message_once_while_appending(n in 0usize..80, page in 1usize..15, appends in proptest::collection::vec(0usize..4, 0..20)) {
-        let rt = runtime();
+        let rt = current_thread_runtime();
         let tenant = TenantId::default();
         let h = build(&SessionId::generate(), &vec![Spec::User; n]);
         rt.block_on(async {
@@ -377,7 +332,7 @@ proptest! {
 
 #[test]
 fn limits_are_capped_and_cursors_are_opaque_but_checked() {
-    let rt = runtime();
+    let rt = current_thread_runtime();
     let tenant = TenantId::default();
     let h = build(&SessionId::generate(), &vec![Spec::User; 1200]);
     rt.block_on(async {

@@ -11,9 +11,7 @@ use forge_core::{Bus, Engine, LocalBus, MemoryStore, Store};
 
 async fn crashed_mid_stream(durable: bool, lines: &[&str]) -> Harness {
     let h = Harness::new(durable).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
-    feed(&mut p, lines).await;
+    let p = h.turn(lines).await;
     drop(p); // the process dies: no finalize
     h
 }
@@ -166,19 +164,15 @@ async fn recover_after_restart_uses_the_surviving_bus_and_continues_seqs() {
     let memory = Arc::new(MemoryStore::new());
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::with_replay(10_000));
     let h = Harness::with(memory.clone(), bus.clone()).await;
-    let user = h.user("hi").await;
-    let mut p = h.processor(&user).await;
-    feed(
-        &mut p,
-        &[
+    let p = h
+        .turn(&[
             r#"{"type":"text-start","id":"t"}"#,
             r#"{"type":"text-delta","id":"t","text":"sur"}"#,
             r#"{"type":"text-delta","id":"t","text":"vi"}"#,
             r#"{"type":"text-delta","id":"t","text":"v"}"#,
             r#"{"type":"text-delta","id":"t","text":"es"}"#,
-        ],
-    )
-    .await;
+        ])
+        .await;
     drop(p);
     let last_published = bus.last_seq(&h.tenant, &h.session).await.unwrap().unwrap();
     let stored_seq = memory

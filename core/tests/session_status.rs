@@ -9,10 +9,7 @@ use std::sync::Arc;
 
 use common::*;
 use forge_core::model::ErrorName;
-use forge_core::{
-    Bus, BusCapabilities, BusEvent, Error, Event, LocalBus, MemoryStore, Replay, SessionId,
-    Subscription, SyncEvent, TenantId, Topic,
-};
+use forge_core::{BusEvent, Error, Event, LocalBus, MemoryStore, SessionId, SyncEvent};
 use serde_json::{json, Value};
 
 /// What a subscriber saw, one short label per event: the status events by type and
@@ -51,18 +48,13 @@ async fn a_turn_is_busy_from_start_and_idle_after_finalize_for_each_outcome() {
     ];
     for (end, session_error) in cases {
         let h = Harness::new(false).await;
-        let user = h.user("hi").await;
-        let mut sub = h.subscribe().await;
-        let mut p = h.processor(&user).await;
-        feed(
-            &mut p,
-            &[
+        let (mut sub, mut p) = h
+            .watched_turn(&[
                 r#"{"type":"text-start","id":"t"}"#,
                 r#"{"type":"text-delta","id":"t","text":"a"}"#,
                 r#"{"type":"text-delta","id":"t","text":"b"}"#,
-            ],
-        )
-        .await;
+            ])
+            .await;
         feed(&mut p, end).await;
         assert!(p.is_done(), "{end:?}");
         let events = drain(&mut sub).await;
@@ -151,57 +143,24 @@ async fn a_turn_is_busy_from_start_and_idle_after_finalize_for_each_outcome() {
     }
 }
 
-/// A bus that refuses every status event and passes the others on.
-#[derive(Debug)]
-struct NoStatusBus {
-    inner: LocalBus,
-}
-
-#[async_trait::async_trait]
-impl Bus for NoStatusBus {
-    fn capabilities(&self) -> BusCapabilities {
-        self.inner.capabilities()
-    }
-    fn publish(&self, event: BusEvent) -> forge_core::Result<()> {
+#[tokio::test]
+async fn a_status_that_cannot_be_published_does_not_fail_the_turn() {
+    // A bus that refuses every status event and passes the others on.
+    let no_status = |event: &BusEvent| {
         if event.event.is_status() {
             return Err(Error::backend("test", false, "status refused"));
         }
-        self.inner.publish(event)
-    }
-    async fn subscribe(
-        &self,
-        t: &TenantId,
-        topic: Topic,
-        from: Option<u64>,
-    ) -> forge_core::Result<Subscription> {
-        self.inner.subscribe(t, topic, from).await
-    }
-    async fn replay(&self, t: &TenantId, s: &SessionId, from: u64) -> forge_core::Result<Replay> {
-        self.inner.replay(t, s, from).await
-    }
-    async fn last_seq(&self, t: &TenantId, s: &SessionId) -> forge_core::Result<Option<u64>> {
-        self.inner.last_seq(t, s).await
-    }
-}
-
-#[tokio::test]
-async fn a_status_that_cannot_be_published_does_not_fail_the_turn() {
-    let bus = Arc::new(NoStatusBus {
-        inner: LocalBus::new(),
-    });
+        Ok(())
+    };
+    let bus = Arc::new(TapBus::new(LocalBus::new(), no_status));
     let h = Harness::with(Arc::new(MemoryStore::new()), bus).await;
-    let user = h.user("hi").await;
-    let mut sub = h.subscribe().await;
-    let mut p = h.processor(&user).await;
-    feed(
-        &mut p,
-        &[
+    let (mut sub, p) = h
+        .watched_turn(&[
             r#"{"type":"text-start","id":"t"}"#,
             r#"{"type":"text-delta","id":"t","text":"a"}"#,
             r#"{"type":"error","error":{"message":"overloaded","statusCode":529}}"#,
-        ],
-    )
-    .await;
+        ])
+        .await;
     assert!(p.is_done());
     let answer = h.messages().await.pop().unwrap();
     assert!(answer.info.as_assistant().unwrap().time.completed.is_some());

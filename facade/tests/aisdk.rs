@@ -149,39 +149,35 @@ fn check_tokens(name: &str, what: &str, tokens: &Value, usage: &Value) {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let prompt = n(&tokens["input"]) + n(&tokens["cache"]["read"]) + n(&tokens["cache"]["write"]);
     let completion = n(&tokens["output"]) + n(&tokens["reasoning"]);
-    assert_eq!(
-        prompt,
-        n(&usage["inputTokens"]),
-        "{name}: {what}: prompt tokens"
-    );
-    assert_eq!(
-        completion,
-        n(&usage["outputTokens"]),
-        "{name}: {what}: completion tokens"
-    );
-    let read = usage["inputTokenDetails"]["cacheReadTokens"]
-        .as_u64()
-        .or(usage["cachedInputTokens"].as_u64())
-        .unwrap_or(0);
-    assert_eq!(
-        n(&tokens["cache"]["read"]),
-        read,
-        "{name}: {what}: cache read"
-    );
-    assert_eq!(
-        n(&tokens["cache"]["write"]),
-        n(&usage["inputTokenDetails"]["cacheWriteTokens"]),
-        "{name}: {what}: cache write"
-    );
-    let reasoning = usage["outputTokenDetails"]["reasoningTokens"]
-        .as_u64()
-        .or(usage["reasoningTokens"].as_u64())
-        .unwrap_or(0);
-    assert_eq!(
-        n(&tokens["reasoning"]),
-        reasoning,
-        "{name}: {what}: reasoning"
-    );
+    // A detail count: under `…TokenDetails` (v7) or beside the totals (v5).
+    let detail = |details: &str, v7: &str, v5: &str| {
+        usage[details][v7]
+            .as_u64()
+            .or(usage[v5].as_u64())
+            .unwrap_or(0)
+    };
+    let counts = [
+        ("prompt tokens", prompt, n(&usage["inputTokens"])),
+        ("completion tokens", completion, n(&usage["outputTokens"])),
+        (
+            "cache read",
+            n(&tokens["cache"]["read"]),
+            detail("inputTokenDetails", "cacheReadTokens", "cachedInputTokens"),
+        ),
+        (
+            "cache write",
+            n(&tokens["cache"]["write"]),
+            n(&usage["inputTokenDetails"]["cacheWriteTokens"]),
+        ),
+        (
+            "reasoning",
+            n(&tokens["reasoning"]),
+            detail("outputTokenDetails", "reasoningTokens", "reasoningTokens"),
+        ),
+    ];
+    for (count, kept, given) in counts {
+        assert_eq!(kept, given, "{name}: {what}: {count}");
+    }
     assert_eq!(
         tokens.get("total"),
         usage.get("totalTokens"),

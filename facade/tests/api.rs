@@ -1,10 +1,11 @@
 //! The facade's calls as a library user makes them.
 
+mod common;
+
 use std::time::Duration;
 
-use forge_store::{
-    Error, Line, OpenOptions, ReplayOptions, SessionId, StreamEvent, TenantId, UserLine,
-};
+use common::{answer, memory, replay_events, session_of, user_turn};
+use forge_store::{Error, Line, OpenOptions, ReplayOptions, SessionId, TenantId};
 
 const TURN: &str = r#"{"type":"user","text":"hi"}
 {"type":"text-start","id":"t"}
@@ -12,10 +13,6 @@ const TURN: &str = r#"{"type":"user","text":"hi"}
 {"type":"text-delta","id":"t","text":"lo"}
 {"type":"text-end","id":"t"}
 {"type":"finish","finishReason":"stop"}"#;
-
-fn event(json: &str) -> Line {
-    StreamEvent::from_json(json).expect("event").into()
-}
 
 #[tokio::test]
 async fn group_commit_replay_is_committed_and_counted_when_it_returns() {
@@ -46,34 +43,27 @@ async fn group_commit_replay_is_committed_and_counted_when_it_returns() {
 
 #[tokio::test]
 async fn a_stream_out_of_order_is_an_input_error_naming_the_event() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
-    let lines = vec![
-        Line::from(UserLine::text("hi")),
-        event(r#"{"type":"text-start","id":"t"}"#),
-        event(r#"{"type":"text-delta","id":"nope","text":"x"}"#),
-    ];
-    let err = forge
-        .replay_stream(
-            &tenant,
-            futures::stream::iter(lines),
-            ReplayOptions::default(),
-        )
-        .await
-        .unwrap_err();
+    let (forge, tenant) = memory().await;
+    let lines = user_turn(
+        "hi",
+        &[
+            r#"{"type":"text-start","id":"t"}"#,
+            r#"{"type":"text-delta","id":"nope","text":"x"}"#,
+        ],
+    );
+    let err = replay_events(&forge, &tenant, lines).await.unwrap_err();
     assert!(err.is_input(), "{err}");
     let msg = err.to_string();
     assert!(msg.starts_with("event 3: text-delta does not fit"), "{msg}");
     // What was committed stays, and the open answer was closed with the error.
-    let sid = err.report.session.clone().unwrap();
+    let sid = session_of(&err.report);
     let open = forge.recover(&tenant, Some(&sid)).await.unwrap();
     assert!(open.open_before.is_empty(), "{:?}", open.open_before);
 }
 
 #[tokio::test]
 async fn an_unknown_session_is_not_found_not_empty() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     let sid = SessionId::from("ses_missing".to_owned());
     for err in [
         forge.history(&tenant, &sid, None, 10).await.unwrap_err(),
@@ -106,8 +96,7 @@ async fn a_missing_file_is_an_io_error_naming_it() {
 
 #[tokio::test]
 async fn an_empty_input_is_an_error_and_creates_no_session() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     for text in ["", "\n\n", "# only a comment\n"] {
         let err = forge
             .replay_str(&tenant, text, ReplayOptions::titled("empty"))
@@ -116,12 +105,7 @@ async fn an_empty_input_is_an_error_and_creates_no_session() {
         assert!(err.is_input(), "{err}");
         assert!(err.to_string().contains("holds no lines"), "{err}");
     }
-    let empty = forge
-        .replay_stream(
-            &tenant,
-            futures::stream::iter(Vec::<Line>::new()),
-            ReplayOptions::default(),
-        )
+    let empty = replay_events(&forge, &tenant, Vec::<Line>::new())
         .await
         .unwrap_err();
     assert!(
@@ -133,8 +117,7 @@ async fn an_empty_input_is_an_error_and_creates_no_session() {
 
 #[tokio::test]
 async fn imports_with_bad_or_repeated_ids_are_refused_whole() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     let message = |id: &str, part: &str| {
         serde_json::json!({
             "info": {"id": id, "sessionID": "ses_1", "role": "user",
@@ -189,30 +172,23 @@ async fn imports_with_bad_or_repeated_ids_are_refused_whole() {
 
 #[tokio::test]
 async fn a_preliminary_result_keeps_the_tool_running_and_is_no_result_for_an_unknown_call() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
-    let lines = vec![
-        Line::from(UserLine::text("search")),
-        event(r#"{"type":"tool-call","toolCallId":"c1","toolName":"search","input":{}}"#),
-        event(r#"{"type":"tool-result","toolCallId":"c1","output":"10%","preliminary":true}"#),
-        event(r#"{"type":"tool-result","toolCallId":"c9","output":"x","preliminary":true}"#),
-    ];
-    let err = forge
-        .replay_stream(
-            &tenant,
-            futures::stream::iter(lines),
-            ReplayOptions::default(),
-        )
-        .await
-        .unwrap_err();
+    let (forge, tenant) = memory().await;
+    let lines = user_turn(
+        "search",
+        &[
+            r#"{"type":"tool-call","toolCallId":"c1","toolName":"search","input":{}}"#,
+            r#"{"type":"tool-result","toolCallId":"c1","output":"10%","preliminary":true}"#,
+            r#"{"type":"tool-result","toolCallId":"c9","output":"x","preliminary":true}"#,
+        ],
+    );
+    let err = replay_events(&forge, &tenant, lines).await.unwrap_err();
     assert!(
         err.to_string()
             .contains("event 4: tool-result does not fit: invalid input: preliminary tool-result for call c9, which is unknown"),
         "{err}"
     );
-    let sid = err.report.session.clone().unwrap();
-    let history = forge.history_all(&tenant, &sid).await.unwrap();
-    let tool = history[1]
+    let tool = answer(&forge, &tenant, &session_of(&err.report))
+        .await
         .parts
         .iter()
         .find_map(|p| match &p.body {

@@ -154,6 +154,15 @@ fn damaged(d: &Damage) -> Vec<u8> {
     }
 }
 
+/// `Ok` if `ok`, else the error `broken` describes.
+fn holds(ok: bool, broken: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(broken())
+    }
+}
+
 fn check_decoded<T>(bytes: &[u8]) -> Result<(), String>
 where
     T: bincode::Encode + bincode::Decode<()> + PartialEq + std::fmt::Debug,
@@ -162,11 +171,9 @@ where
         Ok(v) => {
             let again = codec::encode(&v).map_err(|e| format!("re-encode: {e}"))?;
             let back: T = codec::decode(&again).map_err(|e| format!("round trip: {e}"))?;
-            if back == v {
-                Ok(())
-            } else {
-                Err(format!("round trip changed {v:?} into {back:?}"))
-            }
+            holds(back == v, || {
+                format!("round trip changed {v:?} into {back:?}")
+            })
         }
         Err(
             e @ (forge_store::CoreError::Codec { .. } | forge_store::CoreError::Corrupted { .. }),
@@ -239,7 +246,7 @@ fn replay_lines_parse_or_fail_clearly() {
 fn replay_files_replay_or_name_the_bad_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stream.jsonl");
-    let rt = runtime();
+    let rt = forge_testkit::current_thread_runtime();
     let forge = std::cell::RefCell::new(rt.block_on(forge_store::open("memory://")).unwrap());
     let n = std::cell::Cell::new(0u32);
     fuzz("replay files", budget(150), input(512), |i| {
@@ -313,7 +320,7 @@ fn import_round_trip(
 fn import_files_import_or_fail_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("import.json");
-    let rt = runtime();
+    let rt = forge_testkit::current_thread_runtime();
     let corpus: Vec<Vec<u8>> = exports().iter().chain(jsonl_exports()).cloned().collect();
     let forge = std::cell::RefCell::new(rt.block_on(forge_store::open("memory://")).unwrap());
     let n = std::cell::Cell::new(0u32);
@@ -328,6 +335,19 @@ fn import_files_import_or_fail_clearly() {
 
 // ---------------------------------------------------------------------------------------
 // Cursors, tenants, ids
+
+/// `value` read back from its JSON form.
+fn through_json<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> Result<T, String> {
+    serde_json::from_value(serde_json::to_value(value).unwrap()).map_err(|e| e.to_string())
+}
+
+/// A refusal is a clear error (see [`clear`]) that names `names`.
+fn refused_naming(what: &str, msg: &str, names: &str) -> Result<(), String> {
+    clear(what, msg)?;
+    holds(msg.contains(names), || {
+        format!("error does not name the {names}: {msg}")
+    })
+}
 
 #[test]
 fn cursors_parse_or_fail_clearly() {
@@ -344,33 +364,18 @@ fn cursors_parse_or_fail_clearly() {
         match text.parse::<Cursor>() {
             Ok(c) => {
                 let back: Cursor = c.to_string().parse().map_err(|e| format!("{e}"))?;
-                let json: Cursor = serde_json::from_value(serde_json::to_value(&c).unwrap())
-                    .map_err(|e| format!("{e}"))?;
-                if back == c && json == c {
-                    Ok(())
-                } else {
-                    Err(format!("cursor {text:?} does not round-trip"))
-                }
+                holds(back == c && through_json(&c)? == c, || {
+                    format!("cursor {text:?} does not round-trip")
+                })
             }
-            Err(e) => {
-                let msg = e.to_string();
-                clear("cursor", &msg)?;
-                if msg.contains("cursor") {
-                    Ok(())
-                } else {
-                    Err(format!("error does not say it is the cursor: {msg}"))
-                }
-            }
+            Err(e) => refused_naming("cursor", &e.to_string(), "cursor"),
         }
     });
 }
 
 #[test]
 fn tenant_ids_are_valid_or_refused_clearly() {
-    let valid: Vec<Vec<u8>> = ["default", "acme", "a.b-c_d", "A", &"x".repeat(64)]
-        .iter()
-        .map(|s| s.as_bytes().to_vec())
-        .collect();
+    let valid = texts(&["default", "acme", "a.b-c_d", "A", &"x".repeat(64)]);
     fuzz("tenant ids", budget(5_000), input(80), |i| {
         let text = lossy(&realize(&i, &valid));
         match TenantId::new(&text) {
@@ -381,38 +386,23 @@ fn tenant_ids_are_valid_or_refused_clearly() {
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
                     && !text.bytes().all(|b| b == b'.');
-                let json: TenantId = serde_json::from_value(serde_json::to_value(&t).unwrap())
-                    .map_err(|e| e.to_string())?;
-                if ok && t.as_str() == text && json == t {
-                    Ok(())
-                } else {
-                    Err(format!("accepted {text:?} against the rules"))
-                }
+                holds(ok && t.as_str() == text && through_json(&t)? == t, || {
+                    format!("accepted {text:?} against the rules")
+                })
             }
-            Err(e) => {
-                let msg = e.to_string();
-                clear("tenant", &msg)?;
-                if msg.contains("tenant id") {
-                    Ok(())
-                } else {
-                    Err(format!("error does not name the tenant id: {msg}"))
-                }
-            }
+            Err(e) => refused_naming("tenant", &e.to_string(), "tenant id"),
         }
     });
 }
 
 #[test]
 fn external_ids_are_checked_clearly() {
-    let valid: Vec<Vec<u8>> = [
+    let valid = texts(&[
         "ses_dc4a4775bffep5HZXRWNWMF7gy",
         "msg_7d1c0a4b3001Qw3rTy8uIo9pAs",
         "prt_1",
         "x",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect();
+    ]);
     fuzz("session/message/part ids", budget(3_000), input(300), |i| {
         let text = lossy(&realize(&i, &valid));
         let results = [
@@ -442,7 +432,7 @@ fn external_ids_are_checked_clearly() {
 const SECRET: &str = "Pw0rdXyZ";
 
 fn urls() -> Vec<Vec<u8>> {
-    [
+    texts(&[
         "redb://./forge.redb",
         "redb:///tmp/x.redb?durability=none&journal=off",
         "sqlite://./forge.db?synchronous=normal",
@@ -453,10 +443,7 @@ fn urls() -> Vec<Vec<u8>> {
         "rediss://user:Pw0rdXyZ@h:6380",
         "redis+unix:///run/redis.sock",
         "memory://",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect()
+    ])
 }
 
 /// An error or a debug dump of parsed options never shows the password, when `url`
@@ -476,17 +463,15 @@ fn no_secret(url: &str, what: &str, text: &str) -> Result<(), String> {
     });
     // A second copy elsewhere (a mutation duplicated a stretch) is not a password.
     let once = url.matches(SECRET).count() == 1;
-    if is_password && once && text.contains(SECRET) {
-        Err(format!("{what} shows the password: {text}"))
-    } else {
-        Ok(())
-    }
+    holds(!(is_password && once && text.contains(SECRET)), || {
+        format!("{what} shows the password: {text}")
+    })
 }
 
 #[test]
 fn backend_urls_parse_or_fail_clearly() {
     let corpus = urls();
-    let rt = runtime();
+    let rt = forge_testkit::current_thread_runtime();
     fuzz("backend URLs", budget(3_000), input(96), |i| {
         let url = lossy(&realize(&i, &corpus));
         no_secret(&url, "redact", &forge_store::redact(&url))?;
@@ -510,6 +495,23 @@ fn backend_urls_parse_or_fail_clearly() {
     });
 }
 
+/// A backend's parse of `url` that may see a password: the options it gives do not
+/// show it, and its error is clear and does not show it either.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+fn hides_the_password<T: std::fmt::Debug, E: std::fmt::Display>(
+    url: &str,
+    backend: &str,
+    parsed: Result<T, E>,
+) -> Result<(), String> {
+    match parsed {
+        Ok(o) => no_secret(url, &format!("{backend} options"), &format!("{o:?}")),
+        Err(e) => {
+            clear_quoting(url, &format!("{backend} URL"), &e.to_string())?;
+            no_secret(url, &format!("{backend} URL error"), &e.to_string())
+        }
+    }
+}
+
 #[allow(clippy::unnecessary_wraps)]
 fn backend_parsers(url: &str) -> Result<(), String> {
     #[cfg(feature = "redb")]
@@ -524,30 +526,24 @@ fn backend_parsers(url: &str) -> Result<(), String> {
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     {
         #[cfg(feature = "sqlite")]
-        match forge_store::sql::SqliteOptions::from_url(url) {
-            Ok(o) => no_secret(url, "sqlite options", &format!("{o:?}"))?,
-            Err(e) => {
-                clear_quoting(url, "sqlite URL", &e.to_string())?;
-                no_secret(url, "sqlite URL error", &e.to_string())?;
-            }
-        }
+        hides_the_password(
+            url,
+            "sqlite",
+            forge_store::sql::SqliteOptions::from_url(url),
+        )?;
         #[cfg(feature = "postgres")]
-        match forge_store::sql::PostgresOptions::from_url(url) {
-            Ok(o) => no_secret(url, "postgres options", &format!("{o:?}"))?,
-            Err(e) => {
-                clear_quoting(url, "postgres URL", &e.to_string())?;
-                no_secret(url, "postgres URL error", &e.to_string())?;
-            }
-        }
+        hides_the_password(
+            url,
+            "postgres",
+            forge_store::sql::PostgresOptions::from_url(url),
+        )?;
     }
     #[cfg(feature = "redis")]
-    match forge_store::redis::RedisOptions::from_url(url) {
-        Ok(o) => no_secret(url, "redis options", &format!("{o:?}"))?,
-        Err(e) => {
-            clear_quoting(url, "redis URL", &e.to_string())?;
-            no_secret(url, "redis URL error", &e.to_string())?;
-        }
-    }
+    hides_the_password(
+        url,
+        "redis",
+        forge_store::redis::RedisOptions::from_url(url),
+    )?;
     let _ = url;
     Ok(())
 }

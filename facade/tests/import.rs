@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_store::backend::{Forward, LocalBus};
 use forge_store::{
-    CoreError, Engine, Envelope, Error, Forge, SessionId, Store, SyncEvent, TenantId,
+    CoreError, Engine, Envelope, Error, Forge, ImportReport, SessionId, Store, SyncEvent, TenantId,
 };
 use serde_json::{json, Value};
 
@@ -74,6 +74,13 @@ fn jsonl(messages: &[Value]) -> String {
         .join("\n")
 }
 
+/// Imports `text` for the default tenant, without following its progress.
+async fn import(forge: &Forge, text: &str) -> Result<ImportReport, Error> {
+    forge
+        .import_str(&TenantId::default(), text, &|_, _| {})
+        .await
+}
+
 /// Every session of the tenant with its whole history, as JSON.
 async fn everything(forge: &Forge) -> Value {
     let tenant = TenantId::default();
@@ -98,8 +105,7 @@ async fn a_document_that_fails_halfway_stores_nothing() {
             .map(|i| message(&format!("msg_{i}"), "ses_a", &[(&format!("prt_{i}"), "hi")]))
             .collect::<Vec<_>>(),
     });
-    let err = forge
-        .import_str(&TenantId::default(), &doc.to_string(), &|_, _| {})
+    let err = import(&forge, &doc.to_string())
         .await
         .expect_err("the store fails on msg_3");
     assert!(matches!(err, Error::Store { .. }), "{err}");
@@ -125,10 +131,7 @@ async fn a_session_that_fails_takes_back_the_sessions_written_before_it() {
         ),
         message("msg_b2", "ses_b", &[("prt_b2", "untouched")]),
     ]);
-    forge
-        .import_str(&tenant, &before, &|_, _| {})
-        .await
-        .unwrap();
+    import(&forge, &before).await.unwrap();
     let stored = everything(&forge).await;
     drop(forge);
 
@@ -166,14 +169,12 @@ async fn a_session_that_fails_takes_back_the_sessions_written_before_it() {
 #[tokio::test]
 async fn a_failure_to_take_back_is_reported_with_what_remains() {
     let dir = tempfile::tempdir().unwrap();
-    let tenant = TenantId::default();
     let forge = failing_forge(&dir, "msg_c1", true).await;
-    let import = jsonl(&[
+    let text = jsonl(&[
         message("msg_a1", "ses_a", &[("prt_a1", "a")]),
         message("msg_c1", "ses_c", &[("prt_c1", "c")]),
     ]);
-    let err = forge
-        .import_str(&tenant, &import, &|_, _| {})
+    let err = import(&forge, &text)
         .await
         .expect_err("the store fails from msg_c1 on");
     let text = err.to_string();
@@ -191,7 +192,7 @@ async fn the_report_counts_what_was_stored_and_what_it_replaced() {
     let tenant = TenantId::default();
     let forge = failing_forge(&dir, "msg_never", false).await;
     let first = jsonl(&[message("msg_1", "ses_a", &[("prt_1", "x"), ("prt_2", "y")])]);
-    let report = forge.import_str(&tenant, &first, &|_, _| {}).await.unwrap();
+    let report = import(&forge, &first).await.unwrap();
     let s = &report.sessions[0];
     assert_eq!(
         (s.session_written, s.messages, s.parts, s.replaced),
@@ -201,7 +202,7 @@ async fn the_report_counts_what_was_stored_and_what_it_replaced() {
         message("msg_1", "ses_a", &[("prt_1", "x")]),
         message("msg_2", "ses_a", &[("prt_3", "z")]),
     ]);
-    let report = forge.import_str(&tenant, &again, &|_, _| {}).await.unwrap();
+    let report = import(&forge, &again).await.unwrap();
     let s = &report.sessions[0];
     assert_eq!(
         (s.session_written, s.messages, s.parts, s.replaced),

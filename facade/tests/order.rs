@@ -1,32 +1,21 @@
 //! Streams out of order: each is an input error naming the event, and nothing of the
 //! bad event is stored.
 
-use forge_store::model::PartBody;
-use forge_store::{Line, ReplayOptions, StreamEvent, TenantId, UserLine};
+mod common;
 
-fn event(json: &str) -> Line {
-    StreamEvent::from_json(json).expect("event").into()
-}
+use common::{answer, memory, replay_events, session_of, user_turn};
+use forge_store::model::PartBody;
 
 /// Replays `events` after a user message; returns the error text and the kinds of the
 /// assistant's stored parts.
 async fn refused(events: &[&str]) -> (String, Vec<&'static str>) {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
-    let mut lines = vec![Line::from(UserLine::text("go"))];
-    lines.extend(events.iter().map(|e| event(e)));
-    let err = forge
-        .replay_stream(
-            &tenant,
-            futures::stream::iter(lines),
-            ReplayOptions::default(),
-        )
+    let (forge, tenant) = memory().await;
+    let err = replay_events(&forge, &tenant, user_turn("go", events))
         .await
         .unwrap_err();
     assert!(err.is_input(), "{err}");
-    let sid = err.report.session.clone().unwrap();
-    let history = forge.history_all(&tenant, &sid).await.unwrap();
-    let kinds = history[1]
+    let kinds = answer(&forge, &tenant, &session_of(&err.report))
+        .await
         .parts
         .iter()
         .map(|p| match &p.body {

@@ -91,25 +91,29 @@ fn copy_of(name: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// Opens the `backend` file at `path` (a copy of a fixture, or one upgraded from it) and
+/// checks that it reads back every row of the fixture.
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+async fn open_checked(backend: &str, path: &Path) -> Forge {
+    let forge = forge_store::open(&format!("{backend}://{}", path.display()))
+        .await
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    assert_eq!(check_all(&forge, backend).await, 11);
+    forge
+}
+
 #[cfg(feature = "redb")]
 #[tokio::test]
 async fn a_v1_redb_file_reads_back_every_row() {
     let (_dir, path) = copy_of("forge.redb");
-    let forge = forge_store::open(&format!("redb://{}", path.display()))
-        .await
-        .expect("open the v1 redb file");
-    assert_eq!(check_all(&forge, "redb").await, 11);
+    let forge = open_checked("redb", &path).await;
     // The upgrade kept the file as it was (schema version 2, every row) beside it.
     let kept = path.with_file_name("forge.redb.schema-v2.bak");
     assert!(kept.exists(), "{} was not kept", kept.display());
     forge.flush().await.expect("flush");
     drop(forge);
     // Opened again, the file is current: no second upgrade, no second copy.
-    let again = forge_store::open(&format!("redb://{}", path.display()))
-        .await
-        .expect("open the upgraded file");
-    assert_eq!(check_all(&again, "redb").await, 11);
-    drop(again);
+    drop(open_checked("redb", &path).await);
     let copies = |dir: &std::path::Path| {
         std::fs::read_dir(dir)
             .expect("list")
@@ -129,10 +133,7 @@ async fn a_v1_redb_file_reads_back_every_row() {
     let other = tempfile::tempdir().expect("temp dir");
     let old = other.path().join("old.redb");
     std::fs::copy(&kept, &old).expect("copy the kept file");
-    let from_copy = forge_store::open(&format!("redb://{}", old.display()))
-        .await
-        .expect("open the kept copy");
-    assert_eq!(check_all(&from_copy, "redb").await, 11);
+    open_checked("redb", &old).await;
     assert!(other.path().join("old.redb.schema-v2.bak").exists());
 }
 
@@ -140,10 +141,7 @@ async fn a_v1_redb_file_reads_back_every_row() {
 #[tokio::test]
 async fn a_v1_sqlite_file_reads_back_every_row() {
     let (_dir, path) = copy_of("forge.sqlite");
-    let forge = forge_store::open(&format!("sqlite://{}", path.display()))
-        .await
-        .expect("open the v1 SQLite file");
-    assert_eq!(check_all(&forge, "sqlite").await, 11);
+    open_checked("sqlite", &path).await;
 }
 
 #[cfg(feature = "postgres")]

@@ -1,9 +1,12 @@
 //! What a replay takes that is not wrong: events of types this version does not know,
 //! and a stream that simply ends; and what `strict` makes of them.
 
+mod common;
+
+use common::{answer, answer_error, event, memory, replay_events, session_of};
 use forge_store::model::{ErrorName, PartBody};
 use forge_store::replay::ENDED_EARLY;
-use forge_store::{Line, ReplayOptions, StreamEvent, TenantId, UserLine};
+use forge_store::{Forge, Line, ReplayError, ReplayOptions, TenantId, UserLine};
 
 const TURN_WITH_UNKNOWN_TYPES: &str = r#"{"type":"user","text":"go"}
 {"type":"start-step"}
@@ -18,8 +21,7 @@ const TURN_WITH_UNKNOWN_TYPES: &str = r#"{"type":"user","text":"go"}
 
 #[tokio::test]
 async fn unknown_types_are_counted_per_type_and_skipped() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     // `custom` carries a bad `t`: the event time is checked on every line.
     let text = TURN_WITH_UNKNOWN_TYPES.replace(r#","t":-1"#, "");
     let report = forge
@@ -48,11 +50,7 @@ async fn unknown_types_are_counted_per_type_and_skipped() {
              \"heartbeat\" ×1 (first at line 8)"
         )
     );
-    let history = forge
-        .history_all(&tenant, report.session.as_ref().unwrap())
-        .await
-        .unwrap();
-    let answer = &history[1];
+    let answer = answer(&forge, &tenant, &session_of(&report)).await;
     assert!(answer.info.as_assistant().unwrap().error.is_none());
     assert!(answer
         .parts
@@ -70,32 +68,36 @@ async fn unknown_types_are_counted_per_type_and_skipped() {
     );
 }
 
-#[tokio::test]
-async fn strict_makes_an_unknown_type_an_error_naming_the_line() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
-    let text = TURN_WITH_UNKNOWN_TYPES.replace(r#","t":-1"#, "");
+/// Replays `text` strictly: it must fail with an input error that starts with `starts`.
+async fn refused_strictly(
+    forge: &Forge,
+    tenant: &TenantId,
+    text: &str,
+    starts: &str,
+) -> ReplayError {
     let err = forge
-        .replay_str(&tenant, &text, ReplayOptions::default().strict(true))
+        .replay_str(tenant, text, ReplayOptions::default().strict(true))
         .await
         .unwrap_err();
     assert!(err.is_input());
-    assert!(
-        err.to_string()
-            .starts_with("line 4: unknown event type \"tool-input-available\""),
-        "{err}"
-    );
+    assert!(err.to_string().starts_with(starts), "{err}");
+    err
+}
+
+#[tokio::test]
+async fn strict_makes_an_unknown_type_an_error_naming_the_line() {
+    let (forge, tenant) = memory().await;
+    let text = TURN_WITH_UNKNOWN_TYPES.replace(r#","t":-1"#, "");
+    let err = refused_strictly(
+        &forge,
+        &tenant,
+        &text,
+        "line 4: unknown event type \"tool-input-available\"",
+    )
+    .await;
     assert!(err.report.unknown_events.is_empty());
     // The answer is closed with the error, as for any bad line.
-    let sid = err.report.session.clone().unwrap();
-    let history = forge.history_all(&tenant, &sid).await.unwrap();
-    let error = history[1]
-        .info
-        .as_assistant()
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = answer_error(&forge, &tenant, &session_of(&err.report)).await;
     assert!(
         error
             .data
@@ -108,26 +110,18 @@ async fn strict_makes_an_unknown_type_an_error_naming_the_line() {
 
 #[tokio::test]
 async fn a_stream_of_lines_counts_unknown_events_by_event_number() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     let lines = vec![
         Line::from(UserLine::text("go")),
         Line::Unknown {
             kind: "heartbeat".into(),
         },
-        Line::from(StreamEvent::from_json(r#"{"type":"finish"}"#).unwrap()),
+        event(r#"{"type":"finish"}"#),
         Line::Unknown {
             kind: "heartbeat".into(),
         },
     ];
-    let report = forge
-        .replay_stream(
-            &tenant,
-            futures::stream::iter(lines),
-            ReplayOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = replay_events(&forge, &tenant, lines).await.unwrap();
     assert_eq!(report.unknown_events.len(), 1);
     assert_eq!(
         (
@@ -140,8 +134,7 @@ async fn a_stream_of_lines_counts_unknown_events_by_event_number() {
 
 #[tokio::test]
 async fn a_summary_of_unknown_types_is_one_short_line() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     let long = format!("a\\n{}", "k".repeat(10 * 1024));
     let mut lines = vec![r#"{"type":"user","text":"go"}"#.to_owned()];
     lines.push(format!(r#"{{"type":"{long}"}}"#));
@@ -174,15 +167,13 @@ const THROWN: &str = r#"{"type":"user","text":"Tell me a story."}
 
 #[tokio::test]
 async fn an_input_that_ends_with_its_answer_open_is_closed_as_ended_early() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     let report = forge
         .replay_str(&tenant, THROWN, ReplayOptions::default())
         .await
         .unwrap();
-    let sid = report.session.clone().unwrap();
-    let history = forge.history_all(&tenant, &sid).await.unwrap();
-    let answer = &history[1];
+    let sid = session_of(&report);
+    let answer = answer(&forge, &tenant, &sid).await;
     assert_eq!(report.ended_early.as_ref(), Some(&answer.info.id));
     let info = answer.info.as_assistant().unwrap();
     let error = info.error.clone().expect("the ended-early error");
@@ -204,41 +195,22 @@ async fn an_input_that_ends_with_its_answer_open_is_closed_as_ended_early() {
         .filter_map(|l| forge_store::replay::parse_line(l).unwrap())
         .map(|timed| timed.item)
         .collect();
-    let report = forge
-        .replay_stream(
-            &tenant,
-            futures::stream::iter(lines),
-            ReplayOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = replay_events(&forge, &tenant, lines).await.unwrap();
     assert!(report.ended_early.is_some());
 }
 
 #[tokio::test]
 async fn strict_makes_an_early_end_an_error() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
-    let err = forge
-        .replay_str(&tenant, THROWN, ReplayOptions::default().strict(true))
-        .await
-        .unwrap_err();
-    assert!(err.is_input());
-    assert!(
-        err.to_string()
-            .starts_with("line 7 (end of file): the stream ended early: assistant message"),
-        "{err}"
-    );
+    let (forge, tenant) = memory().await;
+    let err = refused_strictly(
+        &forge,
+        &tenant,
+        THROWN,
+        "line 7 (end of file): the stream ended early: assistant message",
+    )
+    .await;
     assert!(err.report.ended_early.is_none());
-    let sid = err.report.session.clone().unwrap();
-    let history = forge.history_all(&tenant, &sid).await.unwrap();
-    let error = history[1]
-        .info
-        .as_assistant()
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = answer_error(&forge, &tenant, &session_of(&err.report)).await;
     assert!(error
         .data
         .message
@@ -248,8 +220,7 @@ async fn strict_makes_an_early_end_an_error() {
 
 #[tokio::test]
 async fn an_answer_that_failed_inside_a_step_did_not_end_early() {
-    let forge = forge_store::open("memory://").await.unwrap();
-    let tenant = TenantId::default();
+    let (forge, tenant) = memory().await;
     let text = r#"{"type":"user","text":"go"}
 {"type":"start-step"}
 {"type":"error","error":"overloaded"}"#;
@@ -258,16 +229,6 @@ async fn an_answer_that_failed_inside_a_step_did_not_end_early() {
         .await
         .unwrap();
     assert!(report.ended_early.is_none());
-    let history = forge
-        .history_all(&tenant, report.session.as_ref().unwrap())
-        .await
-        .unwrap();
-    let error = history[1]
-        .info
-        .as_assistant()
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = answer_error(&forge, &tenant, &session_of(&report)).await;
     assert_eq!(error.data.message.as_deref(), Some("overloaded"));
 }

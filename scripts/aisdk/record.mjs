@@ -176,6 +176,11 @@ const P = {
     ...pieces.map((delta) => ({ type: 'text-delta', id, delta })),
     { type: 'text-end', id },
   ],
+  /** A text block cut off after its first delta (no `text-end`). */
+  unfinishedText: (id, delta) => [
+    { type: 'text-start', id },
+    { type: 'text-delta', id, delta },
+  ],
   reasoning: (id, pieces) => [
     { type: 'reasoning-start', id },
     ...pieces.map((delta) => ({ type: 'reasoning-delta', id, delta })),
@@ -199,7 +204,64 @@ const P = {
   finish: (sdk, unified, raw, usage) => [
     { type: 'finish', finishReason: sdk.finishReason(unified, raw), usage: sdk.usage(usage) },
   ],
+  /** The finish of a step that ends the turn. */
+  stop: (sdk, usage = usage1) => P.finish(sdk, 'stop', 'end_turn', usage),
+  /** The finish of a step that calls tools. */
+  toolUse: (sdk, usage = usage1) => P.finish(sdk, 'tool-calls', 'tool_use', usage),
 };
+
+/** One model step: stream start and the metadata of response `respId`, then `parts`
+ * (each a provider part or an array of them). */
+function step(respId, ...parts) {
+  return [...P.start(), ...P.meta(respId), ...parts.flat()];
+}
+
+/** Two model steps: a streamed call `call-1` of tool `toolName`, then the answer `text`. */
+function toolThenText(sdk, toolName, input, text) {
+  return [
+    step('resp-1', P.toolCall('call-1', toolName, input), P.toolUse(sdk)),
+    step('resp-2', P.text('txt-0', [text]), P.stop(sdk)),
+  ];
+}
+
+/** An `APICallError` from the mock provider's endpoint: `fields` over the endpoint's url and
+ * the request body `{ model: 'mock-model' }`. */
+function apiCallError(sdk, fields) {
+  return new sdk.ai.APICallError({
+    url: 'https://api.example.com/v1/messages',
+    requestBodyValues: { model: 'mock-model' },
+    ...fields,
+  });
+}
+
+/** A mock model whose doStream call throws `apiCallError(sdk, fields)`. */
+function failingModel(sdk, fields) {
+  return mockModel(sdk, [
+    async () => {
+      throw apiCallError(sdk, fields);
+    },
+  ]);
+}
+
+/** A scenario of a single request: `options` (and `onPart`, called with each part). */
+function oneRequest(prompt, options, onPart = undefined) {
+  return { prompt, requests: [onPart ? { options, onPart } : { options }] };
+}
+
+/** A single request with one tool, `name` (`tool`: its definition): the model calls it with
+ * `input`, then (after its result, in a second step) answers `answer`. */
+function toolThenAnswer(sdk, prompt, { name, tool, input, answer, options = {}, onPart = undefined }) {
+  return oneRequest(
+    prompt,
+    {
+      ...options,
+      tools: { [name]: sdk.ai.tool(tool) },
+      stopWhen: sdk.ai.stepCountIs(2),
+      model: mockModel(sdk, toolThenText(sdk, name, input, answer)),
+    },
+    onPart,
+  );
+}
 
 // ---------------------------------------------------------------------------------------
 // Tools
@@ -227,399 +289,244 @@ function timeTool(sdk) {
 const usage1 = { input: 12, output: 8 };
 
 const scenarios = {
-  'plain-text': (sdk) => ({
-    prompt: 'Say hello.',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            [...P.start(), ...P.meta('resp-1'), ...P.text('txt-0', ['Hello', ', ', 'world', '!']), ...P.finish(sdk, 'stop', 'end_turn', usage1)],
-          ]),
-        },
-      },
-    ],
-  }),
+  'plain-text': (sdk) =>
+    oneRequest('Say hello.', {
+      model: mockModel(sdk, [step('resp-1', P.text('txt-0', ['Hello', ', ', 'world', '!']), P.stop(sdk))]),
+    }),
 
-  'reasoning-text': (sdk) => ({
-    prompt: 'What is 6 times 7?',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              ...P.reasoning('rsn-0', ['The user asks for 6*7. ', '6*7 = 42.']),
-              ...P.text('txt-0', ['6 times 7 ', 'is 42.']),
-              ...P.finish(sdk, 'stop', 'end_turn', { input: 20, output: 30, reasoning: 18, cached: 4 }),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'reasoning-text': (sdk) =>
+    oneRequest('What is 6 times 7?', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          P.reasoning('rsn-0', ['The user asks for 6*7. ', '6*7 = 42.']),
+          P.text('txt-0', ['6 times 7 ', 'is 42.']),
+          P.stop(sdk, { input: 20, output: 30, reasoning: 18, cached: 4 }),
+        ),
+      ]),
+    }),
 
-  'multi-step-tools': (sdk) => ({
-    prompt: 'What is the weather and the time in Paris and Tokyo?',
-    requests: [
-      {
-        options: {
-          tools: { weather: weatherTool(sdk), time: timeTool(sdk) },
-          stopWhen: sdk.ai.stepCountIs(3),
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              ...P.text('txt-0', ['Let me look that up.']),
-              ...P.toolCall('call-1', 'weather', { city: 'Paris' }),
-              ...P.toolCall('call-2', 'time', { city: 'Paris' }),
-              ...P.finish(sdk, 'tool-calls', 'tool_use', { input: 40, output: 25 }),
-            ],
-            [
-              ...P.start(),
-              ...P.meta('resp-2'),
-              ...P.toolCall('call-3', 'weather', { city: 'Tokyo' }),
-              ...P.toolCall('call-4', 'time', { city: 'Tokyo' }, { stream: false }),
-              ...P.finish(sdk, 'tool-calls', 'tool_use', { input: 90, output: 20 }),
-            ],
-            [
-              ...P.start(),
-              ...P.meta('resp-3'),
-              ...P.text('txt-0', ['Paris: 18°C at 14:05. ', 'Tokyo: 24°C at 14:05.']),
-              ...P.finish(sdk, 'stop', 'end_turn', { input: 140, output: 15, cached: 90 }),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'multi-step-tools': (sdk) =>
+    oneRequest('What is the weather and the time in Paris and Tokyo?', {
+      tools: { weather: weatherTool(sdk), time: timeTool(sdk) },
+      stopWhen: sdk.ai.stepCountIs(3),
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          P.text('txt-0', ['Let me look that up.']),
+          P.toolCall('call-1', 'weather', { city: 'Paris' }),
+          P.toolCall('call-2', 'time', { city: 'Paris' }),
+          P.toolUse(sdk, { input: 40, output: 25 }),
+        ),
+        step(
+          'resp-2',
+          P.toolCall('call-3', 'weather', { city: 'Tokyo' }),
+          P.toolCall('call-4', 'time', { city: 'Tokyo' }, { stream: false }),
+          P.toolUse(sdk, { input: 90, output: 20 }),
+        ),
+        step(
+          'resp-3',
+          P.text('txt-0', ['Paris: 18°C at 14:05. ', 'Tokyo: 24°C at 14:05.']),
+          P.stop(sdk, { input: 140, output: 15, cached: 90 }),
+        ),
+      ]),
+    }),
 
-  'tool-error': (sdk) => ({
-    prompt: 'Read the file missing.txt.',
-    requests: [
-      {
-        options: {
-          tools: {
-            read: sdk.ai.tool({
-              description: 'Read a file',
-              inputSchema: z.object({ path: z.string() }),
-              execute: async ({ path }) => {
-                throw new Error(`ENOENT: no such file or directory, open '${path}'`);
-              },
-            }),
-          },
-          stopWhen: sdk.ai.stepCountIs(2),
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              ...P.toolCall('call-1', 'read', { path: 'missing.txt' }),
-              ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
-            ],
-            [
-              ...P.start(),
-              ...P.meta('resp-2'),
-              ...P.text('txt-0', ['The file does not exist.']),
-              ...P.finish(sdk, 'stop', 'end_turn', usage1),
-            ],
-          ]),
+  'tool-error': (sdk) =>
+    toolThenAnswer(sdk, 'Read the file missing.txt.', {
+      name: 'read',
+      tool: {
+        description: 'Read a file',
+        inputSchema: z.object({ path: z.string() }),
+        execute: async ({ path }) => {
+          throw new Error(`ENOENT: no such file or directory, open '${path}'`);
         },
       },
-    ],
-  }),
+      input: { path: 'missing.txt' },
+      answer: 'The file does not exist.',
+    }),
 
-  'generator-tool': (sdk) => ({
-    prompt: 'Search the docs for "compaction".',
-    requests: [
-      {
-        options: {
-          tools: {
-            search: sdk.ai.tool({
-              description: 'Search the docs, reporting progress',
-              inputSchema: z.object({ query: z.string() }),
-              execute: async function* ({ query }) {
-                yield { status: 'searching', query };
-                yield { status: 'reading', hits: 2 };
-                yield { status: 'done', results: ['docs/replay-format.md', 'docs/compaction.md'] };
-              },
-            }),
-          },
-          stopWhen: sdk.ai.stepCountIs(2),
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              ...P.toolCall('call-1', 'search', { query: 'compaction' }),
-              ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
-            ],
-            [
-              ...P.start(),
-              ...P.meta('resp-2'),
-              ...P.text('txt-0', ['Two documents mention compaction.']),
-              ...P.finish(sdk, 'stop', 'end_turn', usage1),
-            ],
-          ]),
+  'generator-tool': (sdk) =>
+    toolThenAnswer(sdk, 'Search the docs for "compaction".', {
+      name: 'search',
+      tool: {
+        description: 'Search the docs, reporting progress',
+        inputSchema: z.object({ query: z.string() }),
+        execute: async function* ({ query }) {
+          yield { status: 'searching', query };
+          yield { status: 'reading', hits: 2 };
+          yield { status: 'done', results: ['docs/replay-format.md', 'docs/compaction.md'] };
         },
       },
-    ],
-  }),
+      input: { query: 'compaction' },
+      answer: 'Two documents mention compaction.',
+    }),
 
   'tool-approval-granted': (sdk) => approvalScenario(sdk, true),
   'tool-approval-denied': (sdk) => approvalScenario(sdk, false),
 
-  'provider-executed-tool': (sdk) => ({
-    prompt: 'Search the web for the AI SDK.',
-    requests: [
-      {
-        options: {
-          tools: { web_search: sdk.providerTool(sdk.ai, 'web_search') },
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              { type: 'tool-call', toolCallId: 'srv-1', toolName: 'web_search', input: JSON.stringify({ query: 'AI SDK' }), providerExecuted: true },
-              { type: 'tool-result', toolCallId: 'srv-1', toolName: 'web_search', result: [{ url: 'https://ai-sdk.dev', title: 'AI SDK' }], providerExecuted: true },
-              ...P.text('txt-0', ['The AI SDK is a TypeScript toolkit.']),
-              ...P.finish(sdk, 'stop', 'end_turn', usage1),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'provider-executed-tool': (sdk) =>
+    oneRequest('Search the web for the AI SDK.', {
+      tools: { web_search: sdk.providerTool(sdk.ai, 'web_search') },
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          { type: 'tool-call', toolCallId: 'srv-1', toolName: 'web_search', input: JSON.stringify({ query: 'AI SDK' }), providerExecuted: true },
+          { type: 'tool-result', toolCallId: 'srv-1', toolName: 'web_search', result: [{ url: 'https://ai-sdk.dev', title: 'AI SDK' }], providerExecuted: true },
+          P.text('txt-0', ['The AI SDK is a TypeScript toolkit.']),
+          P.stop(sdk),
+        ),
+      ]),
+    }),
 
-  'file-output': (sdk) => ({
-    prompt: 'Draw a one-pixel image.',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              ...(sdk.supports.reasoningFile
-                ? [{ type: 'reasoning-file', mediaType: 'image/png', ...sdk.fileData(PNG_1x1) }]
-                : []),
-              { type: 'file', mediaType: 'image/png', ...sdk.fileData(PNG_1x1) },
-              ...P.text('txt-0', ['Here is the image.']),
-              ...P.finish(sdk, 'stop', 'end_turn', usage1),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'file-output': (sdk) =>
+    oneRequest('Draw a one-pixel image.', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          sdk.supports.reasoningFile ? [{ type: 'reasoning-file', mediaType: 'image/png', ...sdk.fileData(PNG_1x1) }] : [],
+          { type: 'file', mediaType: 'image/png', ...sdk.fileData(PNG_1x1) },
+          P.text('txt-0', ['Here is the image.']),
+          P.stop(sdk),
+        ),
+      ]),
+    }),
 
-  sources: (sdk) => ({
-    prompt: 'Where is the replay format documented?',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              { type: 'source', sourceType: 'url', id: 'src-1', url: 'https://example.com/replay-format', title: 'Replay format' },
-              { type: 'source', sourceType: 'document', id: 'src-2', mediaType: 'text/markdown', title: 'replay-format.md', filename: 'docs/replay-format.md' },
-              ...P.text('txt-0', ['In docs/replay-format.md.']),
-              ...P.finish(sdk, 'stop', 'end_turn', usage1),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  sources: (sdk) =>
+    oneRequest('Where is the replay format documented?', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          { type: 'source', sourceType: 'url', id: 'src-1', url: 'https://example.com/replay-format', title: 'Replay format' },
+          { type: 'source', sourceType: 'document', id: 'src-2', mediaType: 'text/markdown', title: 'replay-format.md', filename: 'docs/replay-format.md' },
+          P.text('txt-0', ['In docs/replay-format.md.']),
+          P.stop(sdk),
+        ),
+      ]),
+    }),
 
-  'error-part': (sdk) => ({
-    prompt: 'Tell me a long story.',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              { type: 'text-start', id: 'txt-0' },
-              { type: 'text-delta', id: 'txt-0', delta: 'Once upon a time' },
-              { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
-              ...P.finish(sdk, 'error', 'error', usage1),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'error-part': (sdk) =>
+    oneRequest('Tell me a long story.', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          P.unfinishedText('txt-0', 'Once upon a time'),
+          { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
+          P.finish(sdk, 'error', 'error', usage1),
+        ),
+      ]),
+    }),
 
-  'provider-error': (sdk) => ({
-    prompt: 'Hello?',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            async () => {
-              throw new sdk.ai.APICallError({
-                message: 'Bad Request: prompt is too long',
-                url: 'https://api.example.com/v1/messages',
-                requestBodyValues: { model: 'mock-model' },
-                statusCode: 400,
-                responseHeaders: { 'content-type': 'application/json' },
-                responseBody: '{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}',
-                isRetryable: false,
-                data: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } },
-              });
-            },
-          ]),
-        },
-      },
-    ],
-  }),
+  'provider-error': (sdk) =>
+    oneRequest('Hello?', {
+      model: failingModel(sdk, {
+        message: 'Bad Request: prompt is too long',
+        statusCode: 400,
+        responseHeaders: { 'content-type': 'application/json' },
+        responseBody: '{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}',
+        isRetryable: false,
+        data: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } },
+      }),
+    }),
 
-  'provider-error-retried': (sdk) => ({
-    prompt: 'Hello?',
-    requests: [
-      {
-        options: {
-          maxRetries: 1,
-          model: mockModel(sdk, [
-            async () => {
-              throw new sdk.ai.APICallError({
-                message: 'Service Unavailable',
-                url: 'https://api.example.com/v1/messages',
-                requestBodyValues: { model: 'mock-model' },
-                statusCode: 503,
-                responseHeaders: { 'retry-after-ms': '10' },
-                responseBody: '{"error":"service unavailable"}',
-              });
-            },
-          ]),
-        },
-      },
-    ],
-  }),
+  'provider-error-retried': (sdk) =>
+    oneRequest('Hello?', {
+      maxRetries: 1,
+      model: failingModel(sdk, {
+        message: 'Service Unavailable',
+        statusCode: 503,
+        responseHeaders: { 'retry-after-ms': '10' },
+        responseBody: '{"error":"service unavailable"}',
+      }),
+    }),
 
-  'stream-throws': (sdk) => ({
-    prompt: 'Tell me a story.',
-    requests: [
-      {
-        options: {
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              ...P.meta('resp-1'),
-              { type: 'text-start', id: 'txt-0' },
-              { type: 'text-delta', id: 'txt-0', delta: 'Once upon' },
-              {
-                throw: new sdk.ai.APICallError({
-                  message: 'Connection reset mid-stream',
-                  url: 'https://api.example.com/v1/messages',
-                  requestBodyValues: {},
-                  statusCode: 200,
-                  isRetryable: true,
-                }),
-              },
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'stream-throws': (sdk) =>
+    oneRequest('Tell me a story.', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          P.unfinishedText('txt-0', 'Once upon'),
+          {
+            throw: apiCallError(sdk, {
+              message: 'Connection reset mid-stream',
+              requestBodyValues: {},
+              statusCode: 200,
+              isRetryable: true,
+            }),
+          },
+        ),
+      ]),
+    }),
 
   'abort-mid-text': (sdk) => {
     const controller = new AbortController();
     let deltas = 0;
-    return {
-      prompt: 'Count slowly to ten.',
-      requests: [
-        {
-          options: {
-            abortSignal: controller.signal,
-            model: mockModel(
-              sdk,
-              [
-                [
-                  ...P.start(),
-                  ...P.meta('resp-1'),
-                  ...P.text('txt-0', ['one ', 'two ', 'three ', 'four ', 'five ', 'six ', 'seven ', 'eight ', 'nine ', 'ten']),
-                  ...P.finish(sdk, 'stop', 'end_turn', usage1),
-                ],
-              ],
-              { delayMs: 5 },
+    return oneRequest(
+      'Count slowly to ten.',
+      {
+        abortSignal: controller.signal,
+        model: mockModel(
+          sdk,
+          [
+            step(
+              'resp-1',
+              P.text('txt-0', ['one ', 'two ', 'three ', 'four ', 'five ', 'six ', 'seven ', 'eight ', 'nine ', 'ten']),
+              P.stop(sdk),
             ),
-          },
-          onPart: (part) => {
-            if (part.type === 'text-delta' && ++deltas === 3) controller.abort();
-          },
-        },
-      ],
-    };
+          ],
+          { delayMs: 5 },
+        ),
+      },
+      (part) => {
+        if (part.type === 'text-delta' && ++deltas === 3) controller.abort();
+      },
+    );
   },
 
   'abort-mid-tool': (sdk) => {
     const controller = new AbortController();
-    return {
-      prompt: 'Run the slow build.',
-      requests: [
-        {
-          options: {
-            abortSignal: controller.signal,
-            stopWhen: sdk.ai.stepCountIs(2),
-            tools: {
-              build: sdk.ai.tool({
-                description: 'Run a long build',
-                inputSchema: z.object({ target: z.string() }),
-                execute: ({ target }, { abortSignal }) =>
-                  new Promise((resolve, reject) => {
-                    const t = setTimeout(() => resolve({ target, ok: true }), 10_000);
-                    abortSignal?.addEventListener('abort', () => {
-                      clearTimeout(t);
-                      reject(abortSignal.reason);
-                    });
-                  }),
-              }),
-            },
-            model: mockModel(sdk, [
-              [
-                ...P.start(),
-                ...P.meta('resp-1'),
-                ...P.toolCall('call-1', 'build', { target: 'release' }),
-                ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
-              ],
-              [...P.start(), ...P.meta('resp-2'), ...P.text('txt-0', ['Built.']), ...P.finish(sdk, 'stop', 'end_turn', usage1)],
-            ]),
-          },
-          onPart: (part) => {
-            if (part.type === 'tool-call') setTimeout(() => controller.abort(), 20);
-          },
-        },
-      ],
-    };
+    return toolThenAnswer(sdk, 'Run the slow build.', {
+      name: 'build',
+      tool: {
+        description: 'Run a long build',
+        inputSchema: z.object({ target: z.string() }),
+        execute: ({ target }, { abortSignal }) =>
+          new Promise((resolve, reject) => {
+            const t = setTimeout(() => resolve({ target, ok: true }), 10_000);
+            abortSignal?.addEventListener('abort', () => {
+              clearTimeout(t);
+              reject(abortSignal.reason);
+            });
+          }),
+      },
+      input: { target: 'release' },
+      answer: 'Built.',
+      options: { abortSignal: controller.signal },
+      onPart: (part) => {
+        if (part.type === 'tool-call') setTimeout(() => controller.abort(), 20);
+      },
+    });
   },
 
-  'raw-chunks': (sdk) => ({
-    prompt: 'Say hi.',
-    requests: [
-      {
-        options: {
-          includeRawChunks: true,
-          model: mockModel(sdk, [
-            [
-              ...P.start(),
-              { type: 'raw', rawValue: { type: 'message_start', message: { id: 'msg_1', model: 'mock-model' } } },
-              ...P.meta('resp-1'),
-              { type: 'raw', rawValue: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } } },
-              { type: 'text-start', id: 'txt-0' },
-              { type: 'raw', rawValue: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi!' } } },
-              { type: 'text-delta', id: 'txt-0', delta: 'Hi!' },
-              { type: 'raw', rawValue: { type: 'content_block_stop', index: 0 } },
-              { type: 'text-end', id: 'txt-0' },
-              { type: 'raw', rawValue: { type: 'message_stop' } },
-              ...P.finish(sdk, 'stop', 'end_turn', usage1),
-            ],
-          ]),
-        },
-      },
-    ],
-  }),
+  'raw-chunks': (sdk) =>
+    oneRequest('Say hi.', {
+      includeRawChunks: true,
+      model: mockModel(sdk, [
+        [
+          ...P.start(),
+          { type: 'raw', rawValue: { type: 'message_start', message: { id: 'msg_1', model: 'mock-model' } } },
+          ...P.meta('resp-1'),
+          { type: 'raw', rawValue: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } } },
+          { type: 'text-start', id: 'txt-0' },
+          { type: 'raw', rawValue: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi!' } } },
+          { type: 'text-delta', id: 'txt-0', delta: 'Hi!' },
+          { type: 'raw', rawValue: { type: 'content_block_stop', index: 0 } },
+          { type: 'text-end', id: 'txt-0' },
+          { type: 'raw', rawValue: { type: 'message_stop' } },
+          ...P.stop(sdk),
+        ],
+      ]),
+    }),
 };
 
 function approvalScenario(sdk, approved) {
@@ -636,20 +543,8 @@ function approvalScenario(sdk, approved) {
     }),
   };
   // The same mock model serves both requests: first the tool call, then the answer.
-  const model = mockModel(sdk, [
-    [
-      ...P.start(),
-      ...P.meta('resp-1'),
-      ...P.toolCall('call-1', 'shell', { command: 'rm -rf build' }),
-      ...P.finish(sdk, 'tool-calls', 'tool_use', usage1),
-    ],
-    [
-      ...P.start(),
-      ...P.meta('resp-2'),
-      ...P.text('txt-0', [approved ? 'Deleted the build directory.' : 'Understood, I left the build directory alone.']),
-      ...P.finish(sdk, 'stop', 'end_turn', usage1),
-    ],
-  ]);
+  const answer = approved ? 'Deleted the build directory.' : 'Understood, I left the build directory alone.';
+  const model = mockModel(sdk, toolThenText(sdk, 'shell', { command: 'rm -rf build' }, answer));
   return {
     prompt,
     requests: [

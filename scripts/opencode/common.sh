@@ -69,3 +69,14 @@ start_opencode() {
   curl -sf -m 2 "$API/session" > /dev/null \
     || { echo "opencode serve did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1; }
 }
+
+# wait_idle SESSION [POLLS] [SECONDS]: until GET /session/status no longer lists SESSION as
+# busy, polling at most POLLS times (120) SECONDS apart (0.5), with the caller's `j` (curl).
+wait_idle() {
+  for _ in $(seq 1 "${2:-120}"); do
+    st="$(j "$API/session/status" | jq -r --arg s "$1" '.[$s].type // "idle"')"
+    [ "$st" = idle ] && return 0
+    sleep "${3:-0.5}"
+  done
+  echo "session $1 still busy" >&2
+}

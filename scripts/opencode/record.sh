@@ -44,14 +44,6 @@ say() { # say SESSION TEXT -> prints a one-line digest of the reply
   j -X POST "$API/session/$1/message" -d "$body" \
     | jq -c '[.info.finish, .info.error.name, [.parts[] | .type + (if .state then ":" + .state.status else "" end)]]'
 }
-wait_idle() { # wait_idle SESSION: until GET /session/status no longer lists it as busy
-  for _ in $(seq 1 120); do
-    st="$(j "$API/session/status" | jq -r --arg s "$1" '.[$s].type // "idle"')"
-    [ "$st" = idle ] && return 0
-    sleep 0.5
-  done
-  echo "session $1 still busy" >&2
-}
 declare -A SESSIONS
 
 # 1. basic: an untitled session (the small model names it), plain text, then reasoning + text.

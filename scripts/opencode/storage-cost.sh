@@ -66,18 +66,10 @@ turn() { # turn SESSION N: one W1 turn; prints the reply's part types
   local body; body="$(jq -nc --arg t "$(user_text "$2") [[w1:$PROJ]]" '{parts: [{type: "text", text: $t}]}')"
   j -X POST "$API/session/$1/message" -d "$body" | jq -c '[.info.finish, [.parts[].type]]' > /dev/null
 }
-wait_idle() {
-  for _ in $(seq 1 240); do
-    st="$(j "$API/session/status" | jq -r --arg s "$1" '.[$s].type // "idle"')"
-    [ "$st" = idle ] && return 0
-    sleep 0.25
-  done
-  echo "session $1 still busy" >&2
-}
 
 S="$(j -X POST "$API/session" -d '{"title":"w1"}' | jq -r .id)"
 turn "$S" 0
-wait_idle "$S"
+wait_idle "$S" 240 0.25
 sleep 2
 strace -f -qq -y -e trace=write,pwrite64,writev,pwritev,pwritev2 -s 0 -p "$SERVE" \
   -o "$WORK/strace.log" &
@@ -85,7 +77,7 @@ TRACER=$!
 sleep 2
 for n in $(seq 1 "$TURNS"); do
   turn "$S" "$n"
-  wait_idle "$S"
+  wait_idle "$S" 240 0.25
 done
 sleep 2
 kill -INT "$TRACER"; wait "$TRACER" 2>/dev/null || true

@@ -156,6 +156,11 @@ mod tests {
                 .into_iter()
                 .map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
         ));
+        collect_body(body, limits).await
+    }
+
+    /// The lines of `body`, and whether it was too large.
+    async fn collect_body(body: Body, limits: Limits) -> (Vec<Result<String, String>>, bool) {
         let (_tx, rx) = watch::channel(false);
         let too_large = Arc::new(AtomicBool::new(false));
         let out = lines(
@@ -168,6 +173,18 @@ mod tests {
         .collect()
         .await;
         (out, too_large.load(Ordering::Acquire))
+    }
+
+    /// `out` is the lines `ok`, then an error that says `says`, and nothing after it.
+    fn ends_with_error(out: &[Result<String, String>], ok: &[&str], says: &str) {
+        assert_eq!(out.len(), ok.len() + 1, "{out:?}");
+        for (got, want) in out.iter().zip(ok) {
+            assert_eq!(got.as_deref(), Ok(*want), "{out:?}");
+        }
+        assert!(
+            out[ok.len()].as_ref().is_err_and(|e| e.contains(says)),
+            "{out:?}"
+        );
     }
 
     const ROOMY: Limits = Limits {
@@ -195,14 +212,7 @@ mod tests {
             max_line: 8,
         };
         let (out, big) = collect(vec!["short\n", "0123456789", "abc\nnext\n"], limits).await;
-        assert_eq!(out.len(), 2, "{out:?}");
-        assert_eq!(out[0], Ok("short".into()));
-        assert!(
-            out[1]
-                .as_ref()
-                .is_err_and(|e| e.contains("limit of 8 bytes")),
-            "{out:?}"
-        );
+        ends_with_error(&out, &["short"], "limit of 8 bytes");
         assert!(big);
         // Exactly at the limit is fine, also as the last line without a newline.
         let (out, big) = collect(vec!["12345678\n", "abcdefgh"], limits).await;
@@ -217,33 +227,14 @@ mod tests {
             max_line: 100,
         };
         let (out, big) = collect(vec!["aaaa\n", "bbbb\n", "cccc\n"], limits).await;
-        assert_eq!(out[..2], [Ok("aaaa".into()), Ok("bbbb".into())]);
-        assert!(
-            out[2]
-                .as_ref()
-                .is_err_and(|e| e.contains("limit of 10 bytes")),
-            "{out:?}"
-        );
+        ends_with_error(&out, &["aaaa", "bbbb"], "limit of 10 bytes");
         assert!(big);
     }
 
     #[tokio::test]
     async fn a_line_that_is_not_utf8_is_an_error_naming_it() {
         let body = Body::from(vec![b'o', b'k', b'\n', 0xff, b'\n']);
-        let (_tx, rx) = watch::channel(false);
-        let out: Vec<_> = lines(
-            body,
-            ROOMY,
-            rx,
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        )
-        .collect()
-        .await;
-        assert_eq!(out[0], Ok("ok".into()));
-        assert!(
-            out[1].as_ref().is_err_and(|e| e.contains("not UTF-8")),
-            "{out:?}"
-        );
+        let (out, _) = collect_body(body, ROOMY).await;
+        ends_with_error(&out, &["ok"], "not UTF-8");
     }
 }

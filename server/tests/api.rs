@@ -12,6 +12,12 @@ fn options() -> ServerOptions {
     ServerOptions::new(two_tenants())
 }
 
+/// The message of an error body, which must be of the error `name`.
+fn error_message<'a>(body: &'a Value, name: &str) -> &'a str {
+    assert_eq!(body["name"], name, "{body}");
+    body["message"].as_str().expect("message")
+}
+
 #[tokio::test]
 async fn tokens_name_the_tenant_and_other_tenants_ids_are_not_found() {
     let s = redb_server(options(), OpenOptions::new()).await;
@@ -53,12 +59,7 @@ async fn tokens_name_the_tenant_and_other_tenants_ids_are_not_found() {
         let body = s.json(path, TOKEN_B, 404).await;
         assert_eq!(body["name"], "NotFoundError", "{path}");
     }
-    let r = s
-        .delete("/session/ses_shared_name", TOKEN_B)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 404);
+    sent(s.delete("/session/ses_shared_name", TOKEN_B), 404).await;
     // B may use the same id for its own session; A's is untouched.
     s.create(TOKEN_B, "ses_shared_name").await;
     let a = s
@@ -74,8 +75,7 @@ async fn tokens_name_the_tenant_and_other_tenants_ids_are_not_found() {
 
 #[tokio::test]
 async fn messages_page_as_opencode_pages_them() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_paged").await;
+    let s = session_server("ses_paged").await;
     let mut lines = Vec::new();
     for i in 0..7 {
         lines.extend(turn(&format!("question {i}"), 2, "x"));
@@ -95,16 +95,9 @@ async fn messages_page_as_opencode_pages_them() {
     let mut path = "/session/ses_paged/message?limit=3".to_owned();
     let mut pages = 0;
     loop {
-        let r = s.get(&path, TOKEN_A).send().await.expect("request");
-        assert_eq!(r.status().as_u16(), 200, "{path}");
-        let next = r
-            .headers()
-            .get("x-next-cursor")
-            .map(|v| v.to_str().expect("ascii").to_owned());
-        let link = r
-            .headers()
-            .get("link")
-            .map(|v| v.to_str().expect("ascii").to_owned());
+        let r = sent(s.get(&path, TOKEN_A), 200).await;
+        let next = header(&r, "x-next-cursor");
+        let link = header(&r, "link");
         let page: Vec<Value> = r.json().await.expect("json");
         assert!(page.len() <= 3);
         let mut older = page;
@@ -168,13 +161,12 @@ async fn sessions_list_newest_first_with_filters_and_pages() {
         s.create(TOKEN_A, id).await;
         tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     }
-    let r = s
-        .post("/session", TOKEN_A)
-        .json(&json!({"id": "ses_child", "title": "child of 1", "parentID": "ses_1"}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 200);
+    sent(
+        s.post("/session", TOKEN_A)
+            .json(&json!({"id": "ses_child", "title": "child of 1", "parentID": "ses_1"})),
+        200,
+    )
+    .await;
     let ids = |v: &Value| -> Vec<String> {
         v.as_array()
             .expect("array")
@@ -190,18 +182,8 @@ async fn sessions_list_newest_first_with_filters_and_pages() {
     assert_eq!(ids(&roots), ["ses_3", "ses_2", "ses_1"]);
     let found = s.json("/session?search=CHILD", TOKEN_A, 200).await;
     assert_eq!(ids(&found), ["ses_child"]);
-    let r = s
-        .get("/session?limit=3", TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    let next = r
-        .headers()
-        .get("x-next-cursor")
-        .expect("more to come")
-        .to_str()
-        .expect("ascii")
-        .to_owned();
+    let r = sent(s.get("/session?limit=3", TOKEN_A), 200).await;
+    let next = header(&r, "x-next-cursor").expect("more to come");
     assert_eq!(
         ids(&r.json().await.expect("json")),
         ["ses_child", "ses_3", "ses_2"]
@@ -211,34 +193,15 @@ async fn sessions_list_newest_first_with_filters_and_pages() {
         .await;
     assert_eq!(ids(&rest), ["ses_1"]);
     // Conflicts, bad ids, a missing parent.
-    let r = s
-        .post("/session", TOKEN_A)
-        .json(&json!({"id": "ses_1"}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 409);
-    let r = s
-        .post("/session", TOKEN_A)
-        .json(&json!({"id": "bad id"}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 400);
-    let r = s
-        .post("/session", TOKEN_A)
-        .json(&json!({"parentID": "ses_nowhere"}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 404);
+    for (body, status) in [
+        (json!({"id": "ses_1"}), 409),
+        (json!({"id": "bad id"}), 400),
+        (json!({"parentID": "ses_nowhere"}), 404),
+    ] {
+        sent(s.post("/session", TOKEN_A).json(&body), status).await;
+    }
     // Delete: gone from the list, its reads 404.
-    let r = s
-        .delete("/session/ses_2", TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 200);
+    sent(s.delete("/session/ses_2", TOKEN_A), 200).await;
     assert_eq!(
         ids(&s.json("/session?roots=true", TOKEN_A, 200).await),
         ["ses_3", "ses_1"]
@@ -249,11 +212,9 @@ async fn sessions_list_newest_first_with_filters_and_pages() {
 
 #[tokio::test]
 async fn an_upload_is_processed_while_it_arrives() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_live").await;
-    let mut sse = SseReader::connect(&s, "/session/ses_live/event", TOKEN_A, None).await;
+    let s = session_server("ses_live").await;
+    let mut sse = SseReader::connected(&s, "/session/ses_live/event", TOKEN_A, None).await;
     assert_eq!(sse.status, 200);
-    assert_eq!(sse.expect().await.kind(), "server.connected");
     let lines = turn("stream it", 4, "word ");
     let (head, tail) = lines.split_at(6); // through the second delta
     let mut upload = s.upload_lines(TOKEN_A, "ses_live", 16);
@@ -299,19 +260,14 @@ async fn bad_input_gets_its_status_and_stores_nothing_of_the_bad_line() {
     let mut opts = options();
     opts.max_line = 200;
     opts.max_body = 4096;
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_bad").await;
+    let s = server_with_session(opts, OpenOptions::new(), "ses_bad").await;
     // A malformed line: 400 naming it, the report of what was done, the answer closed.
     let mut lines = turn("q", 2, "ok ");
     lines.insert(5, "{\"type\":\"text-delta\",\"id\":\"t1\"}".to_owned());
     let (status, body) = s.upload(TOKEN_A, "ses_bad", ndjson(&lines)).await;
     assert_eq!(status, 400, "{body}");
-    assert_eq!(body["name"], "BadRequest");
     assert!(
-        body["message"]
-            .as_str()
-            .expect("message")
-            .starts_with("line 6:"),
+        error_message(&body, "BadRequest").starts_with("line 6:"),
         "{body}"
     );
     assert_eq!(body["report"]["lines"], 6);
@@ -334,21 +290,9 @@ async fn bad_input_gets_its_status_and_stores_nothing_of_the_bad_line() {
     let many = ndjson(&turn("q", 200, "0123456789"));
     let (status, body) = s.upload(TOKEN_A, "ses_bad", many).await;
     assert_eq!(status, 413, "{body}");
-    let r = s
-        .post("/import", TOKEN_A)
-        .body("x".repeat(5000))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 413);
+    sent(s.post("/import", TOKEN_A).body("x".repeat(5000)), 413).await;
     // An import that is not an export: 400, nothing stored.
-    let r = s
-        .post("/import", TOKEN_A)
-        .body("{\"info\": 3}")
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 400);
+    sent(s.post("/import", TOKEN_A).body("{\"info\": 3}"), 400).await;
     assert_eq!(
         s.json("/session", TOKEN_A, 200)
             .await
@@ -361,20 +305,13 @@ async fn bad_input_gets_its_status_and_stores_nothing_of_the_bad_line() {
 
 #[tokio::test]
 async fn export_then_import_under_another_tenant_is_the_same_session() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_move").await;
+    let s = session_server("ses_move").await;
     let (status, _) = s
         .upload(TOKEN_A, "ses_move", ndjson(&turn("move me", 3, "b")))
         .await;
     assert_eq!(status, 200);
     let export = s.json("/session/ses_move/export", TOKEN_A, 200).await;
-    let r = s
-        .post("/import", TOKEN_B)
-        .body(export.to_string())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 200);
+    sent(s.post("/import", TOKEN_B).body(export.to_string()), 200).await;
     assert_eq!(
         s.json("/session/ses_move/export", TOKEN_B, 200).await,
         export
@@ -384,8 +321,7 @@ async fn export_then_import_under_another_tenant_is_the_same_session() {
 
 #[tokio::test]
 async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
-    let s = redb_server(options(), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_down").await;
+    let s = session_server("ses_down").await;
     let mut sse = SseReader::connect(&s, "/session/ses_down/event", TOKEN_A, None).await;
     sse.expect().await;
     let lines = turn("cut short", 3, "half ");
@@ -403,12 +339,8 @@ async fn shutdown_closes_the_turn_being_uploaded_and_commits_it() {
     let r = upload.answer().await;
     assert_eq!(r.status().as_u16(), 503);
     let body: Value = r.json().await.expect("json");
-    assert_eq!(body["name"], "BackendUnavailable");
     assert!(
-        body["message"]
-            .as_str()
-            .expect("message")
-            .contains("shutting down"),
+        error_message(&body, "BackendUnavailable").contains("shutting down"),
         "{body}"
     );
     // The SSE connection is cut, not ended: a client reconnects.
@@ -449,14 +381,13 @@ async fn open_access_serves_one_tenant_without_tokens() {
         OpenOptions::new(),
     )
     .await;
-    let r = s
-        .http
-        .post(format!("{}/session", s.base))
-        .json(&json!({"id": "ses_open"}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 200);
+    sent(
+        s.http
+            .post(format!("{}/session", s.base))
+            .json(&json!({"id": "ses_open"})),
+        200,
+    )
+    .await;
     let listed = s.forge.sessions(&tenant("solo")).await.expect("sessions");
     assert_eq!(listed.len(), 1);
     let health: Value = s

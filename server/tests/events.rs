@@ -32,8 +32,7 @@ async fn until_idle(sse: &mut SseReader) -> Vec<SseEvent> {
 async fn resume_gives_exactly_the_rest(s: &TestServer, session: &str) {
     s.create(TOKEN_A, session).await;
     let path = format!("/session/{session}/event");
-    let mut sse = SseReader::connect(s, &path, TOKEN_A, None).await;
-    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let mut sse = SseReader::connected(s, &path, TOKEN_A, None).await;
     let (status, body) = s
         .upload(TOKEN_A, session, ndjson(&turn("resume", 12, "tok ")))
         .await;
@@ -54,8 +53,7 @@ async fn resume_gives_exactly_the_rest(s: &TestServer, session: &str) {
     assert_eq!(deltas, 12);
     for k in [0, 1, all.len() / 2, all.len() - 2] {
         let last = ids[k].to_string();
-        let mut again = SseReader::connect(s, &path, TOKEN_A, Some(&last)).await;
-        assert_eq!(again.expect().await.kind(), "server.connected");
+        let mut again = SseReader::connected(s, &path, TOKEN_A, Some(&last)).await;
         let rest = until_idle(&mut again).await;
         let want: Vec<&Value> = all[k + 1..].iter().map(|e| &e.data).collect();
         let got: Vec<&Value> = rest.iter().map(|e| &e.data).collect();
@@ -68,13 +66,12 @@ async fn resume_on_redb_gives_exactly_the_events_after_last_event_id() {
     let s = redb_server(options(), OpenOptions::new()).await;
     resume_gives_exactly_the_rest(&s, "ses_resume").await;
     // A Last-Event-ID that is no seq is bad input.
-    let r = s
-        .get("/session/ses_resume/event", TOKEN_A)
-        .header("Last-Event-ID", "abc")
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status().as_u16(), 400);
+    sent(
+        s.get("/session/ses_resume/event", TOKEN_A)
+            .header("Last-Event-ID", "abc"),
+        400,
+    )
+    .await;
     s.stop().await;
 }
 
@@ -113,14 +110,12 @@ async fn resume_on_redis_gives_exactly_the_events_after_last_event_id() {
 async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
     let mut open = OpenOptions::new();
     open.replay_per_session = 8;
-    let s = redb_server(options(), open).await;
-    s.create(TOKEN_A, "ses_gap").await;
+    let s = server_with_session(options(), open, "ses_gap").await;
     let (status, _) = s
         .upload(TOKEN_A, "ses_gap", ndjson(&turn("long", 30, "z")))
         .await;
     assert_eq!(status, 200);
-    let mut sse = SseReader::connect(&s, "/session/ses_gap/event", TOKEN_A, Some("2")).await;
-    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let mut sse = SseReader::connected(&s, "/session/ses_gap/event", TOKEN_A, Some("2")).await;
     let reload = sse.expect().await;
     assert_eq!(reload.kind(), "session.reload", "{:?}", reload.data);
     let seq = reload.data["properties"]["seq"].as_u64().expect("seq");
@@ -222,8 +217,7 @@ impl ClientView {
 /// snapshot reported: the snapshot plus the events after it rebuild exactly what is
 /// stored at the end, and every streamed delta after the snapshot arrives once.
 async fn snapshot_then_live(open: OpenOptions) {
-    let s = redb_server(options(), open).await;
-    s.create(TOKEN_A, "ses_snap").await;
+    let s = server_with_session(options(), open, "ses_snap").await;
     let lines = turn("snapshot", 6, "ab ");
     let mut upload = s.upload_lines(TOKEN_A, "ses_snap", 16);
     // Three of the six deltas go out before the snapshot is read.
@@ -237,18 +231,8 @@ async fn snapshot_then_live(open: OpenOptions) {
             seen += 1;
         }
     }
-    let r = s
-        .get("/session/ses_snap/message", TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    let seq = r
-        .headers()
-        .get("x-forge-seq")
-        .expect("the snapshot's seq")
-        .to_str()
-        .expect("ascii")
-        .to_owned();
+    let r = sent(s.get("/session/ses_snap/message", TOKEN_A), 200).await;
+    let seq = header(&r, "x-forge-seq").expect("the snapshot's seq");
     let snapshot: Vec<Value> = r.json().await.expect("json");
     let mut view = ClientView::from_snapshot(&snapshot);
     let mut sse = SseReader::connect(&s, "/session/ses_snap/event", TOKEN_A, Some(&seq)).await;
@@ -291,10 +275,8 @@ async fn a_snapshot_then_its_seq_loses_nothing_with_a_commit_per_boundary() {
 async fn the_tenant_stream_resumes_from_its_own_ids() {
     let mut opts = options();
     opts.event_replay = 20;
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_t1").await;
-    let mut sse = SseReader::connect(&s, "/event", TOKEN_A, None).await;
-    assert_eq!(sse.expect().await.kind(), "server.connected");
+    let s = server_with_session(opts, OpenOptions::new(), "ses_t1").await;
+    let mut sse = SseReader::connected(&s, "/event", TOKEN_A, None).await;
     // Another tenant's events never show.
     let mut other = SseReader::connect(&s, "/event", TOKEN_B, None).await;
     other.expect().await;
@@ -341,12 +323,9 @@ async fn the_tenant_stream_resumes_from_its_own_ids() {
 async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
     let mut opts = options();
     opts.client_buffer = 16;
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_slow").await;
-    let mut slow = SseReader::connect(&s, "/event", TOKEN_A, None).await;
-    assert_eq!(slow.expect().await.kind(), "server.connected");
-    let mut fast = SseReader::connect(&s, "/event", TOKEN_A, None).await;
-    assert_eq!(fast.expect().await.kind(), "server.connected");
+    let s = server_with_session(opts, OpenOptions::new(), "ses_slow").await;
+    let mut slow = SseReader::connected(&s, "/event", TOKEN_A, None).await;
+    let mut fast = SseReader::connected(&s, "/event", TOKEN_A, None).await;
     // 400 deltas of 64 KiB: far more than the socket buffers hold.
     let chunk = "x".repeat(64 << 10);
     let lines = turn("flood", 400, &chunk);
@@ -395,11 +374,9 @@ async fn a_slow_client_is_dropped_and_slows_neither_the_writer_nor_others() {
 async fn an_idle_stream_gets_heartbeats() {
     let mut opts = options();
     opts.heartbeat = std::time::Duration::from_millis(200);
-    let s = redb_server(opts, OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_idle").await;
+    let s = server_with_session(opts, OpenOptions::new(), "ses_idle").await;
     for path in ["/event", "/session/ses_idle/event"] {
-        let mut sse = SseReader::connect(&s, path, TOKEN_A, None).await;
-        assert_eq!(sse.expect().await.kind(), "server.connected");
+        let mut sse = SseReader::connected(&s, path, TOKEN_A, None).await;
         let mut beats = 0;
         while beats < 2 {
             let e = sse.next().await.expect("open").expect("an event");

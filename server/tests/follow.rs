@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::tenant;
+use common::{tenant, until_up};
 use forge_server::{FollowOptions, FollowReport, Shutdown};
 use forge_store::Topic;
 use forge_store::{Event, Forge, OpenOptions, SessionId};
@@ -164,24 +164,13 @@ impl Opencode {
             .spawn()
             .expect("opencode serve starts");
         oc.children = vec![llm, serve];
-        let start = Instant::now();
-        loop {
-            // A connection made while the server starts may never be answered.
-            let up = oc
-                .http
+        // A connection made while the server starts may never be answered.
+        until_up("opencode serve", Duration::from_mins(1), || {
+            oc.http
                 .get(format!("{}/session", oc.api))
                 .timeout(Duration::from_secs(2))
-                .send()
-                .await;
-            if up.is_ok_and(|r| r.status().is_success()) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_mins(1),
-                "opencode serve did not come up"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        })
+        .await;
         oc
     }
 

@@ -10,18 +10,8 @@
 mod common;
 
 use common::*;
-use forge_server::ServerOptions;
-use forge_store::OpenOptions;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-
-fn budget(default: u32) -> u32 {
-    std::env::var("FORGE_FUZZ_CASES").map_or(default, |v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("FORGE_FUZZ_CASES={v:?} is not a whole number"))
-    })
-}
 
 /// A header value: arbitrary bytes HTTP can carry, or a mutation of a valid id.
 #[derive(Clone, Debug)]
@@ -105,14 +95,9 @@ fn check_answer(path: &str, value: &[u8], status: u16, body: &str) -> Result<(),
 
 #[test]
 fn last_event_ids_resume_or_are_refused_clearly() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = forge_testkit::runtime();
     let s = rt.block_on(async {
-        let s = redb_server(ServerOptions::new(two_tenants()), OpenOptions::new()).await;
-        s.create(TOKEN_A, "ses_fuzz").await;
+        let s = session_server("ses_fuzz").await;
         let (status, body) = s
             .upload(TOKEN_A, "ses_fuzz", ndjson(&turn("fuzz", 5, "tok ")))
             .await;
@@ -127,7 +112,7 @@ fn last_event_ids_resume_or_are_refused_clearly() {
         id.rsplit_once('-').map(|(h, _)| h.to_owned()).unwrap_or(id)
     });
 
-    let cases = budget(300);
+    let cases = forge_testkit::env_number("FORGE_FUZZ_CASES", 300);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,

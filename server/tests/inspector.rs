@@ -15,8 +15,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
-use forge_server::ServerOptions;
-use forge_store::OpenOptions;
 use serde_json::{json, Value};
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -25,6 +23,11 @@ fn which(name: &str) -> Option<PathBuf> {
         .split(':')
         .map(|d| PathBuf::from(d).join(name))
         .find(|p| p.is_file())
+}
+
+/// A script that counts the elements `css` selects.
+fn count_of(css: &str) -> String {
+    format!("return document.querySelectorAll('{css}').length")
 }
 
 /// A WebDriver session on a headless Chromium.
@@ -58,18 +61,10 @@ impl Browser {
             .expect("chromedriver starts");
         let http = reqwest::Client::new();
         let driver_url = format!("http://127.0.0.1:{port}");
-        let ready = Instant::now();
-        loop {
-            let up = http.get(format!("{driver_url}/status")).send().await;
-            if up.is_ok_and(|r| r.status().is_success()) {
-                break;
-            }
-            assert!(
-                ready.elapsed() < Duration::from_secs(20),
-                "chromedriver did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until_up("chromedriver", Duration::from_secs(20), || {
+            http.get(format!("{driver_url}/status"))
+        })
+        .await;
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -97,18 +92,23 @@ impl Browser {
         })
     }
 
-    async fn cmd(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+    /// A WebDriver command's whole answer (`{"value": …}`, an error or not).
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if !body.is_null() {
             req = req.json(&body);
         }
-        let r: Value = req
-            .send()
+        req.send()
             .await
             .expect("WebDriver request")
             .json()
             .await
-            .expect("json");
+            .expect("json")
+    }
+
+    /// A WebDriver command's value; an error fails the test.
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let r = self.send(method, path, body).await;
         assert!(r["value"].get("error").is_none(), "{path}: {r}");
         r["value"].clone()
     }
@@ -148,16 +148,13 @@ impl Browser {
                 .and_then(Value::as_str)
                 .expect("element id")
                 .to_owned();
-            let r: Value = self
-                .http
-                .post(format!("{}/element/{id}/click", self.base))
-                .json(&json!({}))
-                .send()
-                .await
-                .expect("WebDriver request")
-                .json()
-                .await
-                .expect("json");
+            let r = self
+                .send(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/click"),
+                    json!({}),
+                )
+                .await;
             match r["value"].get("error").and_then(Value::as_str) {
                 None => return,
                 Some("stale element reference") if start.elapsed() < Duration::from_secs(10) => {
@@ -166,6 +163,16 @@ impl Browser {
                 Some(_) => panic!("click {css}: {r}"),
             }
         }
+    }
+
+    /// How many elements `css` selects.
+    async fn count(&self, css: &str) -> Value {
+        self.js(&count_of(css)).await
+    }
+
+    /// Waits until `css` selects `n` elements.
+    async fn until_count(&self, css: &str, n: u64) {
+        self.until(&count_of(css), &json!(n)).await;
     }
 
     /// Waits until `script` returns `want`.
@@ -229,8 +236,7 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let s = redb_server(ServerOptions::new(two_tenants()), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_inspect").await;
+    let s = session_server("ses_inspect").await;
     let history = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/streams/compaction.jsonl"),
     )
@@ -253,17 +259,9 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
     browser
         .goto(&format!("{}/?session=ses_inspect", s.base))
         .await;
+    browser.until_count("#timeline .msg", stored).await;
     browser
-        .until(
-            "return document.querySelectorAll('#timeline .msg').length",
-            &json!(stored),
-        )
-        .await;
-    browser
-        .until(
-            "return document.querySelectorAll('#timeline .msg.hidden-by-compaction').length",
-            &json!(hidden),
-        )
+        .until_count("#timeline .msg.hidden-by-compaction", hidden)
         .await;
     let banner = browser
         .js("return document.querySelector('#banner').textContent")
@@ -275,34 +273,20 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
         "{banner}"
     );
     assert_eq!(
-        browser
-            .js("return document.querySelectorAll('#sessions .item').length")
-            .await,
+        browser.count("#sessions .item").await,
         json!(1),
         "the token's tenant has one session"
     );
 
     // The toggle: the compacted view shows exactly the view's messages.
     browser.click("#mode-view").await;
-    browser
-        .until(
-            "return document.querySelectorAll('#timeline .msg').length",
-            &json!(in_view),
-        )
-        .await;
+    browser.until_count("#timeline .msg", in_view).await;
     assert_eq!(
-        browser
-            .js("return document.querySelectorAll('#timeline .msg.hidden-by-compaction').length")
-            .await,
+        browser.count("#timeline .msg.hidden-by-compaction").await,
         json!(0)
     );
     browser.click("#mode-full").await;
-    browser
-        .until(
-            "return document.querySelectorAll('#timeline .msg').length",
-            &json!(stored),
-        )
-        .await;
+    browser.until_count("#timeline .msg", stored).await;
 
     // A turn uploads; its text grows on the page while the body is still open.
     let mut lines = vec![
@@ -361,12 +345,7 @@ async fn the_page_shows_history_the_compacted_view_and_live_text() {
     let r = upload.finish().await;
     assert_eq!(r.status().as_u16(), 200);
     // Closed: no part or message is marked open any more.
-    browser
-        .until(
-            "return document.querySelectorAll('#timeline .tag.open').length",
-            &json!(0),
-        )
-        .await;
+    browser.until_count("#timeline .tag.open", 0).await;
     browser.quit().await;
     s.stop().await;
 }

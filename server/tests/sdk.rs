@@ -14,8 +14,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use forge_server::ServerOptions;
-use forge_store::OpenOptions;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -47,8 +45,7 @@ async fn the_opencode_sdk_reads_the_api_and_resumes_events_after_a_cut() {
     let Some(dir) = sdk_dir() else {
         return;
     };
-    let s = redb_server(ServerOptions::new(two_tenants()), OpenOptions::new()).await;
-    s.create(TOKEN_A, "ses_sdk").await;
+    let s = session_server("ses_sdk").await;
     s.create(TOKEN_B, "ses_elsewhere").await;
     let mut node = tokio::process::Command::new("node")
         .arg("client.mjs")

@@ -1,13 +1,16 @@
 //! Small fixtures the test suites share: messages, environment numbers, runtimes,
-//! normalized exports, waiting for a condition.
+//! normalized exports, waiting for a condition, a bus that checks what is published.
 
+use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use forge_core::id::now_ms;
 use forge_core::model::{JsonMap, MessageBody, PartBody, TextPart, UserMessage, UserTime};
 use forge_core::{
-    BusEvent, Envelope, Event, Message, MessageId, Part, PartDelta, PartId, SessionId, TenantId,
+    Bus, BusCapabilities, BusEvent, Envelope, Event, LocalBus, Message, MessageId, Part, PartDelta,
+    PartId, Replay, Result, SessionId, Subscription, TenantId, Topic,
 };
 use serde_json::Value;
 
@@ -154,5 +157,84 @@ pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) 
     while !ready() {
         assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What a [`TapBus`] does with each event before it publishes it: look at it, record it,
+/// or refuse it with an error (the event is then not published). A closure
+/// `Fn(&BusEvent) -> forge_core::Result<()>` is one.
+pub trait OnPublish: Send + Sync + 'static {
+    /// Called with each event [`Bus::publish`] is given, before it is published.
+    fn on_publish(&self, event: &BusEvent) -> Result<()>;
+}
+
+impl<F> OnPublish for F
+where
+    F: Fn(&BusEvent) -> Result<()> + Send + Sync + 'static,
+{
+    fn on_publish(&self, event: &BusEvent) -> Result<()> {
+        self(event)
+    }
+}
+
+/// A [`LocalBus`] that shows every published event to [`tap`](Self::tap) first; the
+/// other [`Bus`] methods are the local bus's.
+pub struct TapBus<T> {
+    /// The bus the events go to.
+    pub inner: LocalBus,
+    /// What sees each event first.
+    pub tap: T,
+}
+
+impl<T: OnPublish> TapBus<T> {
+    /// `inner`, with `tap` shown every event before it.
+    pub fn new(inner: LocalBus, tap: T) -> Self {
+        Self { inner, tap }
+    }
+}
+
+impl<T> fmt::Debug for TapBus<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TapBus")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<T: OnPublish> Bus for TapBus<T> {
+    fn capabilities(&self) -> BusCapabilities {
+        self.inner.capabilities()
+    }
+
+    fn publish(&self, event: BusEvent) -> Result<()> {
+        self.tap.on_publish(&event)?;
+        self.inner.publish(event)
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+
+    async fn subscribe(
+        &self,
+        tenant: &TenantId,
+        topic: Topic,
+        from_seq: Option<u64>,
+    ) -> Result<Subscription> {
+        self.inner.subscribe(tenant, topic, from_seq).await
+    }
+
+    async fn replay(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Replay> {
+        self.inner.replay(tenant, session, from_seq).await
+    }
+
+    async fn last_seq(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<u64>> {
+        self.inner.last_seq(tenant, session).await
     }
 }

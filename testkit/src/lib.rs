@@ -8,7 +8,7 @@ pub mod stores;
 
 pub use fixtures::{
     current_thread_runtime, delta, env_number, env_usize, normalized, runtime, text_of,
-    user_message, user_message_with, wait_until,
+    user_message, user_message_with, wait_until, OnPublish, TapBus,
 };
 pub use services::{required, service_url, skip, skip_unless, REQUIRE_SERVICES};
 

@@ -32,13 +32,8 @@ fn put(part: Part, seq: u64) -> Envelope<SyncEvent> {
     env("a", "ses_1", seq, SyncEvent::PartUpdated { part })
 }
 
-/// Applies one session, one message, then `commits` batches of one part each; returns
-/// the counts of the part batches alone.
-async fn commit_parts(
-    store: &RedbStore,
-    counters: &forge_redb::IoCounters,
-    commits: u64,
-) -> IoCounts {
+/// Applies session `ses_1` with message `msg_1`, which the parts go in.
+async fn put_message_1(store: &RedbStore) {
     store
         .apply(&[
             put_session("a", "ses_1", 1),
@@ -46,6 +41,16 @@ async fn commit_parts(
         ])
         .await
         .unwrap();
+}
+
+/// Applies one session, one message, then `commits` batches of one part each; returns
+/// the counts of the part batches alone.
+async fn commit_parts(
+    store: &RedbStore,
+    counters: &forge_redb::IoCounters,
+    commits: u64,
+) -> IoCounts {
+    put_message_1(store).await;
     let before = counters.snapshot();
     for i in 0..commits {
         let part = big_part("ses_1", "msg_1", &format!("prt_{i}"), 1_000);
@@ -57,20 +62,13 @@ async fn commit_parts(
 #[test]
 fn a_durable_commit_writes_at_least_its_row_and_syncs() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     rt.block_on(async {
         let (store, counters) = RedbStore::open_counted(&path, RedbOptions::default()).unwrap();
         let opened = counters.snapshot();
         assert!(opened.write_bytes > 0 && opened.syncs > 0, "{opened:?}");
 
-        store
-            .apply(&[
-                put_session("a", "ses_1", 1),
-                put_message("a", "ses_1", "msg_1", 2, 2),
-            ])
-            .await
-            .unwrap();
+        put_message_1(&store).await;
         let part = big_part("ses_1", "msg_1", "prt_1", 20_000);
         let row = serde_json::to_vec(&part).unwrap().len() as u64;
         let before = counters.snapshot();

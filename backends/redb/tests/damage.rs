@@ -13,11 +13,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use forge_conformance::differential::damage::{
-    assert_clean, campaign, history, runs, snapshot, Damage, PanicCounter, Rng, Snapshot,
-};
+use forge_conformance::differential::damage::{history, runs, snapshot, Damage, Snapshot};
 use forge_core::{Error, Store};
 use forge_redb::{RedbOptions, RedbStore};
+use forge_testkit::stores::Campaigns;
 
 /// Messages per page when reading back (several pages per session).
 const PAGE: usize = 3;
@@ -38,8 +37,7 @@ fn read_back(path: &Path) -> Result<Snapshot, Error> {
 /// A directory with `forge.redb` holding the campaign history, closed cleanly (the
 /// journal checkpointed and removed: the file is complete by itself), and what it reads.
 fn clean_file() -> (tempfile::TempDir, PathBuf, Snapshot) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (dir, path) = temp_path();
     let rt = runtime();
     rt.block_on(async {
         let store = RedbStore::open(&path).unwrap();
@@ -56,74 +54,33 @@ fn clean_file() -> (tempfile::TempDir, PathBuf, Snapshot) {
 }
 
 fn journal(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-journal");
-    PathBuf::from(name)
+    stores::beside(path, "-journal")
 }
 
 /// Writes `db` (and `journal`, if given) to a fresh file, reads it back, and removes it.
 fn try_copy(dir: &Path, db: &[u8], jnl: Option<&[u8]>) -> Result<Snapshot, Error> {
     let copy = dir.join("damaged.redb");
-    std::fs::write(&copy, db).unwrap();
-    if let Some(j) = jnl {
-        std::fs::write(journal(&copy), j).unwrap();
-    }
-    let got = std::panic::catch_unwind(|| read_back(&copy))
-        .unwrap_or_else(|_| Err(Error::invalid("the read panicked")));
-    std::fs::remove_file(&copy).unwrap();
-    std::fs::remove_file(journal(&copy)).ok();
-    got
+    stores::read_fresh_copy(read_back, &copy, db, (&journal(&copy), jnl), &[])
 }
 
 #[test]
 fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     std::fs::write(&path, b"").unwrap();
     let err = RedbStore::open(&path).unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-    assert!(err.to_string().contains("empty file"), "{err}");
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        0,
-        "the file was written to"
-    );
+    stores::assert_refused_as_empty(&path, &err);
 }
 
 /// The whole campaign in one test: the panic hook is process-wide.
 #[test]
 fn damaged_files_are_reported_never_read_changed_and_never_panic() {
-    let panics = PanicCounter::install();
     let (dir, path, original) = clean_file();
     let db = std::fs::read(&path).unwrap();
-    let n = default_runs();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut tallies = Vec::new();
     let read = |db: &[u8], beside: Option<&[u8]>| try_copy(dir.path(), db, beside);
+    let mut campaigns = Campaigns::new(&read, default_runs());
 
     // The file as a clean close leaves it.
-    let flips = rng.flips(n, db.len());
-    tallies.push(campaign(
-        "redb file, flips",
-        &read,
-        (&db, None),
-        false,
-        &flips,
-        &original,
-        &panics,
-        &|_| false,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, db.len());
-    tallies.push(campaign(
-        "redb file, cuts",
-        &read,
-        (&db, None),
-        false,
-        &cuts,
-        &original,
-        &panics,
-        &|_| false,
-    ));
+    campaigns.flips_and_cuts("redb file", ((&db, None), false), &original, &|_| false);
 
     // As a crash leaves it: the last batches only in the journal, not checkpointed.
     let (crash_db, crash_journal, crash_original, checkpoint_len) = crashed_copy(dir.path());
@@ -135,46 +92,24 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         Damage::Flip { at, .. } => last.contains(&at),
         Damage::Truncate { len } => len as u64 >= checkpoint_len,
     };
-    let flips = rng.flips(n, crash_journal.len());
-    tallies.push(campaign(
-        "redb journal, flips",
-        &read,
-        (&crash_db, Some(&crash_journal)),
-        true,
-        &flips,
-        &crash_original,
-        &panics,
-        &torn,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, crash_journal.len());
-    tallies.push(campaign(
-        "redb journal, cuts",
-        &read,
-        (&crash_db, Some(&crash_journal)),
-        true,
-        &cuts,
-        &crash_original,
-        &panics,
-        &torn,
-    ));
+    let crashed = (&crash_db[..], Some(&crash_journal[..]));
+    campaigns.flips_and_cuts("redb journal", (crashed, true), &crash_original, &torn);
     // The database file is judged on its own terms: the torn-record rule above is about
     // journal offsets. Damage to the file reads intact, is reported, or is silent;
     // never crash-like.
-    let flips = rng.flips(n / 2, crash_db.len());
-    tallies.push(campaign(
-        "redb file beside a journal, flips",
-        &read,
-        (&crash_db, Some(&crash_journal)),
-        false,
-        &flips,
+    campaigns.flips(
+        "redb file beside a journal",
+        campaigns.runs / 2,
+        (crashed, false),
         &crash_original,
-        &panics,
         &|_| false,
-    ));
-    for t in &tallies {
-        assert_clean(t);
-    }
-    for t in tallies.iter().filter(|t| t.name.starts_with("redb file")) {
+    );
+    campaigns.assert_clean();
+    for t in campaigns
+        .tallies
+        .iter()
+        .filter(|t| t.name.starts_with("redb file"))
+    {
         assert_eq!(
             t.crash_like, 0,
             "a database-file damage counted as a crash: {t}"
@@ -193,20 +128,15 @@ fn crashed_copy(dir: &Path) -> (Vec<u8>, Vec<u8>, Snapshot, u64) {
         ..RedbOptions::default()
     };
     let store = RedbStore::open_with(&live, options).unwrap();
-    let batches = history(4, 6, 3000);
-    let half = batches.len() / 2;
-    rt.block_on(async {
-        for batch in &batches[..half] {
-            store.apply(batch).await.unwrap();
-        }
-        store.checkpoint().await.unwrap();
-    });
-    let checkpoint_len = std::fs::metadata(journal(&live)).unwrap().len();
-    rt.block_on(async {
-        for batch in &batches[half..] {
-            store.apply(batch).await.unwrap();
-        }
-    });
+    let mut checkpoint_len = 0;
+    rt.block_on(stores::apply_in_halves(
+        &store,
+        &history(4, 6, 3000),
+        async || {
+            store.checkpoint().await.unwrap();
+            checkpoint_len = std::fs::metadata(journal(&live)).unwrap().len();
+        },
+    ));
     let db = std::fs::read(&live).unwrap();
     let jnl = std::fs::read(journal(&live)).unwrap();
     rt.block_on(store.close()).unwrap();

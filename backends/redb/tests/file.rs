@@ -17,8 +17,7 @@ use forge_redb::{Durability, RedbOptions, RedbStore};
 fn reopening_the_file_shows_every_commit() {
     let rt = runtime();
     for durability in [Durability::Immediate, Durability::None] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("forge.redb");
+        let (_dir, path) = temp_path();
         let history = sample_history();
         rt.block_on(async {
             let store = RedbStore::open_with(
@@ -43,8 +42,7 @@ fn reopening_the_file_shows_every_commit() {
 #[test]
 fn close_waits_for_a_cancelled_write_and_releases_the_file() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     let mut batch = vec![
         put_session("a", "ses_1", 1),
         put_message("a", "ses_1", "msg_1", 0, 2),
@@ -156,8 +154,7 @@ mod raw {
 #[test]
 fn a_new_file_appears_whole_and_a_killed_creation_leaves_nothing_in_the_way() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (dir, path) = temp_path();
     // What a creation killed half-way leaves: its temporary file, half-written. Of a
     // process that still runs (pid 1), it stays; of one that is gone (a pid above any
     // pid_max), untouched for two minutes, the open removes it.
@@ -172,9 +169,8 @@ fn a_new_file_appears_whole_and_a_killed_creation_leaves_nothing_in_the_way() {
         .set_modified(std::time::SystemTime::now() - std::time::Duration::from_mins(2))
         .unwrap();
     let history = sample_history();
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
-        apply_all(&store, &history).await;
+    on_file(&rt, &path, async |store| {
+        apply_all(store, &history).await;
     });
     assert!(!abandoned.exists(), "an abandoned creation is removed");
     assert!(left.exists(), "a running process's creation is left alone");
@@ -188,9 +184,8 @@ fn a_new_file_appears_whole_and_a_killed_creation_leaves_nothing_in_the_way() {
             .any(|n| n.contains(&format!("creating-{}", std::process::id()))),
         "the creating file is removed: {names:?}"
     );
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
-        assert_matches_reference(&store, &history).await;
+    on_file(&rt, &path, async |store| {
+        assert_matches_reference(store, &history).await;
     });
 }
 
@@ -203,8 +198,7 @@ fn with_raw_db(path: &Path, f: impl FnOnce(&redb::WriteTransaction)) {
 
 #[test]
 fn a_file_of_a_newer_schema_version_is_refused_clearly() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     drop(RedbStore::open(&path).unwrap());
     with_raw_db(&path, |txn| {
         let mut meta = txn.open_table(raw::META).unwrap();
@@ -221,11 +215,9 @@ fn a_file_of_a_newer_schema_version_is_refused_clearly() {
 
 #[test]
 fn a_version_1_file_gets_the_part_index_and_parts_move_in_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     let rt = runtime();
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
+    on_file(&rt, &path, async |store| {
         store
             .apply(&[
                 put_session("a", "ses_1", 1),
@@ -247,26 +239,14 @@ fn a_version_1_file_gets_the_part_index_and_parts_move_in_it() {
             .insert("schema_version", 1)
             .unwrap();
     });
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
+    on_file(&rt, &path, async |store| {
         let moved = put_part("a", "ses_1", "msg_2", "prt_1", 1, 5);
         store.apply(std::slice::from_ref(&moved)).await.unwrap();
-        let (t, s) = (tenant("a"), SessionId::from("ses_1"));
-        let first = store
-            .message(&t, &s, &"msg_1".into())
-            .await
-            .unwrap()
-            .unwrap();
-        let second = store
-            .message(&t, &s, &"msg_2".into())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(first.parts.is_empty(), "the part stayed: {:?}", first.parts);
         let SyncEvent::PartUpdated { part } = moved.event else {
             unreachable!()
         };
-        assert_eq!(second.parts, vec![part]);
+        let (t, s) = (tenant("a"), SessionId::from("ses_1"));
+        stores::assert_part_moved(store, &t, &s, part).await;
     });
 }
 
@@ -306,11 +286,9 @@ fn foreign_files_are_refused_clearly() {
 #[test]
 fn corrupted_values_are_codec_errors_naming_the_row() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
-        apply_all(&store, &sample_history()).await;
+    let (_dir, path) = temp_path();
+    on_file(&rt, &path, async |store| {
+        apply_all(store, &sample_history()).await;
     });
     with_raw_db(&path, |txn| {
         // A valid row envelope (format 1; bincode: seq = 1, a 3-byte string) holding
@@ -335,8 +313,7 @@ fn corrupted_values_are_codec_errors_naming_the_row() {
             .insert(("a", "ses_1", "msg_2", "prt_2"), [9u8, 0].as_slice())
             .unwrap();
     });
-    rt.block_on(async {
-        let store = RedbStore::open(&path).unwrap();
+    on_file(&rt, &path, async |store| {
         let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
         let codec = |r: forge_core::Result<()>, needles: &[&str]| {
             let err = r.expect_err(&format!("{needles:?}"));

@@ -202,8 +202,7 @@ fn a_store_dropped_without_close_is_not_replayed_onto_itself() {
     // part put under a message that a later batch removed would fail to apply).
     const N: u64 = 40;
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (_dir, path) = temp_path();
     let gone = || {
         env(
             "a",
@@ -268,8 +267,7 @@ fn a_journal_moved_away_opens_as_of_the_checkpoint_and_again_after() {
     // not take it for a cut journal.
     const N: u64 = 30;
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("forge.redb");
+    let (dir, path) = temp_path();
     rt.block_on(async {
         let store = RedbStore::open(&path).unwrap();
         for i in 0..N {

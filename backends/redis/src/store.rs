@@ -192,6 +192,18 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// The ids of every session of `tenant`, from its session index.
+    async fn session_ids(&self, tenant: &TenantId) -> Result<Vec<SessionId>> {
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.sessions(tenant))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map)?;
+        Ok(ids.into_iter().map(SessionId::from).collect())
+    }
+
     async fn sessions_of(
         &self,
         tenant: &TenantId,
@@ -353,15 +365,8 @@ impl Store for RedisStore {
     }
 
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.keys.sessions(tenant))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut self.conn())
-            .await
-            .map_err(map)?;
-        self.sessions_of(tenant, ids.into_iter().map(SessionId::from).collect())
-            .await
+        let ids = self.session_ids(tenant).await?;
+        self.sessions_of(tenant, ids).await
     }
 
     async fn message(
@@ -427,16 +432,7 @@ impl Store for RedisStore {
     ) -> Result<OpenItems> {
         let sessions: Vec<SessionId> = match session {
             Some(s) => vec![s.clone()],
-            None => {
-                let ids: Vec<String> = redis::cmd("ZRANGE")
-                    .arg(self.keys.sessions(tenant))
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut self.conn())
-                    .await
-                    .map_err(map)?;
-                ids.into_iter().map(SessionId::from).collect()
-            }
+            None => self.session_ids(tenant).await?,
         };
         let mut out = OpenItems::default();
         for sid in sessions {

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{delta, fresh_prefix, with_prefix, Cleanup};
+use common::{delta, TestPrefix};
 use forge_core::{Bus, BusEvent, Error, SessionId, Subscription, TenantId, Topic};
 use forge_redis::RedisBus;
 
@@ -28,31 +28,38 @@ async fn quiet(sub: &mut Subscription, ms: u64) {
     }
 }
 
+/// A fresh prefix with a bus on it, and tenant `t1`.
 struct Setup {
-    url: String,
-    _cleanup: Cleanup,
+    tenant: TenantId,
+    bus: RedisBus,
+    /// Last: its keys are deleted once the bus is gone.
+    prefix: TestPrefix,
 }
 
-fn setup(extra: &str) -> Option<Setup> {
-    let server = common::redis_url()?;
-    let prefix = fresh_prefix();
+impl Setup {
+    /// Another bus on the prefix (another connection, as on another replica).
+    async fn connect(&self) -> RedisBus {
+        self.prefix.bus().await
+    }
+}
+
+async fn setup(extra: &str) -> Option<Setup> {
+    let prefix = TestPrefix::with_query(extra)?;
     Some(Setup {
-        url: with_prefix(&server, &prefix, extra),
-        _cleanup: Cleanup {
-            url: server,
-            prefix,
-        },
+        bus: prefix.bus().await,
+        prefix,
+        tenant: TenantId::new("t1").unwrap(),
     })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_from_seq_switches_from_replay_to_live_without_gap_or_repeat() {
-    let Some(s) = setup("") else { return };
-    let tenant = TenantId::new("t1").unwrap();
+    let Some(s) = setup("").await else { return };
+    let tenant = &s.tenant;
     let session = SessionId::from("ses_resume");
 
     // Publisher and subscribers are different connections, as on different replicas.
-    let publisher = RedisBus::connect(&s.url).await.unwrap();
+    let publisher = s.connect().await;
     let (t, ses) = (tenant.clone(), session.clone());
     let publishing = tokio::spawn(async move {
         for seq in 1..=N {
@@ -65,21 +72,21 @@ async fn resume_from_seq_switches_from_replay_to_live_without_gap_or_repeat() {
         publisher.flush().await.unwrap();
     });
 
-    let reader = RedisBus::connect(&s.url).await.unwrap();
+    let reader = &s.bus;
     let mut subs = Vec::new();
     // Subscribe at different moments and from different seqs, while publishing runs:
     // each one replays a gap and then follows live.
     for (i, from) in [1u64, 400, 1200, 2500, 2999].into_iter().enumerate() {
         tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
         let sub = reader
-            .subscribe(&tenant, Topic::Session(session.clone()), Some(from))
+            .subscribe(tenant, Topic::Session(session.clone()), Some(from))
             .await
             .unwrap();
         subs.push((from, sub));
     }
     let mut switched = 0;
     for (from, mut sub) in subs {
-        let last_at_subscribe = reader.last_seq(&tenant, &session).await.unwrap();
+        let last_at_subscribe = reader.last_seq(tenant, &session).await.unwrap();
         for want in from..=N {
             let got = next(&mut sub).await;
             assert_eq!(got.seq, want, "subscriber from {from}");
@@ -97,26 +104,28 @@ async fn resume_from_seq_switches_from_replay_to_live_without_gap_or_repeat() {
 
     // A live subscription (no seq) gets only what is published after it returns.
     let mut live = reader
-        .subscribe(&tenant, Topic::Session(session.clone()), None)
+        .subscribe(tenant, Topic::Session(session.clone()), None)
         .await
         .unwrap();
-    let publisher = RedisBus::connect(&s.url).await.unwrap();
-    publisher.publish(delta(&tenant, &session, N + 1)).unwrap();
+    let publisher = s.connect().await;
+    publisher.publish(delta(tenant, &session, N + 1)).unwrap();
     assert_eq!(next(&mut live).await.seq, N + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_trims_and_replay_reports_truncation() {
-    let Some(s) = setup("&maxlen=10") else { return };
-    let tenant = TenantId::new("t1").unwrap();
+    let Some(s) = setup("&maxlen=10").await else {
+        return;
+    };
+    let tenant = &s.tenant;
     let session = SessionId::from("ses_trim");
-    let bus = RedisBus::connect(&s.url).await.unwrap();
+    let bus = &s.bus;
     for seq in 1..=2000 {
-        bus.publish(delta(&tenant, &session, seq)).unwrap();
+        bus.publish(delta(tenant, &session, seq)).unwrap();
     }
     bus.flush().await.unwrap();
 
-    let all = bus.replay(&tenant, &session, 1).await.unwrap();
+    let all = bus.replay(tenant, &session, 1).await.unwrap();
     assert!(all.truncated, "retention dropped the start");
     let first = all.events.first().unwrap().seq;
     assert!(
@@ -126,21 +135,21 @@ async fn retention_trims_and_replay_reports_truncation() {
     let seqs: Vec<u64> = all.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (first..=2000).collect::<Vec<_>>());
 
-    let kept = bus.replay(&tenant, &session, first).await.unwrap();
+    let kept = bus.replay(tenant, &session, first).await.unwrap();
     assert!(!kept.truncated, "nothing at or after {first} was dropped");
     assert_eq!(kept.events.len(), all.events.len());
-    let tail = bus.replay(&tenant, &session, 1990).await.unwrap();
+    let tail = bus.replay(tenant, &session, 1990).await.unwrap();
     assert_eq!(tail.events.len(), 11);
     assert!(!tail.truncated);
-    assert_eq!(bus.last_seq(&tenant, &session).await.unwrap(), Some(2000));
+    assert_eq!(bus.last_seq(tenant, &session).await.unwrap(), Some(2000));
 
     let err = bus
-        .subscribe(&tenant, Topic::Session(session.clone()), Some(1))
+        .subscribe(tenant, Topic::Session(session.clone()), Some(1))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     let mut sub = bus
-        .subscribe(&tenant, Topic::Session(session.clone()), Some(first))
+        .subscribe(tenant, Topic::Session(session.clone()), Some(first))
         .await
         .unwrap();
     assert_eq!(next(&mut sub).await.seq, first);
@@ -148,15 +157,15 @@ async fn retention_trims_and_replay_reports_truncation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_subscription_follows_every_session_live_and_only_its_tenant() {
-    let Some(s) = setup("") else { return };
+    let Some(s) = setup("").await else { return };
     let (t1, t2) = (TenantId::new("t1").unwrap(), TenantId::new("t2").unwrap());
     let (a, b) = (SessionId::from("ses_a"), SessionId::from("ses_b"));
-    let bus = RedisBus::connect(&s.url).await.unwrap();
+    let bus = &s.bus;
     bus.publish(delta(&t1, &a, 1)).unwrap(); // before the subscription: not delivered
 
     let mut sub = bus.subscribe(&t1, Topic::Tenant, None).await.unwrap();
     assert!(bus.subscribe(&t1, Topic::Tenant, Some(1)).await.is_err());
-    let other = RedisBus::connect(&s.url).await.unwrap();
+    let other = s.connect().await;
     other.publish(delta(&t2, &a, 1)).unwrap();
     for (ses, seq) in [(&a, 2), (&b, 1), (&a, 3), (&b, 2)] {
         other.publish(delta(&t1, ses, seq)).unwrap();
@@ -171,22 +180,22 @@ async fn tenant_subscription_follows_every_session_live_and_only_its_tenant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_sessions_replay_empty_and_hostile_session_ids_stay_apart() {
-    let Some(s) = setup("") else { return };
-    let tenant = TenantId::new("t1").unwrap();
-    let bus = RedisBus::connect(&s.url).await.unwrap();
+    let Some(s) = setup("").await else { return };
+    let tenant = &s.tenant;
+    let bus = &s.bus;
     let none = SessionId::from("nothing");
-    assert_eq!(bus.last_seq(&tenant, &none).await.unwrap(), None);
-    let r = bus.replay(&tenant, &none, 1).await.unwrap();
+    assert_eq!(bus.last_seq(tenant, &none).await.unwrap(), None);
+    let r = bus.replay(tenant, &none, 1).await.unwrap();
     assert!(r.events.is_empty() && !r.truncated);
     assert!(bus.capabilities().durable);
 
     let ids = ["a", "a:b", "", "*", "6", "61", ":", "a\u{0}"];
     for (i, id) in ids.iter().enumerate() {
-        bus.publish(delta(&tenant, &SessionId::from(*id), i as u64 + 1))
+        bus.publish(delta(tenant, &SessionId::from(*id), i as u64 + 1))
             .unwrap();
     }
     for (i, id) in ids.iter().enumerate() {
-        let r = bus.replay(&tenant, &SessionId::from(*id), 0).await.unwrap();
+        let r = bus.replay(tenant, &SessionId::from(*id), 0).await.unwrap();
         let seqs: Vec<u64> = r.events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![i as u64 + 1], "session {id:?}");
     }
@@ -194,35 +203,37 @@ async fn unknown_sessions_replay_empty_and_hostile_session_ids_stay_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_publish_is_reported_by_flush_and_the_rest_still_lands() {
-    let Some(s) = setup("") else { return };
-    let tenant = TenantId::new("t1").unwrap();
+    let Some(s) = setup("").await else { return };
+    let tenant = &s.tenant;
     let session = SessionId::from("ses_dup");
-    let bus = RedisBus::connect(&s.url).await.unwrap();
+    let bus = &s.bus;
     for seq in [1, 2, 2, 3] {
-        bus.publish(delta(&tenant, &session, seq)).unwrap();
+        bus.publish(delta(tenant, &session, seq)).unwrap();
     }
     assert!(bus.flush().await.is_err(), "seq 2 twice must be reported");
     bus.flush().await.unwrap();
-    let r = bus.replay(&tenant, &session, 1).await.unwrap();
+    let r = bus.replay(tenant, &session, 1).await.unwrap();
     let seqs: Vec<u64> = r.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, vec![1, 2, 3]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_overtaken_by_retention_gets_lagged_then_continues() {
-    let Some(s) = setup("&maxlen=10") else { return };
-    let tenant = TenantId::new("t1").unwrap();
+    let Some(s) = setup("&maxlen=10").await else {
+        return;
+    };
+    let tenant = &s.tenant;
     let session = SessionId::from("ses_lag");
-    let bus = RedisBus::connect(&s.url).await.unwrap();
+    let bus = &s.bus;
     let mut sub = bus
-        .subscribe(&tenant, Topic::Session(session.clone()), Some(1))
+        .subscribe(tenant, Topic::Session(session.clone()), Some(1))
         .await
         .unwrap();
     for seq in 1..=2000 {
-        bus.publish(delta(&tenant, &session, seq)).unwrap();
+        bus.publish(delta(tenant, &session, seq)).unwrap();
     }
     bus.flush().await.unwrap();
-    let first = bus.replay(&tenant, &session, 1).await.unwrap().events[0].seq;
+    let first = bus.replay(tenant, &session, 1).await.unwrap().events[0].seq;
     let lag = tokio::time::timeout(WAIT, sub.next())
         .await
         .unwrap()

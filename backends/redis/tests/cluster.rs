@@ -1,5 +1,6 @@
 //! The Redis backend on a real Redis Cluster (three masters on loopback, started by
-//! the test): the whole conformance suite, the key layout (every key of a tenant in
+//! the test): the whole conformance suite through the driver (leaving no key on any
+//! node), the key layout (every key of a tenant in
 //! one slot, tenants spread over the nodes), and the projector worker.
 //!
 //! Skipped loudly where `redis-server` is not installed (see `forge_testkit::servers::Cluster`).
@@ -10,9 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::factory::RedisFactory;
+use common::TestPrefix;
+use forge_conformance::DriverFactory;
 use forge_core::{Bus, Envelope, Event, Store, SyncEvent, TenantId};
-use forge_redis::{KeyLayout, ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+use forge_redis::{KeyLayout, ProjectorWorker, RedisStore, WorkerOptions};
 use forge_testkit::servers::Cluster;
 
 #[test]
@@ -20,7 +22,8 @@ fn the_conformance_suite_passes_on_a_three_master_cluster() {
     let Some(cluster) = Cluster::start(3) else {
         return;
     };
-    let factory = RedisFactory::new(cluster.url(), cluster.node_urls());
+    let p = TestPrefix::on_cluster(&cluster, "");
+    let factory = DriverFactory::of(&forge_redis::DRIVER, p.url.clone());
     let report = forge_conformance::run(&factory, &forge_conformance::Config::from_env());
     eprintln!("{report}");
     assert!(
@@ -29,12 +32,9 @@ fn the_conformance_suite_passes_on_a_three_master_cluster() {
     );
     let (passed, ..) = report.counts();
     assert!(passed > 0, "no property ran:\n{report}");
-}
-
-fn session_info(id: &forge_core::SessionId) -> forge_core::Session {
-    let mut s = forge_core::Session::new("t", 1);
-    s.id = id.clone();
-    s
+    // Every case's keys went with its teardown, on every node.
+    drop(factory);
+    assert_eq!(p.left(), 0, "keys left under {} after teardown", p.prefix);
 }
 
 /// The slot of every key under `prefix` on each node, by `CLUSTER KEYSLOT`.
@@ -73,12 +73,11 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
     let Some(cluster) = Cluster::start(3) else {
         return;
     };
-    let prefix = common::fresh_prefix();
-    let url = common::with_prefix(&cluster.url(), &prefix, "");
-    let store = RedisStore::connect(&url).await.expect("store");
+    let p = TestPrefix::on_cluster(&cluster, "");
+    let store = p.store().await;
     assert!(store.is_cluster());
     assert_eq!(store.keys().layout(), KeyLayout::Tagged);
-    let bus = RedisBus::connect(&url).await.expect("bus");
+    let bus = p.bus().await;
     // 24 tenants with two sessions each, written as one batch that spans them all
     // (as the group-commit projector writes), then published.
     let tenants: Vec<TenantId> = (0..24)
@@ -86,25 +85,9 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
         .collect();
     let mut batch = Vec::new();
     for t in &tenants {
-        for s in 0..2 {
-            let session: forge_core::SessionId = format!("ses_{s}").into();
-            let (msg, part) = common::user_message(&session, "msg_1", "prt_1", "hello");
-            let info = session_info(&session);
-            for (seq, event) in [
-                SyncEvent::SessionUpdated { info },
-                SyncEvent::MessageUpdated { info: msg },
-                SyncEvent::PartUpdated { part },
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                batch.push(Envelope {
-                    tenant: t.clone(),
-                    session_id: session.clone(),
-                    seq: seq as u64 + 1,
-                    event,
-                });
-            }
+        for s in ["ses_0", "ses_1"] {
+            let (msg, part) = common::user_message(&s.into(), "msg_1", "prt_1", "hello");
+            batch.extend(common::opening(t, s, msg, part));
         }
     }
     store
@@ -112,13 +95,7 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
         .await
         .expect("a batch spanning 24 tenants");
     for env in &batch {
-        bus.publish(forge_core::BusEvent::new(Envelope {
-            tenant: env.tenant.clone(),
-            session_id: env.session_id.clone(),
-            seq: env.seq,
-            event: Event::Sync(env.event.clone()),
-        }))
-        .expect("publish");
+        bus.publish(common::bus_event(env)).expect("publish");
     }
     bus.flush().await.expect("flush");
     for t in &tenants {
@@ -153,7 +130,7 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
         "the refused batch wrote its first tenant's part"
     );
 
-    let slots = slots_by_tenant(&cluster, &prefix);
+    let slots = slots_by_tenant(&cluster, &p.prefix);
     assert_eq!(slots.len(), tenants.len(), "{slots:?}");
     for (tenant, at) in &slots {
         assert_eq!(at.len(), 1, "tenant {tenant}'s keys span slots: {at:?}");
@@ -166,12 +143,7 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
         nodes.len()
     );
     assert!(store.clear().await.expect("clear") > 0);
-    let left: usize = cluster
-        .node_urls()
-        .iter()
-        .map(|u| common::count_prefix(u, &prefix))
-        .sum();
-    assert_eq!(left, 0, "clear() left keys on some node");
+    assert_eq!(p.left(), 0, "clear() left keys on some node");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,15 +151,14 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
     let Some(cluster) = Cluster::start(3) else {
         return;
     };
-    let prefix = common::fresh_prefix();
     // Three work shards: one XREADGROUP reads all three streams (one slot).
-    let url = common::with_prefix(&cluster.url(), &prefix, "&shards=3");
-    let bus = RedisBus::connect(&url).await.expect("bus");
+    let p = TestPrefix::on_cluster(&cluster, "&shards=3");
+    let bus = p.bus().await;
     let target = Arc::new(forge_core::MemoryStore::new());
     let tenant = TenantId::new("acme").expect("tenant");
     let session: forge_core::SessionId = "ses_w".into();
     let (msg, part) = common::user_message(&session, "msg_1", "prt_1", "projected");
-    let info = session_info(&session);
+    let info = common::session(session.as_str());
     let events = [
         Event::Sync(SyncEvent::SessionUpdated { info }),
         Event::Sync(SyncEvent::MessageUpdated { info: msg }),
@@ -205,7 +176,7 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
     }
     bus.flush().await.expect("flush");
     let mut worker = ProjectorWorker::connect(
-        &url,
+        &p.url,
         Arc::clone(&target) as Arc<dyn Store>,
         tenant.clone(),
         "projector",
@@ -231,8 +202,7 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
         .expect("read")
         .expect("projected message");
     assert_eq!(common::text_of(&m.parts[0]), Some("projected"));
-    let store = RedisStore::connect(&url).await.expect("store");
-    store.clear().await.expect("clear");
+    p.store().await.clear().await.expect("clear");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +210,8 @@ async fn a_cluster_refuses_a_prefix_in_the_flat_layout_by_name() {
     let Some(cluster) = Cluster::start(3) else {
         return;
     };
-    let prefix = common::fresh_prefix();
+    let p = TestPrefix::on_cluster(&cluster, "");
+    let prefix = &p.prefix;
     let mut conn = redis::cluster::ClusterClient::new(vec![cluster.url()])
         .and_then(|c| c.get_connection())
         .expect("cluster connection");
@@ -249,12 +220,12 @@ async fn a_cluster_refuses_a_prefix_in_the_flat_layout_by_name() {
         .arg("1")
         .query::<()>(&mut conn)
         .expect("set marker");
-    let err = RedisStore::connect(&common::with_prefix(&cluster.url(), &prefix, ""))
+    let err = RedisStore::connect(&p.url)
         .await
         .expect_err("flat layout on a cluster");
     let text = err.to_string();
     assert!(
-        text.contains("flat layout") && text.contains(&prefix),
+        text.contains("flat layout") && text.contains(prefix.as_str()),
         "{text}"
     );
     let db = RedisStore::connect(&format!("{}/2", cluster.url()))

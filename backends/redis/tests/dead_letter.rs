@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{fresh_prefix, user_message, with_prefix, Cleanup};
+use common::{user_message, TestPrefix};
 use forge_core::id::now_ms;
 use forge_core::{
-    Bus, Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Result, Scope, Session,
+    Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Result, Scope, Session,
     SessionId, Store, SyncEvent, TenantId,
 };
-use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions, WorkerStats};
+use forge_redis::{ProjectorWorker, WorkerOptions, WorkerStats};
 use redis::streams::{StreamId, StreamRangeReply};
 
 const OPTS: WorkerOptions = WorkerOptions {
@@ -27,44 +27,38 @@ const OPTS: WorkerOptions = WorkerOptions {
 
 /// A fresh prefix on the test server, with an engine writing to it.
 struct Setup {
-    url: String,
-    prefix: String,
     tenant: TenantId,
     engine: Engine,
     conn: redis::Connection,
-    _cleanup: Cleanup,
+    /// Last: its keys are deleted once the engine is gone.
+    p: TestPrefix,
 }
 
 impl Setup {
     async fn new(extra: &str) -> Option<Self> {
-        let server = common::redis_url()?;
-        let prefix = fresh_prefix();
-        let url = with_prefix(&server, &prefix, extra);
-        let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&url).await.unwrap());
-        let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(&url).await.unwrap());
-        let conn = redis::Client::open(server.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
+        let p = TestPrefix::with_query(extra)?;
         Some(Self {
-            _cleanup: Cleanup {
-                url: server,
-                prefix: prefix.clone(),
-            },
-            url,
-            prefix,
             tenant: TenantId::new("t1").unwrap(),
-            engine: Engine::direct(store, bus),
-            conn,
+            engine: common::engine(&p.url).await,
+            conn: p.conn(),
+            p,
         })
     }
 
+    /// [`Setup::new`] with a session `title` of `n` user messages written.
+    async fn with_session(title: &str, n: usize) -> Option<(Self, Scope, SessionId)> {
+        let s = Self::new("").await?;
+        let (scope, sid) = s.session(title).await;
+        s.messages(&scope, &sid, 1, n).await;
+        Some((s, scope, sid))
+    }
+
     fn tenant_stream(&self) -> String {
-        format!("{}:t:{{t1}}:bus", self.prefix)
+        format!("{}:t:{{t1}}:bus", self.p.prefix)
     }
 
     fn dead_key(&self) -> String {
-        format!("{}:t:{{t1}}:dead", self.prefix)
+        format!("{}:t:{{t1}}:dead", self.p.prefix)
     }
 
     async fn session(&self, title: &str) -> (Scope, SessionId) {
@@ -153,9 +147,25 @@ impl Setup {
     }
 
     async fn worker(&self, store: Arc<dyn Store>, group: &str, consumer: &str) -> ProjectorWorker {
-        ProjectorWorker::connect(&self.url, store, self.tenant.clone(), group, consumer, OPTS)
-            .await
-            .unwrap()
+        ProjectorWorker::connect(
+            &self.p.url,
+            store,
+            self.tenant.clone(),
+            group,
+            consumer,
+            OPTS,
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Worker `w1` of group `g` projecting into a new memory store, run until idle: the
+    /// store, the worker and what the run did.
+    async fn run_into_memory(&self) -> (Arc<MemoryStore>, ProjectorWorker, WorkerStats) {
+        let target = Arc::new(MemoryStore::new());
+        let mut w = self.worker(target.clone(), "g", "w1").await;
+        let stats = until_idle(&mut w).await;
+        (target, w, stats)
     }
 }
 
@@ -178,14 +188,10 @@ async fn history(store: &dyn Store, t: &TenantId, s: &SessionId) -> Vec<MessageW
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_the_target_refuses_is_dead_lettered_with_the_stores_error() {
-    let Some(mut s) = Setup::new("").await else {
+    let Some((mut s, scope, sid)) = Setup::with_session("refused", 2).await else {
         return;
     };
-    let (scope, sid) = s.session("refused").await;
-    s.messages(&scope, &sid, 1, 2).await;
-    let target = Arc::new(MemoryStore::new());
-    let mut w = s.worker(target.clone(), "g", "w1").await;
-    let first = until_idle(&mut w).await;
+    let (target, mut w, first) = s.run_into_memory().await;
     assert_eq!(first.dead_lettered(), 0, "{first:?}");
     assert_eq!(history(target.as_ref(), &s.tenant, &sid).await.len(), 2);
 
@@ -250,14 +256,10 @@ async fn an_event_the_target_refuses_is_dead_lettered_with_the_stores_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_trimmed_while_the_worker_was_behind_are_dead_lettered() {
-    let Some(mut s) = Setup::new("").await else {
+    let Some((mut s, scope, sid)) = Setup::with_session("gap", 1).await else {
         return;
     };
-    let (scope, sid) = s.session("gap").await;
-    s.messages(&scope, &sid, 1, 1).await;
-    let target = Arc::new(MemoryStore::new());
-    let mut w = s.worker(target.clone(), "g", "w1").await;
-    until_idle(&mut w).await;
+    let (target, w, _) = s.run_into_memory().await;
     drop(w);
 
     // The worker is stopped; ten more messages (20 entries) arrive, and the first five
@@ -341,16 +343,14 @@ async fn an_opt_in_work_maxlen_bounds_work_streams_and_dead_letters_what_it_drop
     let Some(mut s) = Setup::new("&shards=2&work_maxlen=50").await else {
         return;
     };
-    let target = Arc::new(MemoryStore::new());
-    let mut w = s.worker(target.clone(), "g", "w1").await;
-    until_idle(&mut w).await;
+    let (target, w, _) = s.run_into_memory().await;
     drop(w);
     for i in 0..6 {
         let (scope, sid) = s.session(&format!("bounded {i}")).await;
         s.messages(&scope, &sid, 1, 50).await;
     }
     let streams: Vec<String> = (0..2)
-        .map(|k| format!("{}:t:{{t1}}:work:2:{k}", s.prefix))
+        .map(|k| format!("{}:t:{{t1}}:work:2:{k}", s.p.prefix))
         .collect();
     let added: u64 = streams
         .iter()
@@ -411,11 +411,9 @@ impl Forward for Flaky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_entries_trimmed_away_are_dead_lettered_by_their_owner_and_by_a_standby() {
-    let Some(mut s) = Setup::new("").await else {
+    let Some((mut s, _, _)) = Setup::with_session("pending", 10).await else {
         return;
     };
-    let (scope, sid) = s.session("pending").await;
-    s.messages(&scope, &sid, 1, 10).await;
     let stream = s.tenant_stream();
     // Two groups; in each a worker reads 7 entries and cannot commit them (its target
     // is down). In group "own" the worker lives on; in group "standby" it dies.
@@ -480,7 +478,6 @@ async fn pending_entries_trimmed_away_are_dead_lettered_by_their_owner_and_by_a_
         standby_stats.trimmed,
         letters.len()
     );
-    let _ = sid;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,10 +486,8 @@ async fn a_stopped_worker_falls_behind_past_maxlen_and_still_applies_every_event
         let Some(mut s) = Setup::new(&format!("&maxlen=20&shards={shards}")).await else {
             return;
         };
-        let target = Arc::new(MemoryStore::new());
         // The worker has run once (its group exists), then stops.
-        let mut w = s.worker(target.clone(), "g", "w1").await;
-        until_idle(&mut w).await;
+        let (target, w, _) = s.run_into_memory().await;
         drop(w);
 
         let mut sessions = Vec::new();
@@ -505,7 +500,7 @@ async fn a_stopped_worker_falls_behind_past_maxlen_and_still_applies_every_event
             vec![s.tenant_stream()]
         } else {
             (0..shards)
-                .map(|k| format!("{}:t:{{t1}}:work:{shards}:{k}", s.prefix))
+                .map(|k| format!("{}:t:{{t1}}:work:{shards}:{k}", s.p.prefix))
                 .collect()
         };
         let backlog: u64 = streams.iter().map(|k| s.xlen(k)).sum();

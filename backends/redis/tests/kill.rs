@@ -14,24 +14,14 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{fresh_prefix, user_message, with_prefix, Cleanup};
+use common::{engine, start_answer, stream_text, TestPrefix};
 use forge_core::id::now_ms;
-use forge_core::processor::assistant_message;
-use forge_core::{
-    Bus, Engine, Event, MemoryStore, ProcessorOptions, Session, SessionId, Store, StreamEvent,
-    SyncEvent, TenantId, Topic,
-};
-use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+use forge_core::{Event, MemoryStore, Session, SessionId, Store, TenantId, Topic};
+use forge_redis::{ProjectorWorker, WorkerOptions};
 use forge_sql::postgres::testing::TestSchema;
 use forge_sql::PostgresStore;
 
 const CHILD: &str = "FORGE_REDIS_REPLICA_CHILD";
-
-async fn engine(url: &str) -> Engine {
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
-    let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
-    Engine::direct(store, bus)
-}
 
 /// Replica A: streams text until it is killed. Started any other way than as the child
 /// (without [`CHILD`]), it fails.
@@ -50,25 +40,10 @@ async fn replica_child() {
     let sid: SessionId = std::env::var("FORGE_REDIS_REPLICA_SESSION").unwrap().into();
     let a = engine(&url).await;
     let mut session = Session::new("kill", now_ms());
-    session.id = sid.clone();
-    let scope = a.put_session(&tenant, session).await.unwrap();
-    let (user, part) = user_message(&sid, "msg_0001", "prt_0001", "go");
-    a.put_message(&scope, user.clone(), vec![part])
-        .await
-        .unwrap();
-    let m = assistant_message(sid.clone(), user.id.clone(), "p", "m", now_ms());
-    let mut p = a
-        .processor(scope, m, ProcessorOptions::default())
-        .await
-        .unwrap();
-    p.handle(StreamEvent::from_json(r#"{"type":"text-start","id":"t"}"#).unwrap())
-        .await
-        .unwrap();
+    session.id = sid;
+    let mut p = start_answer(&a, &tenant, session, "go").await;
     for i in 0u64.. {
-        let line = serde_json::json!({"type": "text-delta", "id": "t", "text": format!("w{i} ")});
-        p.handle(StreamEvent::from_json(&line.to_string()).unwrap())
-            .await
-            .unwrap();
+        stream_text(&mut p, &format!("w{i} ")).await;
         tokio::time::sleep(Duration::from_micros(500)).await;
     }
 }
@@ -78,20 +53,15 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let url = with_prefix(&server, &prefix, "");
+    let url = &p.url;
     let tenant = TenantId::new("t1").unwrap();
     let sid: SessionId = "ses_kill".into();
 
     // Replica B subscribes before A exists: from seq 1, it must see everything.
-    let b = engine(&url).await;
+    let b = engine(url).await;
     let mut sub = b
         .bus
         .subscribe(&tenant, Topic::Session(sid.clone()), Some(1))
@@ -106,7 +76,7 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD, &url)
+        .env(CHILD, url)
         .env("FORGE_REDIS_REPLICA_SESSION", sid.as_str())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -194,7 +164,7 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
         None => (Arc::new(MemoryStore::new()), None),
     };
     let mut w = ProjectorWorker::connect(
-        &url,
+        url,
         copy.clone(),
         tenant.clone(),
         "projector",
@@ -220,24 +190,8 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
     );
 
     let single = MemoryStore::new();
-    let sync: Vec<_> = b
-        .bus
-        .replay(&tenant, &sid, 1)
-        .await
-        .unwrap()
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::Sync(s) => Some(forge_core::Envelope {
-                tenant: e.tenant.clone(),
-                session_id: e.session_id.clone(),
-                seq: e.seq,
-                event: s.clone(),
-            }),
-            _ => None,
-        })
-        .collect::<Vec<forge_core::Envelope<SyncEvent>>>();
-    for env in &sync {
+    let replay = b.bus.replay(&tenant, &sid, 1).await.unwrap();
+    for env in &common::sync_events(&replay.events) {
         single.apply(std::slice::from_ref(env)).await.unwrap();
     }
     let single_all = forge_core::read_all(&single, &tenant, &sid, 100)

@@ -2,63 +2,33 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{fresh_prefix, text_of, user_message, with_prefix, Cleanup};
+use common::{engine, start_answer, stream_text, text_of, TestPrefix};
 use forge_core::id::now_ms;
-use forge_core::processor::assistant_message;
-use forge_core::{Bus, Engine, ProcessorOptions, Session, Store, StreamEvent, TenantId, Topic};
-use forge_redis::{RedisBus, RedisStore};
-
-async fn engine(url: &str) -> Engine {
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
-    let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
-    Engine::direct(store, bus)
-}
+use forge_core::{Session, TenantId, Topic};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recover_in_a_fresh_engine_rebuilds_interrupted_text_from_the_stream() {
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let url = with_prefix(&server, &prefix, "");
+    let url = &p.url;
     let tenant = TenantId::new("t1").unwrap();
     let session = Session::new("crash", now_ms());
     let sid = session.id.clone();
     let streamed = ["Hello", ", ", "wor", "ld ", "and more"];
 
     // "Process A": streams text and dies without finalize.
-    let a = engine(&url).await;
-    let scope = a.put_session(&tenant, session).await.unwrap();
-    let (user, part) = user_message(&sid, "msg_0001", "prt_0001", "hi");
-    a.put_message(&scope, user.clone(), vec![part])
-        .await
-        .unwrap();
-    let m = assistant_message(sid.clone(), user.id.clone(), "p", "m", now_ms());
-    let mut p = a
-        .processor(scope, m, ProcessorOptions::default())
-        .await
-        .unwrap();
-    p.handle(StreamEvent::from_json(r#"{"type":"text-start","id":"t"}"#).unwrap())
-        .await
-        .unwrap();
+    let a = engine(url).await;
+    let mut p = start_answer(&a, &tenant, session, "hi").await;
     for d in streamed {
-        let line = serde_json::json!({"type": "text-delta", "id": "t", "text": d});
-        p.handle(StreamEvent::from_json(&line.to_string()).unwrap())
-            .await
-            .unwrap();
+        stream_text(&mut p, d).await;
     }
     a.bus.flush().await.unwrap();
     drop(p);
     drop(a);
 
     // "Process B": new connections, nothing shared in memory.
-    let b = engine(&url).await;
+    let b = engine(url).await;
     let open = b.store.open_items(&tenant, None).await.unwrap();
     assert_eq!((open.messages.len(), open.parts.len()), (1, 1));
     let stored_before = text_of(&open.parts[0]).unwrap().to_owned();

@@ -5,25 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{count_prefix, fresh_prefix, user_message, with_prefix, Cleanup};
-use forge_core::model::Session;
-use forge_core::{Envelope, Error, Store, SyncEvent, TenantId};
+use common::{count_prefix, env, opening, session, user_message, TestPrefix};
+use forge_core::{Error, Store, SyncEvent, TenantId};
 use forge_redis::RedisStore;
-
-fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
-    Envelope {
-        tenant: tenant.clone(),
-        session_id: event.session_id().clone(),
-        seq,
-        event,
-    }
-}
-
-fn session(id: &str) -> Session {
-    let mut s = Session::new("t", 1);
-    s.id = id.into();
-    s
-}
 
 /// Ids built to collide under naive `prefix:tenant:session:message` keys.
 const HOSTILE: [&str; 10] = [
@@ -32,17 +16,10 @@ const HOSTILE: [&str; 10] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_ids_cannot_collide_or_reach_another_tenant() {
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let store = RedisStore::connect(&with_prefix(&server, &prefix, ""))
-        .await
-        .unwrap();
+    let store = p.store().await;
     let tenants = [
         TenantId::new("a").unwrap(),
         TenantId::new("a.b").unwrap(),
@@ -106,12 +83,9 @@ async fn hostile_ids_cannot_collide_or_reach_another_tenant() {
         assert_eq!(store.sessions(t).await.unwrap().len(), HOSTILE.len());
     }
     // Every key is under the prefix and names its tenant in a fixed position.
-    let mut conn = redis::Client::open(server.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let prefix = &p.prefix;
     let keys: Vec<String> =
-        redis::Commands::scan_match::<_, String>(&mut conn, format!("{prefix}:*"))
+        redis::Commands::scan_match::<_, String>(&mut p.conn(), format!("{prefix}:*"))
             .unwrap()
             .filter_map(Result::ok)
             .collect();
@@ -124,19 +98,10 @@ async fn hostile_ids_cannot_collide_or_reach_another_tenant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_batch_writes_nothing() {
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let store = Arc::new(
-        RedisStore::connect(&with_prefix(&server, &prefix, ""))
-            .await
-            .unwrap(),
-    );
+    let store = Arc::new(p.store().await);
     let t = TenantId::new("t").unwrap();
     let (msg, part) = user_message(&"s".into(), "m1", "p1", "x");
     // The part's message is removed earlier in the same batch: NotFound, nothing kept.
@@ -165,7 +130,7 @@ async fn a_failing_batch_writes_nothing() {
         "{err:?}"
     );
     assert_eq!(
-        count_prefix(&server, &format!("{prefix}:t")),
+        count_prefix(&p.server, &format!("{}:t", p.prefix)),
         0,
         "a failed batch left keys"
     );
@@ -240,37 +205,25 @@ async fn bad_urls_are_invalid_input_and_unreachable_servers_retryable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clear_deletes_every_key_of_the_prefix_and_nothing_else() {
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let base = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: base.clone(),
-    };
     // `…:c1` must not take `…:c10` (a prefix of its name) with it.
-    let (one, ten) = (format!("{base}:c1"), format!("{base}:c10"));
+    let (one, ten) = (format!("{}:c1", p.prefix), format!("{}:c10", p.prefix));
     let t = TenantId::new("a").unwrap();
     let mut stores = Vec::new();
     for prefix in [&one, &ten] {
-        let store = RedisStore::connect(&with_prefix(&server, prefix, ""))
+        let store = RedisStore::connect(&common::with_prefix(&p.server, prefix, ""))
             .await
             .unwrap();
         let (msg, part) = user_message(&"s".into(), "m", "p", "hello");
-        store
-            .apply(&[
-                env(&t, 1, SyncEvent::SessionUpdated { info: session("s") }),
-                env(&t, 2, SyncEvent::MessageUpdated { info: msg }),
-                env(&t, 3, SyncEvent::PartUpdated { part }),
-            ])
-            .await
-            .unwrap();
+        store.apply(&opening(&t, "s", msg, part)).await.unwrap();
         stores.push(store);
     }
-    let before = count_prefix(&server, &one);
+    let before = count_prefix(&p.server, &one);
     assert!(before > 0);
     assert_eq!(stores[0].clear().await.unwrap(), before);
-    assert_eq!(count_prefix(&server, &one), 0);
+    assert_eq!(count_prefix(&p.server, &one), 0);
     assert!(stores[0].sessions(&t).await.unwrap().is_empty());
     assert_eq!(
         stores[1].sessions(&t).await.unwrap().len(),
@@ -282,42 +235,22 @@ async fn clear_deletes_every_key_of_the_prefix_and_nothing_else() {
 
 #[tokio::test]
 async fn a_session_written_before_the_part_index_gets_it_on_its_first_part_upsert() {
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let store = RedisStore::connect(&with_prefix(&server, &prefix, ""))
-        .await
-        .unwrap();
+    let store = p.store().await;
     let t = TenantId::new("a").unwrap();
     let s = forge_core::SessionId::from("ses_1");
     let (m1, part) = user_message(&s, "msg_1", "prt_1", "hello");
     let (m2, _) = user_message(&s, "msg_2", "prt_2", "");
-    store
-        .apply(&[
-            env(
-                &t,
-                1,
-                SyncEvent::SessionUpdated {
-                    info: session("ses_1"),
-                },
-            ),
-            env(&t, 2, SyncEvent::MessageUpdated { info: m1 }),
-            env(&t, 3, SyncEvent::MessageUpdated { info: m2 }),
-            env(&t, 4, SyncEvent::PartUpdated { part: part.clone() }),
-        ])
-        .await
-        .unwrap();
+    let mut batch = opening(&t, "ses_1", m1, part.clone());
+    // A second message, between the first and its part.
+    batch.insert(2, env(&t, 3, SyncEvent::MessageUpdated { info: m2 }));
+    batch[3].seq = 4;
+    store.apply(&batch).await.unwrap();
     // What a release before the part index wrote: no index, no mark.
     let base = store.keys().session_base(&t, &s);
-    let server_url = forge_redis::RedisOptions::from_url(&server).unwrap().server;
-    let mut conn = redis::Client::open(server_url.as_str())
-        .and_then(|c| c.get_connection())
-        .unwrap();
+    let mut conn = p.conn();
     redis::cmd("DEL")
         .arg(format!("{base}:pi"))
         .query::<()>(&mut conn)
@@ -359,34 +292,16 @@ async fn a_session_written_before_the_part_index_gets_it_on_its_first_part_upser
 /// refused by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_with_flat_keys_keeps_its_layout_and_a_new_one_is_tagged() {
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::new() else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let url = with_prefix(&server, &prefix, "");
-    let server_url = forge_redis::RedisOptions::from_url(&server).unwrap().server;
-    let mut conn = redis::Client::open(server_url.as_str())
-        .and_then(|c| c.get_connection())
-        .unwrap();
+    let (prefix, url) = (&p.prefix, &p.url);
+    let mut conn = p.conn();
     let marker = format!("{prefix}:layout");
     let t = TenantId::new("acme").unwrap();
     let s: forge_core::SessionId = "ses_1".into();
     let (msg, part) = user_message(&s, "msg_1", "prt_1", "kept");
-    let batch = [
-        env(
-            &t,
-            1,
-            SyncEvent::SessionUpdated {
-                info: session("ses_1"),
-            },
-        ),
-        env(&t, 2, SyncEvent::MessageUpdated { info: msg }),
-        env(&t, 3, SyncEvent::PartUpdated { part }),
-    ];
+    let batch = opening(&t, "ses_1", msg, part);
     {
         // Write flat keys (as an older release did), then forget the marker.
         redis::cmd("SET")
@@ -394,7 +309,7 @@ async fn a_prefix_with_flat_keys_keeps_its_layout_and_a_new_one_is_tagged() {
             .arg("1")
             .query::<()>(&mut conn)
             .unwrap();
-        let old = RedisStore::connect(&url).await.unwrap();
+        let old = RedisStore::connect(url).await.unwrap();
         assert_eq!(old.keys().layout(), forge_redis::KeyLayout::Flat);
         old.apply(&batch).await.unwrap();
         redis::cmd("DEL")
@@ -408,7 +323,7 @@ async fn a_prefix_with_flat_keys_keeps_its_layout_and_a_new_one_is_tagged() {
             .all(|k| k.starts_with(&format!("{prefix}:t:acme:"))),
         "{flat:?}"
     );
-    let store = RedisStore::connect(&url).await.unwrap();
+    let store = RedisStore::connect(url).await.unwrap();
     assert_eq!(store.keys().layout(), forge_redis::KeyLayout::Flat);
     let m = store
         .message(&t, &s, &"msg_1".into())
@@ -419,14 +334,9 @@ async fn a_prefix_with_flat_keys_keeps_its_layout_and_a_new_one_is_tagged() {
     let recorded: String = redis::cmd("GET").arg(&marker).query(&mut conn).unwrap();
     assert_eq!(recorded, "1");
 
-    let fresh = fresh_prefix();
-    let _cleanup_fresh = Cleanup {
-        url: server.clone(),
-        prefix: fresh.clone(),
-    };
-    let tagged = RedisStore::connect(&with_prefix(&server, &fresh, ""))
-        .await
-        .unwrap();
+    let new = TestPrefix::on(p.server.clone(), "");
+    let fresh = &new.prefix;
+    let tagged = new.store().await;
     assert_eq!(tagged.keys().layout(), forge_redis::KeyLayout::Tagged);
     tagged.apply(&batch).await.unwrap();
     let keys: Vec<String> = redis::Commands::keys(&mut conn, format!("{fresh}:t:*")).unwrap();
@@ -443,9 +353,7 @@ async fn a_prefix_with_flat_keys_keeps_its_layout_and_a_new_one_is_tagged() {
         .arg("9")
         .query::<()>(&mut conn)
         .unwrap();
-    let err = RedisStore::connect(&with_prefix(&server, &fresh, ""))
-        .await
-        .unwrap_err();
+    let err = RedisStore::connect(&new.url).await.unwrap_err();
     assert!(
         err.to_string().contains("layout") && err.to_string().contains("\"9\""),
         "{err}"

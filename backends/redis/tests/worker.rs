@@ -7,29 +7,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{fresh_prefix, user_message, with_prefix, Cleanup};
+use common::{user_message, TestPrefix};
 use forge_core::id::now_ms;
 use forge_core::processor::assistant_message;
 use forge_core::{
-    Bus, Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Outcome,
-    ProcessorOptions, Result, Session, SessionId, Store, StreamEvent, SyncEvent, TenantId,
+    Engine, Envelope, Error, Forward, MemoryStore, MessageWithParts, Outcome, ProcessorOptions,
+    Result, Session, SessionId, Store, SyncEvent, TenantId,
 };
-use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
+use forge_redis::{ProjectorWorker, WorkerOptions};
 
 const OPTS: WorkerOptions = WorkerOptions {
     lease: Duration::from_millis(400),
     count: 7, // small, so a run takes several rounds
 };
 
-/// Writes one finished turn and one turn interrupted mid-text through an engine on
-/// Redis; returns the engine, the session and the number of events published.
-async fn source(url: &str, tenant: &TenantId) -> (Engine, SessionId) {
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.unwrap());
-    let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.unwrap());
-    let engine = Engine::direct(store, bus);
+/// A fresh prefix, tenant `t1`, and one finished turn and one turn interrupted
+/// mid-text written through an engine on the prefix; the engine and the session.
+async fn source() -> Option<(TestPrefix, TenantId, Engine, SessionId)> {
+    let p = TestPrefix::new()?;
+    let tenant = TenantId::new("t1").unwrap();
+    let engine = common::engine(&p.url).await;
     let session = Session::new("replicated", now_ms());
     let sid = session.id.clone();
-    let scope = engine.put_session(tenant, session).await.unwrap();
+    let scope = engine.put_session(&tenant, session).await.unwrap();
     for turn in 0..2 {
         let (user, part) = user_message(&sid, &format!("msg_{turn}a"), &format!("prt_{turn}"), "q");
         engine
@@ -49,16 +49,14 @@ async fn source(url: &str, tenant: &TenantId) -> (Engine, SessionId) {
             r#"{"type":"text-end","id":"t"}"#,
             r#"{"type":"tool-call","toolCallId":"c","toolName":"x","input":{"a":1}}"#,
         ] {
-            p.handle(StreamEvent::from_json(line).unwrap())
-                .await
-                .unwrap();
+            common::handle(&mut p, line).await;
         }
         if turn == 0 {
             p.finalize(Outcome::Finished).await.unwrap();
         }
     }
     engine.bus.flush().await.unwrap();
-    (engine, sid)
+    Some((p, tenant, engine, sid))
 }
 
 async fn history(store: &dyn Store, t: &TenantId, s: &SessionId) -> Vec<MessageWithParts> {
@@ -79,20 +77,13 @@ async fn drain(w: &mut ProjectorWorker) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_projects_the_stream_into_another_store_idempotently() {
-    let Some(server) = common::redis_url() else {
+    let Some((p, tenant, engine, sid)) = source().await else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let url = with_prefix(&server, &prefix, "");
-    let tenant = TenantId::new("t1").unwrap();
-    let (engine, sid) = source(&url, &tenant).await;
+    let url = &p.url;
 
     let target = Arc::new(MemoryStore::new());
-    let mut w = ProjectorWorker::connect(&url, target.clone(), tenant.clone(), "g", "w1", OPTS)
+    let mut w = ProjectorWorker::connect(url, target.clone(), tenant.clone(), "g", "w1", OPTS)
         .await
         .unwrap();
     drain(&mut w).await;
@@ -110,11 +101,8 @@ async fn worker_projects_the_stream_into_another_store_idempotently() {
     );
 
     // Redeliver everything: nothing is applied twice, the store is unchanged.
-    let mut conn = redis::Client::open(server.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let stream = format!("{prefix}:t:{{t1}}:bus");
+    let mut conn = p.conn();
+    let stream = format!("{}:t:{{t1}}:bus", p.prefix);
     let _: () = redis::cmd("XGROUP")
         .arg("SETID")
         .arg(&stream)
@@ -144,20 +132,13 @@ impl Forward for Broken {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_worker_claims_what_a_dead_worker_left_pending() {
-    let Some(server) = common::redis_url() else {
+    let Some((p, tenant, engine, sid)) = source().await else {
         return;
     };
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let url = with_prefix(&server, &prefix, "");
-    let tenant = TenantId::new("t1").unwrap();
-    let (engine, sid) = source(&url, &tenant).await;
+    let url = &p.url;
 
     let mut dead = ProjectorWorker::connect(
-        &url,
+        url,
         Arc::new(Broken(MemoryStore::new())),
         tenant.clone(),
         "g",
@@ -172,7 +153,7 @@ async fn a_standby_worker_claims_what_a_dead_worker_left_pending() {
 
     let target = Arc::new(MemoryStore::new());
     let mut standby =
-        ProjectorWorker::connect(&url, target.clone(), tenant.clone(), "g", "standby", OPTS)
+        ProjectorWorker::connect(url, target.clone(), tenant.clone(), "g", "standby", OPTS)
             .await
             .unwrap();
     assert_eq!(standby.step().await.unwrap(), 0);
@@ -186,12 +167,9 @@ async fn a_standby_worker_claims_what_a_dead_worker_left_pending() {
         history(target.as_ref(), &tenant, &sid).await,
         history(engine.store.as_ref(), &tenant, &sid).await
     );
-    let mut conn = redis::Client::open(server.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut conn = p.conn();
     let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-        .arg(format!("{prefix}:t:{{t1}}:bus"))
+        .arg(format!("{}:t:{{t1}}:bus", p.prefix))
         .arg("g")
         .query(&mut conn)
         .unwrap();

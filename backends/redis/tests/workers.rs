@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use common::{fresh_prefix, user_message, with_prefix, Cleanup};
+use common::{user_message, TestPrefix};
 use forge_core::id::now_ms;
 use forge_core::processor::{assistant_message, Outcome};
 use forge_core::{
-    Bus, Engine, Envelope, Event, Forward, MemoryStore, MessageWithParts, ProcessorOptions, Result,
-    Session, SessionId, Store, StreamEvent, SyncEvent, TenantId,
+    Bus, Engine, Envelope, Forward, MemoryStore, MessageWithParts, ProcessorOptions, Result,
+    Session, SessionId, Store, SyncEvent, TenantId,
 };
 use forge_redis::{ProjectorWorker, RedisBus, RedisStore, WorkerOptions};
 use forge_sql::postgres::testing::TestSchema;
@@ -238,8 +238,7 @@ async fn stream_session(engine: &Engine, tenant: &TenantId, sid: &SessionId, tur
                 .to_owned(),
         );
         for line in &lines {
-            let event = StreamEvent::from_json(line).expect("stream event");
-            p.handle(event).await.expect("handle");
+            common::handle(&mut p, line).await;
             // A model's pace, roughly: the stream lasts seconds, so the kill lands
             // in its middle.
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -291,7 +290,7 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
-    let Some(server) = common::redis_url() else {
+    let Some(p) = TestPrefix::with_query(&format!("&shards={SHARDS}")) else {
         return;
     };
     let Some(pg) = forge_testkit::service_url(
@@ -302,12 +301,7 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     };
     let sessions = env_number("FORGE_WORKERS_SESSIONS", 24);
     let turns = env_number("FORGE_WORKERS_TURNS", 4);
-    let prefix = fresh_prefix();
-    let _cleanup = Cleanup {
-        url: server.clone(),
-        prefix: prefix.clone(),
-    };
-    let url = with_prefix(&server, &prefix, &format!("&shards={SHARDS}"));
+    let url = &p.url;
     let schema = TestSchema::create(&pg).await.expect("schema");
     let copy = PostgresStore::connect(&schema.url())
         .await
@@ -315,7 +309,7 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     let tenant = TenantId::new("t1").expect("tenant");
 
     let mut workers: Vec<Worker> = (0..WORKERS)
-        .map(|i| spawn_worker(&url, &schema.url(), &format!("w{i}")))
+        .map(|i| spawn_worker(url, &schema.url(), &format!("w{i}")))
         .collect();
     // They share: two shards each, all six held.
     wait_shards(&workers, "three workers sharing six shards", |s| {
@@ -324,8 +318,8 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     });
     let before_kill = snapshot(&workers);
 
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&url).await.expect("store"));
-    let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(&url).await.expect("bus"));
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(url).await.expect("store"));
+    let bus: Arc<dyn Bus> = Arc::new(RedisBus::connect(url).await.expect("bus"));
     let engine = Arc::new(Engine::direct(Arc::clone(&store), Arc::clone(&bus)));
     let ids: Vec<SessionId> = (0..sessions)
         .map(|i| SessionId::from(format!("ses_{i:04}")))
@@ -402,10 +396,8 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
 
     // Nothing is left pending in the consumer group: every entry the dead worker had
     // read was claimed and acknowledged by a survivor.
-    let mut redis_conn = redis::Client::open(server.as_str())
-        .and_then(|c| c.get_connection())
-        .expect("redis");
-    let keys = forge_redis::Keys::new(&prefix).expect("keys");
+    let mut redis_conn = p.conn();
+    let keys = forge_redis::Keys::new(&p.prefix).expect("keys");
     for shard in 0..SHARDS {
         let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
             .arg(keys.work_stream(&tenant, shard, SHARDS))
@@ -424,18 +416,7 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     let mut sync_events = 0;
     for sid in &ids {
         let events = bus.replay(&tenant, sid, 1).await.expect("replay").events;
-        let sync: Vec<Envelope<SyncEvent>> = events
-            .iter()
-            .filter_map(|e| match &e.event {
-                Event::Sync(s) => Some(Envelope {
-                    tenant: e.tenant.clone(),
-                    session_id: e.session_id.clone(),
-                    seq: e.seq,
-                    event: s.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
+        let sync = common::sync_events(&events);
         sync_events += sync.len();
         replayed.apply(&sync).await.expect("replay into memory");
     }

@@ -73,6 +73,36 @@ mod tests {
     use super::*;
     use std::error::Error as _;
 
+    /// The error of `sql`, which must fail, on the connection `conn`.
+    macro_rules! failing {
+        ($conn:expr, $sql:literal) => {
+            sqlx::query($sql).execute($conn).await.unwrap_err()
+        };
+    }
+
+    /// On the connection `conn`, `create` makes table `p` and table `c` whose column `p`
+    /// references it, with a row `p = 1`; then a duplicate key and an orphan row map
+    /// (through `map`) to conflicts naming `unique` and `foreign`, and a syntax error to
+    /// a permanent error.
+    macro_rules! assert_constraint_errors {
+        ($conn:expr, $create:literal, $map:expr, $unique:literal, $foreign:literal) => {
+            sqlx::raw_sql($create).execute(&mut *$conn).await.unwrap();
+            let dup = failing!(&mut *$conn, "INSERT INTO p VALUES (1)");
+            assert!(matches!($map(dup), Error::Conflict { message: m, .. } if m.contains($unique)));
+            let orphan = failing!(&mut *$conn, "INSERT INTO c VALUES (1, 2)");
+            assert!(matches!($map(orphan), Error::Conflict { message: m, .. } if m.contains($foreign)));
+            let bad = failing!(&mut *$conn, "SELEC 1");
+            assert!(!$map(bad).is_retryable());
+        };
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn connection_loss_is_retryable_and_keeps_its_source() {
         let mut maps: Vec<fn(sqlx::Error) -> Error> = Vec::new();
@@ -98,35 +128,22 @@ mod tests {
         use sqlx::sqlite::SqliteConnectOptions;
         use sqlx::{ConnectOptions, Connection};
         let dir = tempfile::tempdir().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let options = SqliteConnectOptions::new()
                 .filename(dir.path().join("e.db"))
                 .create_if_missing(true)
                 .busy_timeout(std::time::Duration::ZERO);
             let mut one = options.connect().await.unwrap();
             let mut two = options.connect().await.unwrap();
-            sqlx::raw_sql(
+            assert_constraint_errors!(
+                &mut one,
                 "CREATE TABLE p (id INTEGER PRIMARY KEY);
                  CREATE TABLE c (id INTEGER PRIMARY KEY, p INTEGER REFERENCES p (id));
                  INSERT INTO p VALUES (1);",
-            )
-            .execute(&mut one)
-            .await
-            .unwrap();
-            let dup = sqlx::query("INSERT INTO p VALUES (1)")
-                .execute(&mut one)
-                .await
-                .unwrap_err();
-            assert!(matches!(sqlite(dup), Error::Conflict { message: m, .. } if m.contains("UNIQUE")));
-            let orphan = sqlx::query("INSERT INTO c VALUES (1, 2)")
-                .execute(&mut one)
-                .await
-                .unwrap_err();
-            assert!(matches!(sqlite(orphan), Error::Conflict { message: m, .. } if m.contains("FOREIGN KEY")));
+                sqlite,
+                "UNIQUE",
+                "FOREIGN KEY"
+            );
 
             // Another connection holds the write lock: busy, retryable, source kept.
             let held = one.begin_with("BEGIN IMMEDIATE").await.unwrap();
@@ -135,8 +152,6 @@ mod tests {
             assert!(err.is_retryable(), "{err:?}");
             assert!(err.source().is_some());
             held.rollback().await.unwrap();
-            let bad = sqlx::query("SELEC 1").execute(&mut two).await.unwrap_err();
-            assert!(!sqlite(bad).is_retryable());
         });
     }
 
@@ -150,44 +165,23 @@ mod tests {
         else {
             return;
         };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let mut conn = PgConnection::connect(&url).await.unwrap();
-            sqlx::raw_sql(
+            assert_constraint_errors!(
+                &mut conn,
                 "CREATE TEMP TABLE p (id int PRIMARY KEY);
                  CREATE TEMP TABLE c (id int PRIMARY KEY, p int REFERENCES p (id));
                  INSERT INTO p VALUES (1);",
-            )
-            .execute(&mut conn)
-            .await
-            .unwrap();
-            let dup = sqlx::query("INSERT INTO p VALUES (1)")
-                .execute(&mut conn)
-                .await
-                .unwrap_err();
-            assert!(matches!(postgres(dup), Error::Conflict { message: m, .. } if m.contains("23505")));
-            let orphan = sqlx::query("INSERT INTO c VALUES (1, 2)")
-                .execute(&mut conn)
-                .await
-                .unwrap_err();
-            assert!(matches!(postgres(orphan), Error::Conflict { message: m, .. } if m.contains("23503")));
-            let bad = sqlx::query("SELEC 1").execute(&mut conn).await.unwrap_err();
-            assert!(!postgres(bad).is_retryable());
+                postgres,
+                "23505",
+                "23503"
+            );
             // The server ends the session: the connection is lost, which is retryable.
-            let gone = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
-                .execute(&mut conn)
-                .await
-                .unwrap_err();
+            let gone = failing!(&mut conn, "SELECT pg_terminate_backend(pg_backend_pid())");
             let err = postgres(gone);
             assert!(err.is_retryable(), "{err:?}");
             // And the next statement on the dead connection fails as retryable too.
-            let dead = sqlx::query("SELECT 1")
-                .execute(&mut conn)
-                .await
-                .unwrap_err();
+            let dead = failing!(&mut conn, "SELECT 1");
             let err = postgres(dead);
             assert!(err.is_retryable(), "{err:?}");
         });

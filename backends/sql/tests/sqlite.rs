@@ -5,28 +5,62 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::concurrency::hammer;
 use common::scenarios::assert_scenarios_match_reference;
 use common::*;
-use forge_core::{Cursor, MemoryStore, MessageId, PartId, SessionId, Store, SyncEvent};
+use forge_core::{MessageId, SessionId, Store, SyncEvent};
 use forge_sql::{SqliteOptions, SqliteStore, Synchronous};
 use proptest::prelude::*;
 use sqlx::{Connection, Row, SqliteConnection};
+use tokio::runtime::Runtime;
+
+/// The URL of the test's database file in `dir`.
+fn url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("forge.db").display())
+}
 
 async fn open(dir: &Path) -> SqliteStore {
-    SqliteStore::open(&format!("sqlite://{}", dir.join("forge.db").display()))
-        .await
-        .unwrap()
+    SqliteStore::open(&url(dir)).await.unwrap()
+}
+
+async fn open_err(dir: &Path) -> forge_core::Error {
+    SqliteStore::open(&url(dir)).await.unwrap_err()
 }
 
 async fn raw(dir: &Path) -> SqliteConnection {
-    SqliteConnection::connect(&format!("sqlite://{}", dir.join("forge.db").display()))
-        .await
-        .unwrap()
+    SqliteConnection::connect(&url(dir)).await.unwrap()
+}
+
+/// Runs `sql` (one statement, no parameters) on `conn`.
+async fn exec(conn: &mut SqliteConnection, sql: &'static str) {
+    sqlx::query(sql).execute(conn).await.unwrap();
+}
+
+/// Runs `statements` on the database file in `dir`, behind the store's back.
+async fn edit_behind(dir: &Path, statements: &[&'static str]) {
+    let mut conn = raw(dir).await;
+    for sql in statements {
+        exec(&mut conn, sql).await;
+    }
+    conn.close().await.unwrap();
+}
+
+/// Runs `test` on `rt` with a store on a new file in a temporary directory (the
+/// directory given too), then closes the store.
+fn with_store_on(rt: &Runtime, test: impl AsyncFnOnce(&Path, &SqliteStore)) {
+    let dir = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let store = open(dir.path()).await;
+        test(dir.path(), &store).await;
+        store.close().await;
+    });
+}
+
+/// [`with_store_on`] a current-thread runtime.
+fn with_store(test: impl AsyncFnOnce(&Path, &SqliteStore)) {
+    with_store_on(&runtime(), test);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -39,14 +73,9 @@ proptest! {
     fn random_batches_leave_sqlite_equal_to_the_memory_reference(
         batches in differential::batches()
     ) {
-        let rt = runtime();
-        let dir = tempfile::tempdir().unwrap();
-        rt.block_on(async {
-            let db = open(dir.path()).await;
-            let result = differential::run(&db, &batches).await;
-            db.close().await;
-            result
-        })?;
+        let mut result = Ok(());
+        with_store(async |_, db| result = differential::run(db, &batches).await);
+        result?;
     }
 }
 
@@ -55,44 +84,19 @@ proptest! {
 
 #[test]
 fn a_failing_batch_leaves_nothing_of_itself_behind() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let base = atomicity_base();
-    let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
-    rt.block_on(async {
-        let store = open(dir.path()).await;
-        apply_all(&store, &base).await;
-        let before = store.write_stats();
-        for (batch, kind) in &failing_batches() {
-            let got = outcome(&store.apply(batch).await);
-            assert!(got.starts_with(kind), "{got}");
-        }
-        assert_eq!(store.write_stats(), before, "a failed batch committed");
-        let mem = reference(&base).await;
-        assert_same_reads(&mem, &store).await.unwrap();
-        let state = store.session(&a, &s1).await.unwrap().unwrap();
-        assert_eq!(state.seq, 3);
-        let open_items = store.open_items(&a, None).await.unwrap();
-        assert_eq!((open_items.messages.len(), open_items.parts.len()), (1, 1));
+    with_store(async |dir, store| {
+        stores::assert_failing_batches_leave_nothing(store, || store.write_stats()).await;
         store.close().await;
-    });
-    // Nothing of the failed batches reached the file either.
-    rt.block_on(async {
-        let store = open(dir.path()).await;
-        assert_same_reads(&reference(&base).await, &store)
-            .await
-            .unwrap();
+        // Nothing of the failed batches reached the file either.
+        let again = open(dir).await;
+        stores::assert_holds_atomicity_base(&again).await;
+        again.close().await;
     });
 }
 
 #[test]
 fn batches_see_their_own_earlier_events() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let db = open(dir.path()).await;
-        assert_scenarios_match_reference(&db).await;
-    });
+    with_store(async |_, db| assert_scenarios_match_reference(db).await);
 }
 
 #[test]
@@ -107,13 +111,7 @@ fn an_abandoned_creation_beside_the_file_is_removed_by_the_next_open() {
             let p = dir
                 .path()
                 .join(format!(".forge.db.creating-4194399{suffix}"));
-            std::fs::write(&p, b"half-written").unwrap();
-            std::fs::File::options()
-                .write(true)
-                .open(&p)
-                .unwrap()
-                .set_modified(std::time::SystemTime::now() - std::time::Duration::from_mins(2))
-                .unwrap();
+            stores::leave_abandoned(&p, b"half-written");
             p
         })
         .collect();
@@ -129,14 +127,11 @@ fn an_abandoned_creation_beside_the_file_is_removed_by_the_next_open() {
 
 #[test]
 fn history_survives_closing_and_reopening_the_file() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let store = open(dir.path()).await;
-        apply_all(&store, &sample_history()).await;
-        assert_matches_reference(&store, &sample_history()).await;
+    with_store(async |dir, store| {
+        apply_all(store, &sample_history()).await;
+        assert_matches_reference(store, &sample_history()).await;
         store.close().await;
-        let store = open(dir.path()).await;
+        let store = open(dir).await;
         assert_matches_reference(&store, &sample_history()).await;
         // And it keeps working after the reopen.
         store
@@ -149,6 +144,7 @@ fn history_survives_closing_and_reopening_the_file() {
             .unwrap()
             .unwrap();
         assert_eq!(state.seq, 20);
+        store.close().await;
     });
 }
 
@@ -234,24 +230,15 @@ fn the_file_is_in_wal_mode_with_the_requested_synchronous_setting() {
 
 #[test]
 fn a_database_of_a_newer_schema_version_is_refused() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let store = open(dir.path()).await;
-        apply_all(&store, &sample_history()).await;
+    with_store(async |dir, store| {
+        apply_all(store, &sample_history()).await;
         store.close().await;
-        let mut conn = raw(dir.path()).await;
-        sqlx::query("UPDATE forge_meta SET value = value + 1 WHERE key = 'schema_version'")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-        let err = SqliteStore::open(&format!(
-            "sqlite://{}",
-            dir.path().join("forge.db").display()
-        ))
-        .await
-        .unwrap_err();
+        edit_behind(
+            dir,
+            &["UPDATE forge_meta SET value = value + 1 WHERE key = 'schema_version'"],
+        )
+        .await;
+        let err = open_err(dir).await;
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
         assert!(
@@ -261,27 +248,15 @@ fn a_database_of_a_newer_schema_version_is_refused() {
 
         // Someone else's database is refused too, and left alone.
         let other = tempfile::tempdir().unwrap();
-        let mut conn = SqliteConnection::connect(&format!(
-            "sqlite://{}?mode=rwc",
-            other.path().join("forge.db").display()
-        ))
-        .await
-        .unwrap();
-        sqlx::query("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
-            .execute(&mut conn)
+        let mut conn = SqliteConnection::connect(&format!("{}?mode=rwc", url(other.path())))
             .await
             .unwrap();
+        exec(&mut conn, "CREATE TABLE invoices (id INTEGER PRIMARY KEY)").await;
         conn.close().await.unwrap();
         let err = open_err(other.path()).await;
         assert!(matches!(err, forge_core::Error::InvalidInput(_)), "{err:?}");
         assert!(err.to_string().contains("invoices"), "{err}");
     });
-}
-
-async fn open_err(dir: &Path) -> forge_core::Error {
-    SqliteStore::open(&format!("sqlite://{}", dir.join("forge.db").display()))
-        .await
-        .unwrap_err()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -296,60 +271,9 @@ proptest! {
         limit in 1..8usize,
         appends_per_page in 0..4usize,
     ) {
-        let rt = runtime();
-        let dir = tempfile::tempdir().unwrap();
-        rt.block_on(async {
-            let db = open(dir.path()).await;
-            let mem = MemoryStore::new();
-            let t = tenant("a");
-            let s = SessionId::from("ses_1");
-            let new_message = |seq: u64| {
-                let id = MessageId::generate();
-                vec![
-                    put_message("a", "ses_1", id.as_str(), 0, seq),
-                    put_part("a", "ses_1", id.as_str(), PartId::generate().as_str(), 0, seq),
-                ]
-            };
-            let mut seq = 1;
-            let first = vec![put_session("a", "ses_1", seq)];
-            mem.apply(&first).await.unwrap();
-            db.apply(&first).await.unwrap();
-            let mut want = Vec::new();
-            for _ in 0..initial {
-                seq += 1;
-                let batch = new_message(seq);
-                if let SyncEvent::MessageUpdated { info } = &batch[0].event {
-                    want.push(info.id.clone());
-                }
-                mem.apply(&batch).await.unwrap();
-                db.apply(&batch).await.unwrap();
-            }
-            let mut seen: Vec<Vec<MessageId>> = Vec::new();
-            let mut cursor: Option<Cursor> = None;
-            loop {
-                let page = db.messages(&t, &s, cursor.as_ref(), limit).await.unwrap();
-                let reference = mem.messages(&t, &s, cursor.as_ref(), limit).await.unwrap();
-                prop_assert_eq!(&page, &reference);
-                prop_assert!(page.messages.iter().all(|m| m.parts.len() == 1));
-                seen.push(page.messages.iter().map(|m| m.info.id.clone()).collect());
-                for _ in 0..appends_per_page {
-                    seq += 1;
-                    let batch = new_message(seq);
-                    mem.apply(&batch).await.unwrap();
-                    db.apply(&batch).await.unwrap();
-                }
-                match page.next {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
-            }
-            let got: Vec<MessageId> = seen.into_iter().rev().flatten().collect();
-            let unique: BTreeSet<&MessageId> = got.iter().collect();
-            prop_assert_eq!(unique.len(), got.len(), "a message was seen twice");
-            prop_assert_eq!(got, want);
-            db.close().await;
-            Ok(())
-        })?;
+        with_store(async |_, db| {
+            stores::assert_paging_while_appending(db, initial, limit, appends_per_page).await;
+        });
     }
 }
 
@@ -358,11 +282,8 @@ proptest! {
 
 #[test]
 fn concurrent_writers_lose_no_update_and_never_see_a_locked_database() {
-    let rt = parallel_runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let db: Arc<dyn Store> = Arc::new(open(dir.path()).await);
-        hammer(&[db], 16, 25, false).await;
+    with_store_on(&parallel_runtime(), async |_, db| {
+        stores::hammer(&[Arc::new(db.clone())], 16, 25, false).await;
     });
 }
 
@@ -370,12 +291,16 @@ fn concurrent_writers_lose_no_update_and_never_see_a_locked_database() {
 fn two_handles_on_one_file_wait_for_each_other_instead_of_failing() {
     // Two stores on one file stand for two processes: their writers contend for
     // SQLite's write lock, which `BEGIN IMMEDIATE` + the busy timeout turn into waiting.
-    let rt = parallel_runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let one: Arc<dyn Store> = Arc::new(open(dir.path()).await);
-        let two: Arc<dyn Store> = Arc::new(open(dir.path()).await);
-        hammer(&[one, two], 8, 20, false).await;
+    with_store_on(&parallel_runtime(), async |dir, one| {
+        let two = open(dir).await;
+        stores::hammer(
+            &[Arc::new(one.clone()), Arc::new(two.clone())],
+            8,
+            20,
+            false,
+        )
+        .await;
+        two.close().await;
     });
 }
 
@@ -384,40 +309,20 @@ fn two_handles_on_one_file_wait_for_each_other_instead_of_failing() {
 
 #[test]
 fn json_numbers_nul_characters_and_unknown_fields_read_back_exactly() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let db = open(dir.path()).await;
-        assert_exact_values_read_back(&db).await;
-    });
+    with_store(async |_, db| stores::assert_exact_values_read_back(db).await);
 }
 
 #[test]
 fn capabilities_are_durable_transactional_keyed_and_concurrent() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let caps = open(dir.path()).await.capabilities();
-        assert_eq!(caps.name, "sqlite");
-        assert!(caps.durable && caps.transactions && caps.concurrent_writers);
-        assert_eq!(caps.tenancy, forge_core::Tenancy::Keyed);
+    with_store(async |_, db| {
+        stores::assert_durable_capabilities(db, "sqlite", forge_core::Tenancy::Keyed);
     });
 }
 
 #[test]
 fn w1_turn_costs_are_measured() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let db = Arc::new(open(dir.path()).await);
-        let stats = {
-            let db = Arc::clone(&db);
-            move || db.write_stats()
-        };
-        let per_turn = w1::run(db, stats, 5).await.unwrap();
-        w1::print("sqlite", 5, &per_turn);
-        // Figures are printed, not judged; only that something was measured.
-        assert!(per_turn.transactions >= 1.0 && per_turn.rows >= per_turn.transactions);
+    with_store(async |_, db| {
+        w1::assert_measured("sqlite", db, SqliteStore::write_stats).await;
     });
 }
 
@@ -491,24 +396,19 @@ fn a_value_damaged_in_the_file_is_corrupted_naming_the_row_and_the_file() {
 
 #[test]
 fn a_value_edited_behind_the_store_or_without_checksum_is_corrupted() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
     let (a, s1) = (tenant("a"), SessionId::from("ses_1"));
-    rt.block_on(async {
-        let store = open(dir.path()).await;
+    with_store(async |dir, store| {
         store.apply(&marked_batch("edit-me")).await.unwrap();
         store.close().await;
-        let mut conn = raw(dir.path()).await;
-        sqlx::query("UPDATE sessions SET body = replace(body, '\"ses_1\"', '\"ses_1\" ')")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        sqlx::query("UPDATE messages SET checksum = NULL")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-        let store = open(dir.path()).await;
+        edit_behind(
+            dir,
+            &[
+                "UPDATE sessions SET body = replace(body, '\"ses_1\"', '\"ses_1\" ')",
+                "UPDATE messages SET checksum = NULL",
+            ],
+        )
+        .await;
+        let store = open(dir).await;
         let err = store.session(&a, &s1).await.unwrap_err();
         assert!(err.to_string().contains("sessions row ses_1"), "{err}");
         assert!(err.to_string().contains("fails its checksum"), "{err}");

@@ -13,11 +13,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use forge_conformance::differential::damage::{
-    assert_clean, campaign, history, runs, snapshot, Damage, PanicCounter, Rng, Snapshot,
-};
+use forge_conformance::differential::damage::{history, runs, snapshot, Damage, Snapshot};
 use forge_core::{Error, Store};
 use forge_sql::SqliteStore;
+use forge_testkit::stores::Campaigns;
 
 /// Messages per page when reading back (several pages per session).
 const PAGE: usize = 3;
@@ -27,9 +26,7 @@ fn url(path: &Path) -> String {
 }
 
 fn wal(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
+    stores::beside(path, "-wal")
 }
 
 /// Opens `path`, reads everything and closes it.
@@ -46,16 +43,8 @@ fn read_back(path: &Path) -> Result<Snapshot, Error> {
 /// Writes `db` (and `wal`) to fresh files, reads them back, and removes them.
 fn try_copy(dir: &Path, db: &[u8], log: Option<&[u8]>) -> Result<Snapshot, Error> {
     let copy = dir.join("damaged.db");
-    std::fs::write(&copy, db).unwrap();
-    if let Some(l) = log {
-        std::fs::write(wal(&copy), l).unwrap();
-    }
-    let got = std::panic::catch_unwind(|| read_back(&copy))
-        .unwrap_or_else(|_| Err(Error::invalid("the read panicked")));
-    for f in [copy.clone(), wal(&copy), dir.join("damaged.db-shm")] {
-        std::fs::remove_file(f).ok();
-    }
-    got
+    let shm = dir.join("damaged.db-shm");
+    stores::read_fresh_copy(read_back, &copy, db, (&wal(&copy), log), &[&shm])
 }
 
 #[test]
@@ -66,20 +55,15 @@ fn an_empty_file_is_refused_not_opened_as_an_empty_store() {
     let err = runtime()
         .block_on(SqliteStore::open(&url(&path)))
         .unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-    assert!(err.to_string().contains("empty file"), "{err}");
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "written to");
+    stores::assert_refused_as_empty(&path, &err);
 }
 
 /// The whole campaign in one test: the panic hook is process-wide.
 #[test]
 fn damaged_files_are_reported_never_read_changed_and_never_panic() {
-    let panics = PanicCounter::install();
     let dir = tempfile::tempdir().unwrap();
-    let n = runs("FORGE_DAMAGE_RUNS", 100);
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut tallies = Vec::new();
     let read = |db: &[u8], beside: Option<&[u8]>| try_copy(dir.path(), db, beside);
+    let mut campaigns = Campaigns::new(&read, runs("FORGE_DAMAGE_RUNS", 100));
 
     // A file closed cleanly: everything checkpointed into it, no WAL.
     let path = dir.path().join("forge.db");
@@ -93,28 +77,7 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
     let db = std::fs::read(&path).unwrap();
     let original = try_copy(dir.path(), &db, None).unwrap();
     assert_eq!(original.len(), 2 + 6 * 8, "the history reads back whole");
-    let flips = rng.flips(n, db.len());
-    tallies.push(campaign(
-        "sqlite file, flips",
-        &read,
-        (&db, None),
-        false,
-        &flips,
-        &original,
-        &panics,
-        &|_| false,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, db.len());
-    tallies.push(campaign(
-        "sqlite file, cuts",
-        &read,
-        (&db, None),
-        false,
-        &cuts,
-        &original,
-        &panics,
-        &|_| false,
-    ));
+    campaigns.flips_and_cuts("sqlite file", ((&db, None), false), &original, &|_| false);
 
     // As a crash leaves it: the last commits only in the WAL.
     let (crash_db, crash_wal, crash_original) = crashed_copy(dir.path());
@@ -127,31 +90,9 @@ fn damaged_files_are_reported_never_read_changed_and_never_panic() {
         Damage::Flip { at, .. } => last_frame.contains(&at),
         Damage::Truncate { .. } => true,
     };
-    let flips = rng.flips(n, crash_wal.len());
-    tallies.push(campaign(
-        "sqlite -wal, flips",
-        &read,
-        (&crash_db, Some(&crash_wal)),
-        true,
-        &flips,
-        &crash_original,
-        &panics,
-        &torn,
-    ));
-    let cuts = rng.cuts(n / 3 + 1, crash_wal.len());
-    tallies.push(campaign(
-        "sqlite -wal, cuts",
-        &read,
-        (&crash_db, Some(&crash_wal)),
-        true,
-        &cuts,
-        &crash_original,
-        &panics,
-        &torn,
-    ));
-    for t in &tallies {
-        assert_clean(t);
-    }
+    let crashed = (&crash_db[..], Some(&crash_wal[..]));
+    campaigns.flips_and_cuts("sqlite -wal", (crashed, true), &crash_original, &torn);
+    campaigns.assert_clean();
 }
 
 /// The files of a store that wrote the history with a checkpoint in the middle and the
@@ -166,17 +107,11 @@ fn crashed_copy(dir: &Path) -> (Vec<u8>, Vec<u8>, Snapshot) {
             url(&live)
         )))
         .unwrap();
-    let batches = history(4, 6, 3000);
-    let half = batches.len() / 2;
-    rt.block_on(async {
-        for batch in &batches[..half] {
-            store.apply(batch).await.unwrap();
-        }
-        store.checkpoint().await.unwrap();
-        for batch in &batches[half..] {
-            store.apply(batch).await.unwrap();
-        }
-    });
+    rt.block_on(stores::apply_in_halves(
+        &store,
+        &history(4, 6, 3000),
+        async || store.checkpoint().await.unwrap(),
+    ));
     let db = std::fs::read(&live).unwrap();
     let log = std::fs::read(wal(&live)).unwrap();
     rt.block_on(store.close());

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -18,6 +18,14 @@ impl Env {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("redb://{}", dir.path().join("forge.redb").display());
         Self { dir, url }
+    }
+
+    /// On a server: its URL `base` with `key=value` added to the query (a prefix or a
+    /// schema of the test's own).
+    pub fn on(base: &str, key: &str, value: &str) -> Self {
+        let mut env = Self::new();
+        env.url = with_param(base, key, value);
+        env
     }
 
     /// `forge-store --backend URL ARGS…`.
@@ -39,6 +47,11 @@ impl Env {
         stdout(&out)
     }
 
+    /// Runs and expects a failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        failed(&self.run(args))
+    }
+
     /// Runs with `--json` appended and parses stdout.
     pub fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
@@ -54,11 +67,27 @@ impl Env {
         path.display().to_string()
     }
 
+    /// Writes `lines` to a file in the temp dir, each ended by a newline, and returns its
+    /// path.
+    pub fn jsonl(&self, name: &str, lines: &[&str]) -> String {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        self.file(name, &text)
+    }
+
     /// Replays a file and returns the report and the session id.
     pub fn replay(&self, file: &str) -> (Value, String) {
         let report = self.json(&["replay", file]);
         let sid = report["session"].as_str().expect("session id").to_owned();
         (report, sid)
+    }
+
+    /// The id of the session `sessions` lists first (the only one, in most tests).
+    pub fn first_session(&self) -> String {
+        self.json(&["sessions"])[0]["info"]["id"]
+            .as_str()
+            .expect("a session id")
+            .to_owned()
     }
 
     /// Every message of a session, oldest first.
@@ -68,17 +97,58 @@ impl Env {
     }
 }
 
-/// Runs the binary with exactly these arguments in `cwd`, without the env defaults.
-pub fn bare(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forge-store"))
-        .args(args)
+/// The binary with exactly these arguments in `cwd`, without the env defaults.
+pub fn command(args: &[&str], cwd: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_forge-store"));
+    cmd.args(args)
         .current_dir(cwd)
         .env_remove("FORGE_BACKEND")
         .env_remove("FORGE_TENANT")
         .env_remove("FORGE_BENCH_POSTGRES_URL")
-        .env_remove("FORGE_BENCH_REDIS_URL")
-        .output()
+        .env_remove("FORGE_BENCH_REDIS_URL");
+    cmd
+}
+
+/// Runs the binary with exactly these arguments in `cwd`, without the env defaults.
+pub fn bare(args: &[&str], cwd: &Path) -> Output {
+    command(args, cwd).output().expect("run forge-store")
+}
+
+/// Starts `cmd` with no stdin and its stdout and stderr piped.
+pub fn spawn_piped(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run forge-store")
+}
+
+/// Expects `out` to be a failed run; returns its stderr.
+pub fn failed(out: &Output) -> String {
+    let err = stderr(out);
+    assert!(
+        !out.status.success(),
+        "expected a failure, got {}: {err}\n{}",
+        out.status,
+        stdout(out)
+    );
+    err
+}
+
+/// `base` with `key=value` added to its query.
+pub fn with_param(base: &str, key: &str, value: &str) -> String {
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}{key}={value}")
+}
+
+/// `FORGE_TEST_POSTGRES_URL`, or `None` after `test` is reported skipped.
+pub fn postgres_url(test: &str) -> Option<String> {
+    forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", test)
+}
+
+/// `FORGE_TEST_REDIS_URL`, or `None` after `test` is reported skipped.
+pub fn redis_url(test: &str) -> Option<String> {
+    forge_testkit::service_url("FORGE_TEST_REDIS_URL", test)
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -101,6 +171,61 @@ pub fn example(name: &str) -> String {
     .iter()
     .collect();
     path.display().to_string()
+}
+
+/// Deletes every key under `prefix` on the Redis server at `url`, as far as it can (a
+/// test's cleanup).
+pub fn delete_keys(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_connection() else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut conn)
+        .unwrap_or_default();
+    for chunk in keys.chunks(500) {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+    }
+}
+
+/// An environment on the Redis server under a key prefix of the test's own, every
+/// key of which is deleted when it is dropped.
+pub struct OnRedis {
+    pub env: Env,
+    pub base: String,
+    pub prefix: String,
+}
+
+impl OnRedis {
+    /// Under the prefix `forge-cli-{name}-PID`; `None` when no server is configured.
+    pub fn new(name: &str) -> Option<Self> {
+        let base = redis_url("the CLI's Redis test")?;
+        let prefix = format!("forge-cli-{name}-{}", std::process::id());
+        let env = Env::on(&base, "prefix", &prefix);
+        Some(Self { env, base, prefix })
+    }
+}
+
+impl Drop for OnRedis {
+    fn drop(&mut self) {
+        delete_keys(&self.base, &self.prefix);
+    }
+}
+
+/// Replay lines that answer with one text block saying `text`, then finish.
+pub fn text_answer(text: &str) -> String {
+    let text = Value::from(text);
+    [
+        r#"{"type":"text-start","id":"t"}"#.to_owned(),
+        format!(r#"{{"type":"text-delta","id":"t","text":{text}}}"#),
+        r#"{"type":"text-end","id":"t"}"#.to_owned(),
+        r#"{"type":"finish"}"#.to_owned(),
+    ]
+    .map(|line| line + "\n")
+    .concat()
 }
 
 /// The parts of a message as JSON.

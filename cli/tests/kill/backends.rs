@@ -6,6 +6,8 @@ use std::path::Path;
 
 use forge_store::sql::postgres::testing::TestSchema;
 
+use crate::common::{delete_keys, postgres_url, redis_url, with_param};
+
 /// A backend under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -24,22 +26,6 @@ impl Backend {
             Self::Redis => "redis",
         }
     }
-}
-
-/// The Postgres server: `FORGE_TEST_POSTGRES_URL` (skipped loudly when unset, a failure
-/// under `FORGE_TEST_REQUIRE_SERVICES=1`).
-pub fn postgres_url(what: &str) -> Option<String> {
-    forge_testkit::service_url("FORGE_TEST_POSTGRES_URL", what)
-}
-
-/// The Redis server: `FORGE_TEST_REDIS_URL`, as [`postgres_url`].
-pub fn redis_url(what: &str) -> Option<String> {
-    forge_testkit::service_url("FORGE_TEST_REDIS_URL", what)
-}
-
-fn with_param(base: &str, key: &str, value: &str) -> String {
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}{key}={value}")
 }
 
 /// A Postgres schema made for this test, dropped at the end, and the schemas of the
@@ -132,19 +118,7 @@ impl RedisPrefix {
 
 impl Drop for RedisPrefix {
     fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.base.as_str()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.prefix))
-            .query(&mut conn)
-            .unwrap_or_default();
-        for chunk in keys.chunks(500) {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
-        }
+        delete_keys(&self.base, &self.prefix);
     }
 }
 

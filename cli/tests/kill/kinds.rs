@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::backends::{redis_url, Place, RedisPrefix};
+use crate::backends::{Place, RedisPrefix};
 use crate::check::{self, Figures, Snapshot};
 use crate::child::{self, KillAt, Outcome};
+use crate::common::redis_url;
 
 /// Turns of the W1 stream a writer replays or uploads (about 2,300 lines).
 pub const TURNS: usize = 4;

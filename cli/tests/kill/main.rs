@@ -47,6 +47,8 @@
 mod backends;
 mod check;
 mod child;
+#[path = "../common/mod.rs"]
+mod common;
 mod kinds;
 mod points;
 
@@ -76,7 +78,7 @@ fn campaign(backend: Backend) {
     };
     let kills = env_number("FORGE_KILL_RUNS", 3_usize);
     let seed = points::seed("FORGE_KILL_SEED", "kill") ^ (backend as u64).wrapping_mul(0x1000_0001);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut failed = Vec::new();
     let only = std::env::var("FORGE_KILL_KINDS").unwrap_or_default();
     for kind in KINDS {
@@ -144,22 +146,19 @@ fn nanos_tag() -> String {
     format!("{:x}", backends::nanos() % 0xFFFF_FFFF)
 }
 
-#[test]
-fn killed_writers_on_redb_lose_nothing_confirmed() {
-    campaign(Backend::Redb);
+/// One test per backend, each a whole campaign on it.
+macro_rules! campaigns {
+    ($($name:ident: $backend:ident;)+) => {$(
+        #[test]
+        fn $name() {
+            campaign(Backend::$backend);
+        }
+    )+};
 }
 
-#[test]
-fn killed_writers_on_sqlite_lose_nothing_confirmed() {
-    campaign(Backend::Sqlite);
-}
-
-#[test]
-fn killed_writers_on_postgres_lose_nothing_confirmed() {
-    campaign(Backend::Postgres);
-}
-
-#[test]
-fn killed_writers_on_redis_lose_nothing_confirmed() {
-    campaign(Backend::Redis);
+campaigns! {
+    killed_writers_on_redb_lose_nothing_confirmed: Redb;
+    killed_writers_on_sqlite_lose_nothing_confirmed: Sqlite;
+    killed_writers_on_postgres_lose_nothing_confirmed: Postgres;
+    killed_writers_on_redis_lose_nothing_confirmed: Redis;
 }

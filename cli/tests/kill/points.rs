@@ -3,21 +3,20 @@
 
 use std::time::Duration;
 
+use forge_conformance::strategies::scaled::Mix;
+
 use crate::backends::{Place, RedisPrefix};
 use crate::check::Figures;
 use crate::child::KillAt;
 use crate::kinds::{self, Kind, Run};
 
-/// A small seeded generator (splitmix64): kill points are reproducible from the seed.
-pub struct Rng(pub u64);
+/// A small seeded generator (the conformance suite's splitmix64): kill points are
+/// reproducible from the seed.
+pub struct Rng(Mix);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    pub fn new(seed: u64) -> Self {
+        Self(Mix::new(seed))
     }
 
     /// A number in `0..n` (0 when `n` is 0).
@@ -25,7 +24,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.0.below(n)
         }
     }
 }

@@ -49,13 +49,13 @@ mod plan;
 mod serve;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use check::{verify, watch_locks};
-use common::env_usize;
+use common::{command, env_usize, postgres_url, spawn_piped};
 use forge_store::sql::postgres::testing::TestSchema;
 use forge_store::TenantId;
 use forge_testkit::process::output_within;
@@ -85,12 +85,33 @@ pub(crate) const PROCESS_TIMEOUT: Duration = Duration::from_mins(1);
 /// What a writer's stderr must never hold (case-insensitive).
 pub(crate) const FORBIDDEN: [&str; 5] = ["deadlock", "serializ", "40p01", "40001", "duplicate key"];
 
+/// Plans an import of the template retargeted to `sid` (its ids tagged `tag`), which
+/// `importers` imports write; returns the body they send.
+fn plan_import(
+    expect: &mut BTreeMap<(usize, String), Expect>,
+    template: &str,
+    tenant: usize,
+    sid: &str,
+    tag: &str,
+    importers: u64,
+) -> Arc<String> {
+    let doc = retargeted(template, "ses_ref_0", sid, tag);
+    let body = Arc::new(serde_json::to_string(&doc).expect("doc text"));
+    let events = import_events(&doc);
+    expect.insert(
+        (tenant, sid.to_owned()),
+        Expect::Imported {
+            events,
+            importers,
+            doc,
+        },
+    );
+    body
+}
+
 #[test]
 fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
-    let Some(base) = forge_testkit::service_url(
-        "FORGE_TEST_POSTGRES_URL",
-        "many writer processes on one Postgres database",
-    ) else {
+    let Some(base) = postgres_url("many writer processes on one Postgres database") else {
         return;
     };
     let writers = env_usize("FORGE_MANY_WRITERS", 4).max(2);
@@ -125,15 +146,14 @@ fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
     for k in 0..shared {
         let sid = format!("ses_shared_{k:02}");
         let tenant = k % TENANTS.len();
-        let doc = retargeted(&template, "ses_ref_0", &sid, &format!("sh{k:02}"));
-        let body = Arc::new(serde_json::to_string(&doc).expect("doc text"));
-        expect.insert(
-            (tenant, sid.clone()),
-            Expect::Imported {
-                events: import_events(&doc),
-                importers: ((writers * SHARED_REPEATS + 1) * PHASES) as u64,
-                doc,
-            },
+        let importers = ((writers * SHARED_REPEATS + 1) * PHASES) as u64;
+        let body = plan_import(
+            &mut expect,
+            &template,
+            tenant,
+            &sid,
+            &format!("sh{k:02}"),
+            importers,
         );
         let file = dir.path().join(format!("{sid}.json"));
         std::fs::write(&file, body.as_bytes()).expect("write a shared document");
@@ -158,16 +178,8 @@ fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
                 });
                 streamed += 1;
             } else {
-                let doc = retargeted(&template, "ses_ref_0", &sid, &format!("w{w}s{j:03}"));
-                let body = Arc::new(serde_json::to_string(&doc).expect("doc text"));
-                expect.insert(
-                    (tenant, sid.clone()),
-                    Expect::Imported {
-                        events: import_events(&doc),
-                        importers: 1,
-                        doc,
-                    },
-                );
+                let tag = format!("w{w}s{j:03}");
+                let body = plan_import(&mut expect, &template, tenant, &sid, &tag, 1);
                 own.push(Job::Import { tenant, sid, body });
                 imported += 1;
             }
@@ -269,19 +281,10 @@ fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
         let importers: Vec<(String, Child)> = shared_files
             .iter()
             .map(|(tenant, sid, file)| {
-                let child = Command::new(env!("CARGO_BIN_EXE_forge-store"))
-                    .args(["--backend", &url, "--tenant", TENANTS[*tenant], "import"])
-                    .arg(file)
-                    .current_dir(dir.path())
-                    .env_remove("FORGE_BACKEND")
-                    .env_remove("FORGE_TENANT")
-                    .env_remove("RUST_LOG")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("run forge-store import");
-                (sid.clone(), child)
+                let args = ["--backend", &url, "--tenant", TENANTS[*tenant], "import"];
+                let mut import = command(&args, dir.path());
+                import.arg(file).env_remove("RUST_LOG");
+                (sid.clone(), spawn_piped(&mut import))
             })
             .collect();
         failures.extend(rt.block_on(async {

@@ -4,7 +4,7 @@
 use forge_store::sql::PostgresStore;
 use forge_store::{SessionId, TenantId};
 use serde_json::Value;
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use sqlx::{AssertSqlSafe, Connection};
 
 use crate::deployment::Deployment;
 use crate::SAME_SESSION;
@@ -92,15 +92,7 @@ pub(crate) async fn library_checks(d: &Deployment, a_doc: &Value, b_doc: &Value,
 /// Raw SQL as the login role, and URLs asking the server for more: every way to get
 /// past row-level security fails.
 pub(crate) async fn switch_off_attempts(d: &Deployment, c: &mut Checks) {
-    let url = d.url();
-    let mut conn = PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "SET search_path TO \"{}\"",
-        d.schema
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let mut conn = d.login_connection().await;
     let forbidden = [
         "ALTER TABLE sessions DISABLE ROW LEVEL SECURITY",
         "ALTER TABLE messages NO FORCE ROW LEVEL SECURITY",
@@ -170,14 +162,7 @@ pub(crate) async fn switch_off_attempts(d: &Deployment, c: &mut Checks) {
     // writes raw SQL chooses the tenant setting. Row-level security separates the
     // tenants of forge-store's API (the tenant is an argument of every call, validated);
     // it is not an authentication boundary between tenants sharing one role.
-    let mut conn = PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "SET search_path TO \"{}\"",
-        d.schema
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let mut conn = d.login_connection().await;
     let mut tx = conn.begin().await.unwrap();
     sqlx::query("SELECT set_config('forge.tenant', 'B', true)")
         .execute(&mut *tx)

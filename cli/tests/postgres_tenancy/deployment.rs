@@ -3,14 +3,14 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use forge_testkit::process::KillOnDrop;
 use forge_testkit::runtime;
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
-use crate::common::{stderr, stdout};
+use crate::common::{command, spawn_piped, stderr, stdout, with_param};
 use crate::PROCESS_TIMEOUT;
 
 /// A schema provisioned by the admin and a login role granted on it; both dropped when
@@ -35,8 +35,7 @@ impl Deployment {
             app_role: format!("forge_app_{unique}"),
             dir: tempfile::tempdir().unwrap(),
         };
-        let sep = if admin.contains('?') { '&' } else { '?' };
-        let admin_url = format!("{admin}{sep}schema={}&app_role={}", d.schema, d.app_role);
+        let admin_url = with_param(admin, "schema", &d.schema) + "&app_role=" + &d.app_role;
         // What a platform team runs once with the admin's URL: the migration.
         let out = d.cli_at(&admin_url, "default", &["sessions", "--json"]);
         assert!(out.status.success(), "migration as admin: {}", stderr(&out));
@@ -73,6 +72,19 @@ impl Deployment {
             "{scheme}://{}@{host}{sep}schema={}{extra}",
             self.login, self.schema
         )
+    }
+
+    /// A raw connection as the login role, its search path on the schema.
+    pub(crate) async fn login_connection(&self) -> PgConnection {
+        let mut conn = PgConnection::connect(&self.url()).await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET search_path TO \"{}\"",
+            self.schema
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn
     }
 
     pub(crate) fn admin_sql(&self, sql: &str) {
@@ -163,17 +175,7 @@ impl Drop for Deployment {
 /// `forge-store ARGS…` in `cwd` without the environment's defaults, killed when
 /// dropped.
 pub(crate) fn spawn(args: &[&str], cwd: &Path) -> KillOnDrop {
-    let child = Command::new(env!("CARGO_BIN_EXE_forge-store"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("FORGE_BACKEND")
-        .env_remove("FORGE_TENANT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run forge-store");
-    KillOnDrop::new(child)
+    KillOnDrop::new(spawn_piped(&mut command(args, cwd)))
 }
 
 /// Waits for the process, killing it (and failing) after [`PROCESS_TIMEOUT`].

@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use checks::{library_checks, switch_off_attempts, Checks};
-use common::{env_usize, example, normalized, open_things, stderr, stdout};
+use common::{env_usize, example, normalized, open_things, postgres_url, stderr, stdout};
 use deployment::{spawn, wait, Deployment};
 use forge_testkit::process::KillOnDrop;
 use forge_testkit::runtime;
@@ -86,10 +86,7 @@ const B_TEXT: &str = "tenant B's secret text";
 
 #[test]
 fn a_plain_login_role_keeps_every_tenant_to_itself() {
-    let Some(admin) = forge_testkit::service_url(
-        "FORGE_TEST_POSTGRES_URL",
-        "tenancy under a plain login role",
-    ) else {
+    let Some(admin) = postgres_url("tenancy under a plain login role") else {
         return;
     };
     let d = Deployment::provision(&admin, true);
@@ -222,10 +219,7 @@ const STREAMS: [&str; 3] = [
 
 #[test]
 fn many_cli_processes_and_tenants_at_once() {
-    let Some(admin) = forge_testkit::service_url(
-        "FORGE_TEST_POSTGRES_URL",
-        "many CLI processes and tenants on Postgres",
-    ) else {
+    let Some(admin) = postgres_url("many CLI processes and tenants on Postgres") else {
         return;
     };
     let procs = env_usize("FORGE_TENANCY_PROCS", 8).max(2);

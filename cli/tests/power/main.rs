@@ -35,6 +35,8 @@ mod check;
 #[allow(dead_code)]
 #[path = "../kill/child.rs"]
 mod child;
+#[path = "../common/mod.rs"]
+mod common;
 #[allow(dead_code)]
 #[path = "../kill/kinds.rs"]
 mod kinds;
@@ -42,7 +44,6 @@ mod kinds;
 #[path = "../kill/points.rs"]
 mod points;
 
-use std::path::Path;
 use std::time::Instant;
 
 use backends::{Backend, Pg, Place, RedisPrefix};
@@ -52,35 +53,75 @@ use forge_testkit::servers;
 use kinds::Kind;
 use points::{env_number, Points, Rng};
 
-/// One campaign at a time: a cut unmounts, and two mounts cut and remounted at once
-/// have made a remount fail.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// A power-cut file system mounted on a new directory, for one campaign at a time: a
+/// cut unmounts, and two mounts cut and remounted at once have made a remount fail.
+struct Power {
+    fs: Mounted,
+    dir: tempfile::TempDir,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
-/// Mounts a power-cut file system on a new directory, or `None` after a loud skip
-/// (a failure under `FORGE_TEST_REQUIRE_FUSE=1`).
-fn mount(test: &str) -> Option<(tempfile::TempDir, Mounted)> {
-    let dir = tempfile::Builder::new()
-        .prefix("forge-power-")
-        .tempdir()
-        .expect("temp dir");
-    match Mounted::mount(dir.path(), Rules::Strict) {
-        Ok(m) => Some((dir, m)),
-        Err(e) => {
-            forge_testkit::skip_unless(
-                "FORGE_TEST_REQUIRE_FUSE",
-                test,
-                &format!(
-                    "the power-cut file system could not be mounted ({e}); it needs \
-                     /dev/fuse and fuse3"
-                ),
-            );
-            None
+impl Power {
+    /// Mounts it once no other campaign holds one, or `None` after a loud skip (a
+    /// failure under `FORGE_TEST_REQUIRE_FUSE=1`).
+    fn mount(test: &str) -> Option<Self> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dir = tempfile::Builder::new()
+            .prefix("forge-power-")
+            .tempdir()
+            .expect("temp dir");
+        match Mounted::mount(dir.path(), Rules::Strict) {
+            Ok(fs) => Some(Self {
+                fs,
+                dir,
+                _serial: serial,
+            }),
+            Err(e) => {
+                forge_testkit::skip_unless(
+                    "FORGE_TEST_REQUIRE_FUSE",
+                    test,
+                    &format!(
+                        "the power-cut file system could not be mounted ({e}); it needs \
+                         /dev/fuse and fuse3"
+                    ),
+                );
+                None
+            }
         }
+    }
+
+    /// A directory for the stores, made durable (its name synced) before the first cut.
+    fn stores_dir(&self) -> tempfile::TempDir {
+        let dir = tempfile::Builder::new()
+            .prefix("stores-")
+            .tempdir_in(self.dir.path())
+            .expect("a directory on the power-cut file system");
+        self.fs.sync();
+        dir
+    }
+
+    /// The campaigns of both writers (a replay, and one committing every boundary) on
+    /// an embedded store's file under its default settings.
+    fn both_writers(&self, backend: Backend, rng: &mut Rng) -> Vec<Found> {
+        let place = Place::File(backend, self.stores_dir());
+        [Kind::Replay, Kind::Every]
+            .into_iter()
+            .map(|kind| {
+                let label = format!("{} {}", backend.name(), kind.name());
+                campaign(
+                    &label,
+                    &self.fs,
+                    &place,
+                    &mut Server::None,
+                    kind,
+                    runs(),
+                    rng,
+                )
+            })
+            .collect()
     }
 }
 
@@ -220,7 +261,7 @@ fn check_runs() -> usize {
 
 fn rng(backend: Backend) -> Rng {
     let seed = points::seed("FORGE_POWER_SEED", "power");
-    Rng(seed ^ (backend as u64).wrapping_mul(0x1000_0001))
+    Rng::new(seed ^ (backend as u64).wrapping_mul(0x1000_0001))
 }
 
 /// A default setting keeps every confirmed boundary through every cut.
@@ -244,73 +285,30 @@ fn assert_lost(found: &Found, setting: &str) {
     );
 }
 
-/// A directory for the stores, made durable (its name synced) before the first cut.
-fn stores_dir(fs: &Mounted, mount: &Path) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("stores-")
-        .tempdir_in(mount)
-        .expect("a directory on the power-cut file system");
-    fs.sync();
-    dir
-}
-
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_redb() {
-    let _serial = serial();
-    let Some((mount, fs)) = mount("power cut on redb") else {
+    let Some(power) = Power::mount("power cut on redb") else {
         return;
     };
     let mut rng = rng(Backend::Redb);
-    let place = Place::File(Backend::Redb, stores_dir(&fs, mount.path()));
-    let found: Vec<Found> = [Kind::Replay, Kind::Every]
-        .into_iter()
-        .map(|kind| {
-            let label = format!("redb {}", kind.name());
-            campaign(
-                &label,
-                &fs,
-                &place,
-                &mut Server::None,
-                kind,
-                runs(),
-                &mut rng,
-            )
-        })
-        .collect();
-    assert_kept(&found);
+    assert_kept(&power.both_writers(Backend::Redb, &mut rng));
 }
 
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_sqlite_and_synchronous_normal_loses() {
-    let _serial = serial();
-    let Some((mount, fs)) = mount("power cut on SQLite") else {
+    let Some(power) = Power::mount("power cut on SQLite") else {
         return;
     };
     let mut rng = rng(Backend::Sqlite);
-    let place = Place::File(Backend::Sqlite, stores_dir(&fs, mount.path()));
-    let kept: Vec<Found> = [Kind::Replay, Kind::Every]
-        .into_iter()
-        .map(|kind| {
-            let label = format!("sqlite {}", kind.name());
-            campaign(
-                &label,
-                &fs,
-                &place,
-                &mut Server::None,
-                kind,
-                runs(),
-                &mut rng,
-            )
-        })
-        .collect();
+    let kept = power.both_writers(Backend::Sqlite, &mut rng);
     let normal = Place::FileWith(
         Backend::Sqlite,
-        stores_dir(&fs, mount.path()),
+        power.stores_dir(),
         "synchronous=normal".to_owned(),
     );
     let weak = campaign(
         "sqlite synchronous=normal",
-        &fs,
+        &power.fs,
         &normal,
         &mut Server::None,
         Kind::Replay,
@@ -323,12 +321,11 @@ fn a_power_cut_loses_nothing_confirmed_on_sqlite_and_synchronous_normal_loses() 
 
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_loses() {
-    let _serial = serial();
     let test = "power cut on Postgres";
-    let Some((mount, fs)) = mount(test) else {
+    let Some(power) = Power::mount(test) else {
         return;
     };
-    let parent = stores_dir(&fs, mount.path());
+    let (fs, parent) = (&power.fs, power.stores_dir());
     let Some(pg) = servers::Postgres::start_in(25435, test, parent.path()) else {
         return;
     };
@@ -340,7 +337,7 @@ fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_lo
     fs.sync();
     let kept = campaign(
         "postgres replay",
-        &fs,
+        fs,
         &place,
         &mut server,
         Kind::Replay,
@@ -353,7 +350,7 @@ fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_lo
     fs.sync();
     let weak = campaign(
         "postgres synchronous_commit=off",
-        &fs,
+        fs,
         &off,
         &mut server,
         Kind::Replay,
@@ -367,9 +364,8 @@ fn a_power_cut_loses_nothing_confirmed_on_postgres_and_synchronous_commit_off_lo
 
 #[test]
 fn a_power_cut_loses_nothing_confirmed_on_redis_always_and_appendfsync_no_loses() {
-    let _serial = serial();
     let test = "power cut on Redis";
-    let Some((mount, fs)) = mount(test) else {
+    let Some(power) = Power::mount(test) else {
         return;
     };
     let mut rng = rng(Backend::Redis);
@@ -383,17 +379,17 @@ fn a_power_cut_loses_nothing_confirmed_on_redis_always_and_appendfsync_no_loses(
         (6397, "everysec", "everysec", check_runs()),
     ];
     for (port, policy, accepting, cuts) in settings {
-        let parent = stores_dir(&fs, mount.path());
+        let parent = power.stores_dir();
         let Some(r) = servers::Redis::start_in(port, policy, test, parent.path()) else {
             return;
         };
-        fs.sync();
+        power.fs.sync();
         let place = Place::Redis(RedisPrefix::new(&r.url(), "power").accepting(accepting));
         let mut server = Server::Redis(r);
         let label = format!("redis appendfsync {policy}");
         found.push(campaign(
             &label,
-            &fs,
+            &power.fs,
             &place,
             &mut server,
             Kind::Replay,

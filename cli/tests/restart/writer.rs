@@ -20,38 +20,27 @@ fn wait_confirmed(confirmed: &AtomicUsize, at_least: usize) {
 }
 
 /// A throwaway server the writer test stops and starts again.
-trait Restart {
-    /// Stops the server the `k`th time (0 or 1).
-    fn stop_nth(&mut self, k: usize);
+enum Restart<'a> {
+    Postgres(&'a mut Postgres),
+    Redis(&'a mut Redis),
+}
+
+impl Restart<'_> {
+    /// Stops the server the `k`th time (0 or 1): Postgres `-m fast`, then `-m
+    /// immediate`; Redis SIGKILL, then `SHUTDOWN`.
+    fn stop_nth(&mut self, k: usize) {
+        match self {
+            Self::Postgres(pg) => pg.stop([PgStop::Fast, PgStop::Immediate][k]),
+            Self::Redis(r) => r.stop([RedisStop::Kill, RedisStop::Shutdown][k]),
+        }
+    }
+
     /// Starts it again.
-    fn start(&mut self);
-}
-
-impl Restart for Postgres {
-    fn stop_nth(&mut self, k: usize) {
-        self.stop(if k == 0 {
-            PgStop::Fast
-        } else {
-            PgStop::Immediate
-        });
-    }
-
     fn start(&mut self) {
-        self.start_again();
-    }
-}
-
-impl Restart for Redis {
-    fn stop_nth(&mut self, k: usize) {
-        self.stop(if k == 0 {
-            RedisStop::Kill
-        } else {
-            RedisStop::Shutdown
-        });
-    }
-
-    fn start(&mut self) {
-        self.start_again();
+        match self {
+            Self::Postgres(pg) => pg.start_again(),
+            Self::Redis(r) => r.start_again(),
+        }
     }
 }
 
@@ -62,7 +51,7 @@ impl Restart for Redis {
 fn writer_rides_out_restarts(
     url: &str,
     name: &str,
-    server: &mut dyn Restart,
+    mut server: Restart<'_>,
     rt: &tokio::runtime::Runtime,
 ) -> String {
     let reader = open_reader(rt, url);
@@ -149,7 +138,7 @@ fn a_postgres_restart_mid_stream_loses_and_doubles_nothing() {
     };
     let rt = runtime();
     let url = pg.url();
-    let summary = writer_rides_out_restarts(&url, "postgres", &mut pg, &rt);
+    let summary = writer_rides_out_restarts(&url, "postgres", Restart::Postgres(&mut pg), &rt);
     eprintln!("restart: {summary} (stop -m fast, then -m immediate)");
 }
 
@@ -185,7 +174,7 @@ fn a_redis_restart_mid_stream_loses_nothing_and_the_worker_resumes() {
         (stats, worker)
     });
     let sid = SessionId::from("ses_restart_redis");
-    let summary = writer_rides_out_restarts(&url, "redis", &mut redis, &rt);
+    let summary = writer_rides_out_restarts(&url, "redis", Restart::Redis(&mut redis), &rt);
     // The worker's copy catches up with the original.
     let original = rt.block_on(forge_store::open(&url)).unwrap();
     let want = rt.block_on(original.export(&tenant(), &sid)).unwrap();

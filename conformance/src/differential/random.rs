@@ -54,52 +54,32 @@ fn weighted_index(weights: &[usize]) -> impl Strategy<Value = usize> {
     prop::sample::select(choices)
 }
 
-pub fn ev_strategy() -> impl Strategy<Value = Ev> {
-    let kind = prop_oneof![
+fn kind_strategy() -> impl Strategy<Value = Kind> {
+    prop_oneof![
         2 => Just(Kind::PutSession),
         2 => Just(Kind::DeleteSession),
         5 => Just(Kind::PutMessage),
         2 => Just(Kind::RemoveMessage),
         6 => Just(Kind::PutPart),
         2 => Just(Kind::RemovePart),
-    ];
-    (
-        kind,
-        weighted_index(&[3, 1]),
-        weighted_index(&[4, 2, 1, 1, 1]),
-        weighted_index(&[3, 2, 2, 1, 1, 1, 1]),
-        weighted_index(&[2, 1, 1]),
-        any::<u8>(),
-        0..20u64,
-        proptest::bool::weighted(0.02),
-        proptest::bool::weighted(0.85),
-        proptest::option::weighted(0.35, any::<u8>()),
-    )
-        .prop_map(
-            |(
-                kind,
-                tenant,
-                session,
-                message,
-                part,
-                variant,
-                seq,
-                mismatch,
-                ensure_parents,
-                then,
-            )| Ev {
-                kind,
-                tenant,
-                session,
-                message,
-                part,
-                variant,
-                seq,
-                mismatch,
-                ensure_parents,
-                then,
-            },
-        )
+    ]
+}
+
+prop_compose! {
+    pub fn ev_strategy()(
+        kind in kind_strategy(),
+        tenant in weighted_index(&[3, 1]),
+        session in weighted_index(&[4, 2, 1, 1, 1]),
+        message in weighted_index(&[3, 2, 2, 1, 1, 1, 1]),
+        part in weighted_index(&[2, 1, 1]),
+        variant in any::<u8>(),
+        seq in 0..20u64,
+        mismatch in proptest::bool::weighted(0.02),
+        ensure_parents in proptest::bool::weighted(0.85),
+        then in proptest::option::weighted(0.35, any::<u8>()),
+    ) -> Ev {
+        Ev { kind, tenant, session, message, part, variant, seq, mismatch, ensure_parents, then }
+    }
 }
 
 pub fn to_envelopes(ev: &Ev) -> Vec<Envelope<SyncEvent>> {

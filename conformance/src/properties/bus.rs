@@ -51,7 +51,7 @@ pub struct Case {
     pub subscribers: u8,
     /// Events published first, over every session, kind and tenant ([`bulk`]; large
     /// cases).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
 }
 
@@ -66,13 +66,8 @@ pub struct ResumeCase {
     pub after: Vec<Publish>,
     /// Events published first, most of them to the resumed session ([`bulk`]; large
     /// cases).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &u16) -> bool {
-    *n == 0
 }
 
 /// `n` publishes as a compact spec expands them: the `i`-th goes to session 0 (to
@@ -165,6 +160,29 @@ struct Publisher {
 }
 
 impl Publisher {
+    /// The case's bus, and a publisher to two tenants of its backend.
+    fn of(b: &crate::harness::Backend) -> Result<(Arc<dyn Bus>, Self), String> {
+        let bus = b
+            .bus
+            .clone()
+            .ok_or_else(|| "the factory returned no bus for this case".to_owned())?;
+        let p = Self {
+            a: b.tenant(),
+            b: b.tenant(),
+            seqs: std::collections::HashMap::default(),
+        };
+        Ok((bus, p))
+    }
+
+    /// Envelopes of the `bulk` publishes, then of `then`.
+    fn envelopes(&mut self, bulk: u16, then: &[Publish]) -> Vec<BusEvent> {
+        self::bulk(bulk)
+            .iter()
+            .chain(then)
+            .map(|e| self.envelope(e))
+            .collect()
+    }
+
     fn envelope(&mut self, p: &Publish) -> BusEvent {
         let seq = self.seqs.entry((p.other_tenant, p.session)).or_insert(0);
         *seq += 1;
@@ -289,21 +307,18 @@ pub(crate) fn run_resume(ctx: &Ctx<'_>) -> CaseRun {
     )
 }
 
-fn the_bus(b: &crate::harness::Backend) -> Result<Arc<dyn Bus>, String> {
-    b.bus
-        .clone()
-        .ok_or_else(|| "the factory returned no bus for this case".to_owned())
+/// Publishes `events` in order, then flushes.
+async fn publish_all(bus: &dyn Bus, events: &[BusEvent]) -> Result<(), String> {
+    for e in events {
+        bus.publish(e.clone()).map_err(ctx_err("publish"))?;
+    }
+    bus.flush().await.map_err(ctx_err("flush"))
 }
 
 pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
-        let bus = the_bus(&b)?;
-        let mut p = Publisher {
-            a: b.tenant(),
-            b: b.tenant(),
-            seqs: std::collections::HashMap::default(),
-        };
+        let (bus, mut p) = Publisher::of(&b)?;
         let tenant = p.a.clone();
         let mut subs = Vec::new();
         for s in 0..3u8 {
@@ -319,16 +334,9 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             .subscribe(&tenant, Topic::Tenant, None)
             .await
             .map_err(ctx_err("subscribe(tenant)"))?;
-        let published: Vec<BusEvent> = bulk(case.bulk)
-            .iter()
-            .chain(&case.events)
-            .map(|e| p.envelope(e))
-            .collect();
+        let published = p.envelopes(case.bulk, &case.events);
         ctx.stats.listing(published.len());
-        for e in &published {
-            bus.publish(e.clone()).map_err(ctx_err("publish"))?;
-        }
-        bus.flush().await.map_err(ctx_err("flush"))?;
+        publish_all(&*bus, &published).await?;
         let mine: Vec<BusEvent> = published
             .iter()
             .filter(|e| e.tenant == tenant)
@@ -387,24 +395,12 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
 pub(crate) fn check_resume(ctx: &Ctx<'_>, case: &ResumeCase) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
-        let bus = the_bus(&b)?;
-        let mut p = Publisher {
-            a: b.tenant(),
-            b: b.tenant(),
-            seqs: std::collections::HashMap::default(),
-        };
+        let (bus, mut p) = Publisher::of(&b)?;
         let tenant = p.a.clone();
         let session = sid(0);
-        let before: Vec<BusEvent> = bulk(case.bulk)
-            .iter()
-            .chain(&case.before)
-            .map(|e| p.envelope(e))
-            .collect();
+        let before = p.envelopes(case.bulk, &case.before);
         let after: Vec<BusEvent> = case.after.iter().map(|e| p.envelope(e)).collect();
-        for e in &before {
-            bus.publish(e.clone()).map_err(ctx_err("publish"))?;
-        }
-        bus.flush().await.map_err(ctx_err("flush"))?;
+        publish_all(&*bus, &before).await?;
         let of_session = |v: &[BusEvent]| -> Vec<BusEvent> {
             v.iter()
                 .filter(|e| e.tenant == tenant && e.session_id == session)

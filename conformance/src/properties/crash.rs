@@ -69,13 +69,8 @@ pub struct Case {
     pub persist_deltas: bool,
     /// Parts an earlier crash left open in an older message (large cases; with
     /// `End::Crash` only).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub stale_open: u16,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &u16) -> bool {
-    *n == 0
 }
 
 /// Any case; `crash_only` for the durable-bus property.
@@ -344,7 +339,7 @@ pub type RecoverFn =
     )
         -> futures::future::BoxFuture<'a, forge_core::Result<forge_core::RecoverReport>>;
 
-fn core_recover<'a>(
+pub(crate) fn core_recover<'a>(
     projector: &'a dyn forge_core::Projector,
     tenant: &'a forge_core::TenantId,
     session: Option<&'a forge_core::SessionId>,
@@ -436,12 +431,8 @@ fn check_with(ctx: &Ctx<'_>, case: &Case, recover: RecoverFn) -> Result<(), Stri
         );
         let recovered = match case.end {
             End::Crash => {
-                drop(turn);
-                drop(projector);
-                let restarted = DirectProjector::new(Arc::clone(&store), Arc::clone(&bus));
-                recover(&restarted, &tenant, Some(&session), T0 + 1_000_000)
-                    .await
-                    .map_err(ctx_err("recover after the crash"))?;
+                turn.crash(projector, &store, &bus, recover, "recover after the crash")
+                    .await?;
                 !finalized_by_stream
             }
             end => {

@@ -24,7 +24,7 @@ use crate::reference::filter_compacted;
 use crate::report::Outcome;
 use crate::strategies::history::{build, turns, Turn};
 use crate::strategies::model;
-use crate::strategies::scaled::Sizes;
+use crate::strategies::scaled::{large_page, Sizes};
 use crate::{BackendFactory, Config, Property};
 
 /// A case: a history, the page size the view reads with, and how many messages each
@@ -39,16 +39,11 @@ pub struct Case {
     pub batch: u8,
     /// Plain turns (user and assistant, alternating) inserted before `turns[bulk_at]`
     /// (large cases).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
     /// Where the plain turns go (clamped to the end).
     #[serde(default)]
     pub bulk_at: u16,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &u16) -> bool {
-    *n == 0
 }
 
 impl Case {
@@ -86,18 +81,13 @@ pub fn case() -> impl Strategy<Value = Case> {
 /// of plain turns, then a few more generated turns. Written in batches of 50-255
 /// messages, read with pages of 101-1,000, the cap or above it.
 pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
-    let page = prop_oneof![
-        4 => 101u16..=1000,
-        1 => Just(1000u16),
-        1 => Just(5_000u16),
-    ];
     let compaction = proptest::option::weighted(0.75, proptest::option::of(any::<u8>()));
     (
         turns(16),
         compaction,
         sizes.listing(),
         turns(8),
-        page,
+        large_page(),
         50u8..=255,
     )
         .prop_map(|(mut before, compaction, bulk, after, page, batch)| {

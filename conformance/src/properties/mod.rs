@@ -61,6 +61,13 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
     }
 }
 
+/// For the cases' `skip_serializing_if`: a count of zero (no large-case extras) is left out
+/// of a case's JSON.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+pub(crate) fn is_zero(n: &u16) -> bool {
+    *n == 0
+}
+
 fn parse<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
     serde_json::from_str(json).map_err(|e| format!("the case does not parse: {e}"))
 }

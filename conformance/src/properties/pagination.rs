@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
 use crate::strategies::model::T0;
 use crate::strategies::model::{self, MessageKind, PartKind};
-use crate::strategies::scaled::{real_id, Sizes};
+use crate::strategies::scaled::{large_page, real_id, Sizes};
 use crate::Property;
 
 /// A case: a history, a page size, and how many messages to append after each page read.
@@ -28,13 +28,8 @@ pub struct Case {
     /// Messages appended after the 1st, 2nd, … page read.
     pub appends: Vec<u8>,
     /// Messages (one part each) appended to the history before paging (large cases).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &u16) -> bool {
-    *n == 0
 }
 
 /// Above this many messages a case pages with a few sizes instead of every size.
@@ -57,19 +52,18 @@ pub fn case() -> impl Strategy<Value = Case> {
 
 /// Large cases: thousands of messages, pages around and above the cap.
 pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
-    let page = prop_oneof![
-        4 => 101u16..=1000,
-        1 => Just(1000u16),
-        1 => Just(5_000u16),
-    ];
-    (vec(0u8..4, 0..8), sizes.listing(), page, vec(0u8..4, 0..4)).prop_map(
-        |(parts, bulk, page, appends)| Case {
+    (
+        vec(0u8..4, 0..8),
+        sizes.listing(),
+        large_page(),
+        vec(0u8..4, 0..4),
+    )
+        .prop_map(|(parts, bulk, page, appends)| Case {
             parts,
             page,
             appends,
             bulk,
-        },
-    )
+        })
 }
 
 pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {

@@ -12,7 +12,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
+use crate::harness::{apply_both, ctx_err, envs, same, same_read, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::strategies::model::{self, arb_message, arb_part, arb_session, MessageKind, PartKind};
 use crate::strategies::scaled::{big_text, BigText, Sizes};
@@ -142,44 +142,20 @@ async fn read_back(
     when: &str,
 ) -> Result<(), String> {
     let sid = &case.session.id;
-    let got = store
-        .session(tenant, sid)
-        .await
-        .map_err(ctx_err("session()"))?;
-    same(
-        &format!("{when}: session()"),
-        &model.session(tenant, sid),
-        &got,
-    )?;
-    let got = store
-        .sessions(tenant)
-        .await
-        .map_err(ctx_err("sessions()"))?;
-    same(
-        &format!("{when}: sessions()"),
-        &model.sessions(tenant),
-        &got,
-    )?;
+    let what = format!("{when}: session()");
+    let want = model.session(tenant, sid);
+    same_read(&what, &want, "session()", store.session(tenant, sid)).await?;
+    let what = format!("{when}: sessions()");
+    let want = model.sessions(tenant);
+    same_read(&what, &want, "sessions()", store.sessions(tenant)).await?;
     for m in &case.messages {
-        let got = store
-            .message(tenant, sid, &m.info.id)
-            .await
-            .map_err(ctx_err("message()"))?;
-        same(
-            &format!("{when}: message({}) of role {}", m.info.id, m.info.role()),
-            &Some(m.clone()),
-            &got,
-        )?;
+        let what = format!("{when}: message({}) of role {}", m.info.id, m.info.role());
+        let read = store.message(tenant, sid, &m.info.id);
+        same_read(&what, &Some(m.clone()), "message()", read).await?;
     }
-    let page = store
-        .messages(tenant, sid, None, 1000)
-        .await
-        .map_err(ctx_err("messages()"))?;
-    same(
-        &format!("{when}: messages()"),
-        &case.messages,
-        &page.messages,
-    )?;
+    let what = format!("{when}: messages()");
+    let read = async { Ok(store.messages(tenant, sid, None, 1000).await?.messages) };
+    same_read(&what, &case.messages, "messages()", read).await?;
     let open = sorted(
         store
             .open_items(tenant, Some(sid))
@@ -207,13 +183,8 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let store = b.store.as_ref();
         let batch = envs(&tenant, 1, writes(case));
         let mut model = ReferenceStore::new();
-        model
-            .apply(&batch)
-            .map_err(|r| format!("the generated case is invalid: {r:?}"))?;
-        store
-            .apply(&batch)
-            .await
-            .map_err(ctx_err("writing the case"))?;
+        let invalid = "the generated case is invalid";
+        apply_both(&mut model, store, &batch, invalid, "writing the case").await?;
         read_back(store, &tenant, case, &model, "write → read").await?;
         // Read-modify-write: write back exactly what was read.
         let state = store
@@ -232,13 +203,15 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         };
         let n = batch.len() as u64;
         let again = envs(&tenant, n + 1, writes(&reread));
-        model
-            .apply(&again)
-            .map_err(|r| format!("the model rejects the rewrite: {r:?}"))?;
-        store
-            .apply(&again)
-            .await
-            .map_err(ctx_err("writing back what was read"))?;
+        let rejected = "the model rejects the rewrite";
+        apply_both(
+            &mut model,
+            store,
+            &again,
+            rejected,
+            "writing back what was read",
+        )
+        .await?;
         read_back(store, &tenant, case, &model, "read-modify-write").await?;
         b.cleanup().await;
         Ok(())

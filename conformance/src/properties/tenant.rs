@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::upsert::{compare, Op};
-use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
+use crate::harness::{apply_both, envs, same_read, CaseRun, Ctx};
 use crate::reference::ReferenceStore;
 use crate::strategies::model::{self, MessageKind, PartKind};
 use crate::strategies::scaled::Sizes;
@@ -222,41 +222,21 @@ async fn compare_hostile(
     tenant: &TenantId,
     model: &ReferenceStore,
 ) -> Result<(), String> {
-    let sessions = store
-        .sessions(tenant)
-        .await
-        .map_err(ctx_err("sessions()"))?;
-    same("sessions()", &model.sessions(tenant), &sessions)?;
+    let want = model.sessions(tenant);
+    same_read("sessions()", &want, "sessions()", store.sessions(tenant)).await?;
     for h in hostile_ids() {
         let (sid, mid) = (SessionId::from(h.as_str()), MessageId::from(h.as_str()));
         let short: String = h.chars().take(12).collect();
-        let got = store
-            .session(tenant, &sid)
-            .await
-            .map_err(ctx_err("session()"))?;
-        same(
-            &format!("session({short:?})"),
-            &model.session(tenant, &sid),
-            &got,
-        )?;
-        let got = store
-            .message(tenant, &sid, &mid)
-            .await
-            .map_err(ctx_err("message()"))?;
-        same(
-            &format!("message({short:?})"),
-            &model.message(tenant, &sid, &mid),
-            &got,
-        )?;
-        let page = store
-            .messages(tenant, &sid, None, 1000)
-            .await
-            .map_err(ctx_err("messages()"))?;
-        same(
-            &format!("messages({short:?})"),
-            &model.history(tenant, &sid),
-            &page.messages,
-        )?;
+        let what = format!("session({short:?})");
+        let want = model.session(tenant, &sid);
+        same_read(&what, &want, "session()", store.session(tenant, &sid)).await?;
+        let what = format!("message({short:?})");
+        let want = model.message(tenant, &sid, &mid);
+        same_read(&what, &want, "message()", store.message(tenant, &sid, &mid)).await?;
+        let what = format!("messages({short:?})");
+        let want = model.history(tenant, &sid);
+        let read = async { Ok(store.messages(tenant, &sid, None, 1000).await?.messages) };
+        same_read(&what, &want, "messages()", read).await?;
     }
     Ok(())
 }
@@ -296,13 +276,9 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 .collect();
             let batch = envs(tenant, 1, events);
             ctx.stats.batch(batch.len());
-            model
-                .apply(&batch)
-                .map_err(|r| format!("the model rejects tenant {name}'s sessions: {r:?}"))?;
-            store
-                .apply(&batch)
-                .await
-                .map_err(ctx_err(&format!("apply (tenant {name}'s sessions)")))?;
+            let rejected = format!("the model rejects tenant {name}'s sessions");
+            let what = format!("apply (tenant {name}'s sessions)");
+            apply_both(&mut model, store, &batch, &rejected, &what).await?;
         }
         for (seq, (who, op)) in (1..).zip(&case.ops) {
             let (name, tenant) = &tenants[usize::from(*who % 6)];

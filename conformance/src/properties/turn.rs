@@ -12,6 +12,7 @@ use forge_core::{
     SessionId, Store, SyncEvent, TenantId,
 };
 
+use super::crash::RecoverFn;
 use crate::harness::ctx_err;
 use crate::strategies::model::{self, MessageKind, PartKind, T0};
 
@@ -93,6 +94,27 @@ impl Turn {
                 driver,
             },
         ))
+    }
+
+    /// The process running the turn dies: the turn and its `projector` go, and a new
+    /// projector on `store` and `bus` runs `recover` over the turn's session (at `T0` +
+    /// 1,000,000). `what` names the recover in its error.
+    pub async fn crash(
+        self,
+        projector: Arc<dyn Projector>,
+        store: &Arc<dyn Store>,
+        bus: &Arc<dyn Bus>,
+        recover: RecoverFn,
+        what: &str,
+    ) -> Result<(), String> {
+        let (tenant, session) = (self.tenant.clone(), self.session.clone());
+        drop(self);
+        drop(projector);
+        let restarted = DirectProjector::new(Arc::clone(store), Arc::clone(bus));
+        recover(&restarted, &tenant, Some(&session), T0 + 1_000_000)
+            .await
+            .map_err(ctx_err(what))?;
+        Ok(())
     }
 }
 

@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::exercised::Stats;
-use crate::harness::{ctx_err, envs, same, CaseRun, Ctx};
+use crate::harness::{ctx_err, envs, same, same_read, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::strategies::model::{self, message_kind, part_kind, MessageKind, PartKind};
 use crate::strategies::scaled::Sizes;
@@ -445,11 +445,14 @@ pub(crate) async fn compare(
     same("sessions()", &want, &sessions)?;
     for s in 0..SESSIONS {
         let id = sid(s);
-        let got = store
-            .session(tenant, &id)
-            .await
-            .map_err(ctx_err("session()"))?;
-        same(&format!("session({id})"), &model.session(tenant, &id), &got)?;
+        let want = model.session(tenant, &id);
+        same_read(
+            &format!("session({id})"),
+            &want,
+            "session()",
+            store.session(tenant, &id),
+        )
+        .await?;
         let history = read_all(store, tenant, &id, MAX_PAGE_LIMIT)
             .await
             .map_err(ctx_err("messages()"))?;
@@ -465,15 +468,9 @@ pub(crate) async fn compare(
         same(&format!("messages({id})"), &want, &history)?;
         for m in 0..MESSAGES {
             let mid = mid(m);
-            let got = store
-                .message(tenant, &id, &mid)
-                .await
-                .map_err(ctx_err("message()"))?;
-            same(
-                &format!("message({id}, {mid})"),
-                &model.message(tenant, &id, &mid),
-                &got,
-            )?;
+            let what = format!("message({id}, {mid})");
+            let want = model.message(tenant, &id, &mid);
+            same_read(&what, &want, "message()", store.message(tenant, &id, &mid)).await?;
         }
         let open = store
             .open_items(tenant, Some(&id))

@@ -16,17 +16,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::{
-    recover, Bus, BusCapabilities, BusEvent, DirectProjector, Envelope, Event, Forward, Part,
-    PartId, Replay, SessionId, Store, Subscription, SyncEvent, TenantId, Topic,
+    Bus, BusCapabilities, BusEvent, Envelope, Event, Forward, Part, PartId, Replay, SessionId,
+    Store, Subscription, SyncEvent, TenantId, Topic,
 };
 use parking_lot::Mutex;
 
 use proptest::prelude::*;
 
-use super::crash::{case, Case, End};
+use super::crash::{case, core_recover, Case, End};
 use super::turn::{stored_answer, Turn};
 use crate::harness::{ctx_err, same, CaseRun, Ctx};
-use crate::strategies::model::T0;
 use crate::strategies::scaled::Sizes;
 use crate::strategies::stream::BlockSpec;
 use crate::Property;
@@ -47,14 +46,15 @@ struct Log {
     checked: usize,
 }
 
+/// A store or bus (`T`) that records into `log` what goes through it.
 #[derive(Debug)]
-struct RecordingStore {
-    inner: Arc<dyn Store>,
+struct Recording<T: ?Sized> {
+    inner: Arc<T>,
     log: Arc<Mutex<Log>>,
 }
 
 #[async_trait]
-impl Forward for RecordingStore {
+impl Forward for Recording<dyn Store> {
     fn inner(&self) -> &dyn Store {
         &*self.inner
     }
@@ -73,14 +73,8 @@ impl Forward for RecordingStore {
     }
 }
 
-#[derive(Debug)]
-struct RecordingBus {
-    inner: Arc<dyn Bus>,
-    log: Arc<Mutex<Log>>,
-}
-
 #[async_trait]
-impl Bus for RecordingBus {
+impl Bus for Recording<dyn Bus> {
     fn capabilities(&self) -> BusCapabilities {
         self.inner.capabilities()
     }
@@ -194,11 +188,11 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let tenant = b.tenant();
         let log = Arc::new(Mutex::new(Log::default()));
         let raw_bus = b.bus_or_local();
-        let store: Arc<dyn Store> = Arc::new(RecordingStore {
+        let store: Arc<dyn Store> = Arc::new(Recording {
             inner: Arc::clone(&b.store),
             log: Arc::clone(&log),
         });
-        let bus: Arc<dyn Bus> = Arc::new(RecordingBus {
+        let bus: Arc<dyn Bus> = Arc::new(Recording {
             inner: Arc::clone(&raw_bus),
             log: Arc::clone(&log),
         });
@@ -226,15 +220,10 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 .await
                 .map_err(|v| format!("after event #{k} {}: {v}", e.kind()))?;
         }
-        let (tenant, session) = (turn.tenant.clone(), turn.session.clone());
         match case.end {
             End::Crash => {
-                drop(turn);
-                drop(projector);
-                let restarted = DirectProjector::new(Arc::clone(&store), Arc::clone(&bus));
-                recover(&restarted, &tenant, Some(&session), T0 + 1_000_000)
-                    .await
-                    .map_err(ctx_err("recover"))?;
+                turn.crash(projector, &store, &bus, core_recover, "recover")
+                    .await?;
             }
             _ => {
                 turn.driver

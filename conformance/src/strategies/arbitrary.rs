@@ -305,6 +305,16 @@ mod tests {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
+    /// A value `strategy` generates reads back from its JSON unchanged.
+    fn survives_json<T>(strategy: impl Strategy<Value = T>, runner: &mut TestRunner)
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let value = strategy.new_tree(runner).unwrap().current();
+        let back: T = serde_json::from_str(&serde_json::to_string(&value).unwrap()).unwrap();
+        assert_eq!(back, value);
+    }
+
     /// What the generators make must survive JSON itself, or a backend could not be
     /// blamed for losing it.
     #[test]
@@ -313,26 +323,12 @@ mod tests {
         let s = SessionId::from("ses_1");
         let m = MessageId::from("msg_1");
         for _ in 0..500 {
-            let part = arb_part(s.clone(), m.clone(), PartId::from("prt_1"))
-                .new_tree(&mut runner)
-                .unwrap()
-                .current();
-            let back: Part = serde_json::from_str(&serde_json::to_string(&part).unwrap()).unwrap();
-            assert_eq!(back, part);
-            let msg = arb_message(s.clone(), m.clone())
-                .new_tree(&mut runner)
-                .unwrap()
-                .current();
-            let back: Message =
-                serde_json::from_str(&serde_json::to_string(&msg).unwrap()).unwrap();
-            assert_eq!(back, msg);
-            let ses = arb_session(s.clone())
-                .new_tree(&mut runner)
-                .unwrap()
-                .current();
-            let back: Session =
-                serde_json::from_str(&serde_json::to_string(&ses).unwrap()).unwrap();
-            assert_eq!(back, ses);
+            survives_json::<Part>(
+                arb_part(s.clone(), m.clone(), PartId::from("prt_1")),
+                &mut runner,
+            );
+            survives_json::<Message>(arb_message(s.clone(), m.clone()), &mut runner);
+            survives_json::<Session>(arb_session(s.clone()), &mut runner);
         }
     }
 }

@@ -40,6 +40,16 @@ impl Sizes {
     }
 }
 
+/// A page size for large cases: 101-1,000 (up to the cap) four times in six, else
+/// exactly the cap or far above it.
+pub(crate) fn large_page() -> impl Strategy<Value = u16> {
+    prop_oneof![
+        4 => 101u16..=1000,
+        1 => Just(1000u16),
+        1 => Just(5_000u16),
+    ]
+}
+
 /// A small deterministic generator (splitmix64), so large values come from a seed.
 #[derive(Clone, Debug)]
 pub struct Mix(u64);

@@ -12,6 +12,9 @@ use forge_core::{
 use forge_testkit::Forward;
 use parking_lot::Mutex;
 
+/// The tenant every tenant's rows go to under [`StoreBug::TenantLeak`].
+static SHARED: std::sync::LazyLock<TenantId> = std::sync::LazyLock::new(TenantId::default);
+
 /// The bug a [`BrokenStore`] has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreBug {
@@ -63,12 +66,24 @@ impl BrokenStore {
         }
     }
 
-    fn tenant<'a>(&self, t: &'a TenantId, shared: &'a TenantId) -> &'a TenantId {
+    /// The tenant whose rows `t` reads and writes: the one tenant of all under
+    /// `TenantLeak`.
+    fn tenant<'a>(&self, t: &'a TenantId) -> &'a TenantId {
         if self.bug == StoreBug::TenantLeak {
-            shared
+            &SHARED
         } else {
             t
         }
+    }
+
+    /// Message `id` as the wrapped store holds it (none when it cannot say).
+    async fn stored(
+        &self,
+        t: &TenantId,
+        s: &SessionId,
+        id: &MessageId,
+    ) -> Option<MessageWithParts> {
+        self.inner.message(t, s, id).await.ok().flatten()
     }
 
     async fn keep_first(&self, batch: &[Envelope<SyncEvent>]) -> Vec<Envelope<SyncEvent>> {
@@ -83,22 +98,13 @@ impl BrokenStore {
                 }
                 SyncEvent::MessageUpdated { info } => {
                     !seen.insert(format!("m{}", info.id))
-                        || self
-                            .inner
-                            .message(t, s, &info.id)
-                            .await
-                            .ok()
-                            .flatten()
-                            .is_some()
+                        || self.stored(t, s, &info.id).await.is_some()
                 }
                 SyncEvent::PartUpdated { part } => {
                     !seen.insert(format!("p{}", part.id))
                         || self
-                            .inner
-                            .message(t, s, &part.message_id)
+                            .stored(t, s, &part.message_id)
                             .await
-                            .ok()
-                            .flatten()
                             .is_some_and(|m| m.parts.iter().any(|p| p.id == part.id))
                 }
                 _ => false,
@@ -261,7 +267,6 @@ impl Forward for BrokenStore {
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-        let shared = TenantId::default();
         match self.bug {
             StoreBug::KeepsFirstWrite => {
                 let kept = self.keep_first(batch).await;
@@ -272,7 +277,7 @@ impl Forward for BrokenStore {
                 let leaked: Vec<_> = batch
                     .iter()
                     .map(|e| Envelope {
-                        tenant: shared.clone(),
+                        tenant: SHARED.clone(),
                         ..e.clone()
                     })
                     .collect();
@@ -306,13 +311,11 @@ impl Forward for BrokenStore {
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        let shared = TenantId::default();
-        self.inner.session(self.tenant(tenant, &shared), id).await
+        self.inner.session(self.tenant(tenant), id).await
     }
 
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
-        let shared = TenantId::default();
-        self.inner.sessions(self.tenant(tenant, &shared)).await
+        self.inner.sessions(self.tenant(tenant)).await
     }
 
     async fn message(
@@ -321,10 +324,9 @@ impl Forward for BrokenStore {
         session: &SessionId,
         id: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
-        let shared = TenantId::default();
         Ok(self
             .inner
-            .message(self.tenant(tenant, &shared), session, id)
+            .message(self.tenant(tenant), session, id)
             .await?
             .map(|m| self.with_stale(tenant, m)))
     }
@@ -336,10 +338,9 @@ impl Forward for BrokenStore {
         before: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page> {
-        let shared = TenantId::default();
         let mut page = self
             .inner
-            .messages(self.tenant(tenant, &shared), session, before, limit)
+            .messages(self.tenant(tenant), session, before, limit)
             .await?;
         match self.bug {
             StoreBug::SkipsFirstOfLaterPages if before.is_some() => {
@@ -370,11 +371,7 @@ impl Forward for BrokenStore {
         tenant: &TenantId,
         session: Option<&SessionId>,
     ) -> Result<OpenItems> {
-        let shared = TenantId::default();
-        let mut open = self
-            .inner
-            .open_items(self.tenant(tenant, &shared), session)
-            .await?;
+        let mut open = self.inner.open_items(self.tenant(tenant), session).await?;
         if self.bug == StoreBug::HidesTools {
             open.parts.retain(|p| p.kind() != "tool");
         }

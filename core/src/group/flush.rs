@@ -9,7 +9,7 @@ use super::options::HISTOGRAM_MS;
 use super::outbox::{Held, Outbox, SessionKey};
 use super::{FlushMode, GroupCommitProjector, State};
 use crate::error::{Error, Result, SharedError};
-use crate::event::BusEvent;
+use crate::event::{BusEvent, Envelope, SyncEvent};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Flush {
@@ -22,6 +22,19 @@ pub(super) enum Flush {
 }
 
 impl GroupCommitProjector {
+    /// Applies `batch` to the store in the span `span` makes; an empty batch is not
+    /// applied (and has no span).
+    async fn apply_batch(
+        &self,
+        batch: &[Envelope<SyncEvent>],
+        span: impl FnOnce() -> tracing::Span,
+    ) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.store.apply(batch).instrument(span()).await
+    }
+
     /// [`FlushMode::Manual`]: moves the event-time clock to `now_ms` (never backwards)
     /// and commits the open group if its window has passed. The group counts as
     /// committed at its deadline, as a timer would have fired then.
@@ -106,17 +119,16 @@ impl GroupCommitProjector {
             return None;
         }
         let rows = all.len() as u64;
-        let group = if all.is_empty() {
-            Ok(())
-        } else {
-            let span = tracing::debug_span!(
-                "apply_batch",
-                projector = "group",
-                sessions = batches.len(),
-                rows,
-            );
-            self.store.apply(&all).instrument(span).await
-        };
+        let group = self
+            .apply_batch(&all, || {
+                tracing::debug_span!(
+                    "apply_batch",
+                    projector = "group",
+                    sessions = batches.len(),
+                    rows,
+                )
+            })
+            .await;
         let mut first_error = None;
         if let Err(e) = group {
             tracing::warn!(
@@ -137,19 +149,18 @@ impl GroupCommitProjector {
         // One session's bad batch must not fail the others: retry each alone.
         for (key, range, through) in batches {
             let pending = &all[range];
-            let outcome = if pending.is_empty() {
-                Ok(())
-            } else {
-                let span = tracing::debug_span!(
-                    "apply_batch",
-                    projector = "group",
-                    tenant = %key.0,
-                    session = %key.1,
-                    rows = pending.len(),
-                    retry = true,
-                );
-                self.store.apply(pending).instrument(span).await
-            };
+            let outcome = self
+                .apply_batch(pending, || {
+                    tracing::debug_span!(
+                        "apply_batch",
+                        projector = "group",
+                        tenant = %key.0,
+                        session = %key.1,
+                        rows = pending.len(),
+                        retry = true,
+                    )
+                })
+                .await;
             let mut state = self.state.lock();
             match outcome {
                 Ok(()) => {

@@ -127,6 +127,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Message;
     use crate::processor::user_message;
 
     fn env(seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
@@ -138,19 +139,26 @@ mod tests {
         }
     }
 
-    fn message(m: &crate::model::Message) -> SyncEvent {
+    fn message(m: &Message) -> SyncEvent {
         SyncEvent::MessageUpdated { info: m.clone() }
     }
 
-    #[test]
-    fn rewrites_of_a_row_coalesce_into_its_first_slot() {
+    /// Messages `a` and `b`, written to a new outbox as a, b, a at seqs 1 to 3; with how
+    /// many writes coalesced.
+    fn a_b_a() -> (Message, Message, Outbox, u64) {
         let a = user_message(SessionId::generate(), "a", 1);
         let b = user_message(SessionId::generate(), "b", 2);
         let mut o = Outbox::default();
         let mut coalesced = 0;
-        o.push_pending(env(1, message(&a)), &mut coalesced);
-        o.push_pending(env(2, message(&b)), &mut coalesced);
-        o.push_pending(env(3, message(&a)), &mut coalesced);
+        for (seq, m) in [(1, &a), (2, &b), (3, &a)] {
+            o.push_pending(env(seq, message(m)), &mut coalesced);
+        }
+        (a, b, o, coalesced)
+    }
+
+    #[test]
+    fn rewrites_of_a_row_coalesce_into_its_first_slot() {
+        let (_, _, o, coalesced) = a_b_a();
         assert_eq!(coalesced, 1);
         let seqs: Vec<_> = o.pending.iter().map(|e| e.seq).collect();
         assert_eq!(
@@ -183,13 +191,7 @@ mod tests {
 
     #[test]
     fn take_pending_takes_the_slots_first_written_through_a_seq() {
-        let a = user_message(SessionId::generate(), "a", 1);
-        let b = user_message(SessionId::generate(), "b", 2);
-        let mut o = Outbox::default();
-        let mut coalesced = 0;
-        o.push_pending(env(1, message(&a)), &mut coalesced);
-        o.push_pending(env(2, message(&b)), &mut coalesced);
-        o.push_pending(env(3, message(&a)), &mut coalesced);
+        let (_, b, mut o, mut coalesced) = a_b_a();
         let taken: Vec<_> = o.take_pending(1).iter().map(|e| e.seq).collect();
         assert_eq!(taken, [3], "slot of seq 1, in its latest version");
         assert_eq!(o.pending.len(), 1);

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::num::f64_js;
 use super::part::Tokens;
-use super::{take_string, JsonMap};
+use super::{write_enveloped, Head, JsonMap};
 use crate::id::{MessageId, SessionId};
 
 /// A message: the envelope of one user turn or one assistant answer.
@@ -311,34 +311,29 @@ impl Message {
 
 impl Serialize for Message {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = JsonMap::new();
-        map.insert("id".into(), Value::String(self.id.to_string()));
-        map.insert(
-            "sessionID".into(),
-            Value::String(self.session_id.to_string()),
-        );
-        map.insert("role".into(), Value::String(self.role().to_owned()));
         let body = match &self.body {
             MessageBody::User(u) => serde_json::to_value(u),
             MessageBody::Assistant(a) => serde_json::to_value(a),
             MessageBody::Unknown { fields, .. } => Ok(Value::Object(fields.clone())),
-        }
-        .map_err(serde::ser::Error::custom)?;
-        if let Value::Object(fields) = body {
-            map.extend(fields);
-        }
-        map.serialize(s)
+        };
+        let head = [
+            ("id", self.id.to_string()),
+            ("sessionID", self.session_id.to_string()),
+            ("role", self.role().to_owned()),
+        ];
+        write_enveloped(s, head, body)
     }
 }
 
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut map = JsonMap::deserialize(d)?;
-        let id = take_string(&mut map, "id", "message").map_err(D::Error::custom)?;
-        let what = format!("message {id}");
-        let session_id = take_string(&mut map, "sessionID", &what).map_err(D::Error::custom)?;
-        let role = take_string(&mut map, "role", &what).map_err(D::Error::custom)?;
+        let Head {
+            id,
+            what,
+            fields: [session_id, role],
+            body: map,
+        } = Head::read(d, "message", ["sessionID", "role"])?;
         let ctx = |e: serde_json::Error| D::Error::custom(format!("{what} ({role}): {e}"));
         let body = match role.as_str() {
             "user" => MessageBody::User(serde_json::from_value(Value::Object(map)).map_err(ctx)?),

@@ -54,28 +54,53 @@ where
         .map_err(|_| serde::de::Error::custom(format_args!("{v} is out of range for {what}")))
 }
 
+/// A whole number as [`whole`] reads it, or `None` for `null` (absent fields are the
+/// caller's `default`).
+fn whole_opt<'de, D, T>(d: D, what: &'static str) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i128>,
+{
+    struct Opt<T>(&'static str, std::marker::PhantomData<T>);
+    impl<'de, T: TryFrom<i128>> serde::de::Visitor<'de> for Opt<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "null or a whole number ({})", self.0)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Option<T>, D2::Error> {
+            whole(d, self.0).map(Some)
+        }
+    }
+    d.deserialize_option(Opt(what, std::marker::PhantomData))
+}
+
+const U64: &str = "0 to 2^64-1";
+const I64: &str = "-2^63 to 2^63-1";
+
 /// Deserializes a `u64` from any whole JSON number.
 pub fn whole_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    whole(d, "0 to 2^64-1")
+    whole(d, U64)
 }
 
 /// Deserializes an optional `u64` (`null` or absent is `None`).
 pub fn whole_u64_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(serde::Deserialize)]
-    struct W(#[serde(deserialize_with = "whole_u64")] u64);
-    Ok(<Option<W> as serde::Deserialize>::deserialize(d)?.map(|W(v)| v))
+    whole_opt(d, U64)
 }
 
 /// Deserializes an `i64` from any whole JSON number.
 pub fn whole_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    whole(d, "-2^63 to 2^63-1")
+    whole(d, I64)
 }
 
 /// Deserializes an optional `i64` (`null` or absent is `None`).
 pub fn whole_i64_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    #[derive(serde::Deserialize)]
-    struct W(#[serde(deserialize_with = "whole_i64")] i64);
-    Ok(<Option<W> as serde::Deserialize>::deserialize(d)?.map(|W(v)| v))
+    whole_opt(d, I64)
 }
 
 /// Deserializes a `u32` from any whole JSON number.

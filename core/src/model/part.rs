@@ -3,7 +3,7 @@ use serde_json::Value;
 
 use super::message::{MessageError, ModelRef};
 use super::num::f64_js;
-use super::{take_string, JsonMap};
+use super::{write_enveloped, Head, JsonMap};
 use crate::id::{MessageId, PartId, SessionId};
 
 mod tool;
@@ -434,34 +434,26 @@ impl Part {
 
 impl Serialize for Part {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = JsonMap::new();
-        map.insert("id".into(), Value::String(self.id.to_string()));
-        map.insert(
-            "sessionID".into(),
-            Value::String(self.session_id.to_string()),
-        );
-        map.insert(
-            "messageID".into(),
-            Value::String(self.message_id.to_string()),
-        );
-        map.insert("type".into(), Value::String(self.body.kind().to_owned()));
-        if let Value::Object(fields) = self.body.to_fields().map_err(serde::ser::Error::custom)? {
-            map.extend(fields);
-        }
-        map.serialize(s)
+        let head = [
+            ("id", self.id.to_string()),
+            ("sessionID", self.session_id.to_string()),
+            ("messageID", self.message_id.to_string()),
+            ("type", self.body.kind().to_owned()),
+        ];
+        write_enveloped(s, head, self.body.to_fields())
     }
 }
 
 impl<'de> Deserialize<'de> for Part {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut map = JsonMap::deserialize(d)?;
-        let id = take_string(&mut map, "id", "part").map_err(D::Error::custom)?;
-        let what = format!("part {id}");
-        let session_id = take_string(&mut map, "sessionID", &what).map_err(D::Error::custom)?;
-        let message_id = take_string(&mut map, "messageID", &what).map_err(D::Error::custom)?;
-        let kind = take_string(&mut map, "type", &what).map_err(D::Error::custom)?;
-        let body = PartBody::from_fields(kind.clone(), map)
+        let Head {
+            id,
+            what,
+            fields: [session_id, message_id, kind],
+            body,
+        } = Head::read(d, "part", ["sessionID", "messageID", "type"])?;
+        let body = PartBody::from_fields(kind.clone(), body)
             .map_err(|e| D::Error::custom(format!("{what} (type {kind}): {e}")))?;
         Ok(Self {
             id: id.into(),

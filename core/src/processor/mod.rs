@@ -121,12 +121,8 @@ impl Machine {
                 self.open_block(
                     id,
                     BlockBody::Text(TextPart {
-                        text: String::new(),
-                        synthetic: None,
-                        ignored: None,
                         time: Some(PartTime::open(now)),
-                        metadata: None,
-                        extra: JsonMap::new(),
+                        ..TextPart::plain("")
                     }),
                 )?;
             }

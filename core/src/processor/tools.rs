@@ -120,35 +120,49 @@ impl Machine {
         Ok(Taken::new(head, running))
     }
 
-    /// `tool-output-denied`: the call closes as an error that says it was denied.
-    pub(super) fn output_denied(&mut self, call_id: &str, waiting: Option<Part>) -> Result<()> {
+    /// Finishes a call [`take_running`](Self::take_running) finds: commits its part in
+    /// the state `close` makes of its input, its approval record and its times (ended
+    /// now).
+    fn finish_call(
+        &mut self,
+        call_id: &str,
+        what: &str,
+        waiting: Option<Part>,
+        close: impl FnOnce(Value, Option<Value>, ToolTimeEnded) -> ToolState,
+    ) -> Result<()> {
         let Taken {
             head,
             input,
             start,
             approval,
-        } = self.take_running(call_id, "tool-output-denied", waiting)?;
-        let now = self.now();
-        let mut approval = match approval {
-            Some(Value::Object(m)) => m,
-            _ => JsonMap::new(),
-        };
-        approval.insert("status".into(), Value::String("denied".into()));
-        let error = match approval.get("reason").and_then(Value::as_str) {
-            Some(reason) => format!("{TOOL_DENIED}: {reason}"),
-            None => TOOL_DENIED.to_owned(),
-        };
-        let mut metadata = JsonMap::new();
-        metadata.insert("denied".into(), Value::Bool(true));
-        metadata.insert("approval".into(), Value::Object(approval));
-        self.commit_part(head.into_part(ToolState::Error(ToolError {
-            input,
-            error,
-            metadata: Some(Value::Object(metadata)),
-            time: ended(start, now),
-            extra: JsonMap::new(),
-        })));
+        } = self.take_running(call_id, what, waiting)?;
+        let time = ended(start, self.now());
+        self.commit_part(head.into_part(close(input, approval, time)));
         Ok(())
+    }
+
+    /// `tool-output-denied`: the call closes as an error that says it was denied.
+    pub(super) fn output_denied(&mut self, call_id: &str, waiting: Option<Part>) -> Result<()> {
+        self.finish_call(
+            call_id,
+            "tool-output-denied",
+            waiting,
+            |input, approval, time| {
+                let mut approval = match approval {
+                    Some(Value::Object(m)) => m,
+                    _ => JsonMap::new(),
+                };
+                approval.insert("status".into(), Value::String("denied".into()));
+                let error = match approval.get("reason").and_then(Value::as_str) {
+                    Some(reason) => format!("{TOOL_DENIED}: {reason}"),
+                    None => TOOL_DENIED.to_owned(),
+                };
+                let mut metadata = JsonMap::new();
+                metadata.insert("denied".into(), Value::Bool(true));
+                metadata.insert("approval".into(), Value::Object(approval));
+                tool_error(input, error, Some(Value::Object(metadata)), time)
+            },
+        )
     }
 
     /// `tool-result`: the call is `completed`.
@@ -158,13 +172,6 @@ impl Machine {
         output: Value,
         waiting: Option<Part>,
     ) -> Result<()> {
-        let Taken {
-            head,
-            input,
-            start,
-            approval,
-        } = self.take_running(call_id, "tool-result", waiting)?;
-        let now = self.now();
         let (output, title, metadata) = match output {
             Value::String(s) => (s, String::new(), Value::Object(JsonMap::new())),
             Value::Object(mut m) if m.get("output").is_some_and(Value::is_string) => {
@@ -187,17 +194,17 @@ impl Machine {
                 Value::Object(JsonMap::new()),
             ),
         };
-        let metadata = with_approval(metadata, approval);
-        self.commit_part(head.into_part(ToolState::Completed(ToolCompleted {
-            input,
-            output,
-            title,
-            metadata,
-            time: ended(start, now),
-            attachments: None,
-            extra: JsonMap::new(),
-        })));
-        Ok(())
+        self.finish_call(call_id, "tool-result", waiting, |input, approval, time| {
+            ToolState::Completed(ToolCompleted {
+                input,
+                output,
+                title,
+                metadata: with_approval(metadata, approval),
+                time,
+                attachments: None,
+                extra: JsonMap::new(),
+            })
+        })
     }
 
     /// A preliminary result: the tool stays running, its latest progress value in
@@ -234,13 +241,6 @@ impl Machine {
         error: &Value,
         waiting: Option<Part>,
     ) -> Result<()> {
-        let Taken {
-            head,
-            input,
-            start,
-            approval,
-        } = self.take_running(call_id, "tool-error", waiting)?;
-        let now = self.now();
         let error = match error {
             Value::String(s) => s.clone(),
             Value::Object(m) => m
@@ -249,15 +249,27 @@ impl Machine {
                 .map_or_else(|| error.to_string(), str::to_owned),
             other => other.to_string(),
         };
-        self.commit_part(head.into_part(ToolState::Error(ToolError {
-            input,
-            error,
-            metadata: approval.map(|a| with_approval(Value::Object(JsonMap::new()), Some(a))),
-            time: ended(start, now),
-            extra: JsonMap::new(),
-        })));
-        Ok(())
+        self.finish_call(call_id, "tool-error", waiting, |input, approval, time| {
+            let metadata = approval.map(|a| with_approval(Value::Object(JsonMap::new()), Some(a)));
+            tool_error(input, error, metadata, time)
+        })
     }
+}
+
+/// The `error` state of a call.
+fn tool_error(
+    input: Value,
+    error: String,
+    metadata: Option<Value>,
+    time: ToolTimeEnded,
+) -> ToolState {
+    ToolState::Error(ToolError {
+        input,
+        error,
+        metadata,
+        time,
+        extra: JsonMap::new(),
+    })
 }
 
 fn unknown_progress(call_id: &str) -> Error {

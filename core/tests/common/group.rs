@@ -9,36 +9,42 @@ use async_trait::async_trait;
 use forge_core::id::now_ms;
 use forge_core::processor::assistant_message;
 use forge_core::{
-    Bus, BusCapabilities, BusEvent, CountingStore, Envelope, Error, Event, FlushMode, Forward,
-    GroupCommitOptions, GroupCommitProjector, LocalBus, MemoryStore, Processor, Projector, Replay,
-    Result, Scope, Session, SessionId, Store, Subscription, SyncEvent, TenantId, Topic,
+    Bus, BusEvent, CountingStore, Envelope, Error, Event, FlushMode, Forward, GroupCommitOptions,
+    GroupCommitProjector, LocalBus, MemoryStore, Message, Processor, Projector, Result, Scope,
+    Session, SessionId, Store, SyncEvent, TenantId,
 };
+use forge_testkit::OnPublish;
 use futures::FutureExt;
 use parking_lot::Mutex;
 
-use super::{options, text_of, user_message};
+use super::{options, text_of, user_events, TapBus};
 
 /// A bus that records what is published and checks, at publish time, that the store
 /// already holds every terminal sync event (its session's stored seq has reached it)
 /// and that seqs of a session only grow.
+pub type CheckingBus = TapBus<Checks>;
+
+/// A [`CheckingBus`] over `store`, with a replay buffer.
+pub fn checking_bus(store: Arc<MemoryStore>) -> CheckingBus {
+    TapBus::new(
+        LocalBus::with_replay(100_000),
+        Checks {
+            store,
+            published: Mutex::new(Vec::new()),
+            violations: Mutex::new(Vec::new()),
+        },
+    )
+}
+
+/// What a [`CheckingBus`] saw and found wrong.
 #[derive(Debug)]
-pub struct CheckingBus {
-    inner: LocalBus,
+pub struct Checks {
     store: Arc<MemoryStore>,
     published: Mutex<Vec<BusEvent>>,
     violations: Mutex<Vec<String>>,
 }
 
-impl CheckingBus {
-    pub fn new(store: Arc<MemoryStore>) -> Self {
-        Self {
-            inner: LocalBus::with_replay(100_000),
-            store,
-            published: Mutex::new(Vec::new()),
-            violations: Mutex::new(Vec::new()),
-        }
-    }
-
+impl Checks {
     pub fn published(&self) -> Vec<BusEvent> {
         self.published.lock().clone()
     }
@@ -48,13 +54,8 @@ impl CheckingBus {
     }
 }
 
-#[async_trait]
-impl Bus for CheckingBus {
-    fn capabilities(&self) -> BusCapabilities {
-        self.inner.capabilities()
-    }
-
-    fn publish(&self, event: BusEvent) -> Result<()> {
+impl OnPublish for Checks {
+    fn on_publish(&self, event: &BusEvent) -> Result<()> {
         if let Event::Sync(sync) = &event.event {
             if sync.is_terminal() {
                 // MemoryStore answers without awaiting anything.
@@ -75,46 +76,41 @@ impl Bus for CheckingBus {
                 }
             }
         }
+        let mut published = self.published.lock();
+        if let Some(prev) = published
+            .iter()
+            .rev()
+            .find(|e| e.session_id == event.session_id)
         {
-            let mut published = self.published.lock();
-            if let Some(prev) = published
-                .iter()
-                .rev()
-                .find(|e| e.session_id == event.session_id)
-            {
-                if prev.seq >= event.seq {
-                    self.violations.lock().push(format!(
-                        "seq {} published after seq {}",
-                        event.seq, prev.seq
-                    ));
-                }
+            if prev.seq >= event.seq {
+                self.violations.lock().push(format!(
+                    "seq {} published after seq {}",
+                    event.seq, prev.seq
+                ));
             }
-            published.push(event.clone());
         }
-        self.inner.publish(event)
+        published.push(event.clone());
+        Ok(())
     }
+}
 
-    async fn subscribe(
-        &self,
-        tenant: &TenantId,
-        topic: Topic,
-        from_seq: Option<u64>,
-    ) -> Result<Subscription> {
-        self.inner.subscribe(tenant, topic, from_seq).await
+/// Group-commit options: a window of `window_ms`, flushed as `flush` says.
+pub fn group_options(window_ms: u64, flush: FlushMode) -> GroupCommitOptions {
+    GroupCommitOptions {
+        window: Duration::from_millis(window_ms),
+        flush,
     }
+}
 
-    async fn replay(
-        &self,
-        tenant: &TenantId,
-        session: &SessionId,
-        from_seq: u64,
-    ) -> Result<Replay> {
-        self.inner.replay(tenant, session, from_seq).await
-    }
-
-    async fn last_seq(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<u64>> {
-        self.inner.last_seq(tenant, session).await
-    }
+/// A new session of `tenant`, committed through `projector`.
+pub async fn new_session(projector: &dyn Projector, tenant: &TenantId) -> Scope {
+    let session = Session::new("group", now_ms());
+    let scope = projector.scope(tenant, &session.id).await.unwrap();
+    projector
+        .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
+        .await
+        .unwrap();
+    scope
 }
 
 pub struct Rig {
@@ -129,14 +125,11 @@ impl Rig {
     pub fn new(window_ms: u64, flush: FlushMode) -> Self {
         let memory = Arc::new(MemoryStore::new());
         let counting = Arc::new(CountingStore::new(memory.clone()));
-        let bus = Arc::new(CheckingBus::new(memory.clone()));
+        let bus = Arc::new(checking_bus(memory.clone()));
         let projector = Arc::new(GroupCommitProjector::new(
             counting.clone(),
             bus.clone(),
-            GroupCommitOptions {
-                window: Duration::from_millis(window_ms),
-                flush,
-            },
+            group_options(window_ms, flush),
         ));
         Self {
             memory,
@@ -148,31 +141,18 @@ impl Rig {
     }
 
     pub async fn session(&self) -> Scope {
-        let session = Session::new("group", now_ms());
-        let scope = self
-            .projector
-            .scope(&self.tenant, &session.id)
-            .await
-            .unwrap();
-        self.projector
-            .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
-            .await
-            .unwrap();
-        scope
+        new_session(self.projector.as_ref(), &self.tenant).await
+    }
+
+    /// A new user message `text` of `scope`'s session, committed.
+    pub async fn user(&self, scope: &Scope, text: &str) -> Message {
+        let (user, events) = user_events(&scope.session_id, text);
+        self.projector.commit(scope, events).await.unwrap();
+        user
     }
 
     pub async fn turn(&self, scope: &Scope) -> Processor {
-        let (user, part) = user_message(&scope.session_id, "question");
-        self.projector
-            .commit(
-                scope,
-                vec![
-                    SyncEvent::MessageUpdated { info: user.clone() },
-                    SyncEvent::PartUpdated { part },
-                ],
-            )
-            .await
-            .unwrap();
+        let user = self.user(scope, "question").await;
         let answer = assistant_message(scope.session_id.clone(), user.id, "p", "m", now_ms());
         Processor::start(
             self.projector.clone() as Arc<dyn Projector>,
@@ -213,9 +193,9 @@ pub const TURN: &[&str] = &[
 
 /// The invariants every run must keep, checked on what was published.
 pub fn check_published(bus: &CheckingBus) {
-    assert_eq!(bus.violations(), Vec::<String>::new());
+    assert_eq!(bus.tap.violations(), Vec::<String>::new());
     // A delta never arrives before the message.part.updated that created its part.
-    let events = bus.published();
+    let events = bus.tap.published();
     let mut seen = std::collections::HashSet::new();
     for e in &events {
         match &e.event {
@@ -268,6 +248,47 @@ pub fn refused_in_chain<'a>(error: &'a (dyn std::error::Error + 'static)) -> Opt
 pub struct Refusing {
     pub inner: Arc<MemoryStore>,
     pub refuse: Mutex<Option<SessionId>>,
+}
+
+impl Refusing {
+    /// `inner`, refusing nothing yet.
+    pub fn new(inner: Arc<MemoryStore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            refuse: Mutex::new(None),
+        })
+    }
+
+    /// Refuses every batch touching `session` from now on.
+    pub fn refuse(&self, session: &SessionId) {
+        *self.refuse.lock() = Some(session.clone());
+    }
+}
+
+/// A projector over a [`Refusing`] store around `memory` (refusing nothing yet),
+/// publishing to `bus`.
+pub fn refusing_projector(
+    memory: Arc<MemoryStore>,
+    bus: Arc<dyn Bus>,
+    options: GroupCommitOptions,
+) -> (Arc<Refusing>, GroupCommitProjector) {
+    let refusing = Refusing::new(memory);
+    let projector = GroupCommitProjector::new(refusing.clone(), bus, options);
+    (refusing, projector)
+}
+
+/// A projector over a [`Refusing`] store with one session, already committed, that
+/// the store refuses from now on.
+pub async fn refused_session(options: GroupCommitOptions) -> (GroupCommitProjector, Scope) {
+    let (refusing, projector) = refusing_projector(
+        Arc::new(MemoryStore::new()),
+        Arc::new(LocalBus::new()),
+        options,
+    );
+    let scope = new_session(&projector, &TenantId::new("t1").unwrap()).await;
+    projector.sync().await.unwrap();
+    refusing.refuse(&scope.session_id);
+    (projector, scope)
 }
 
 #[async_trait]

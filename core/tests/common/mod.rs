@@ -90,6 +90,29 @@ impl Harness {
             .unwrap()
     }
 
+    /// A processor answering a new user message `text`.
+    pub async fn answer(&self, text: &str) -> forge_core::Processor {
+        let user = self.user(text).await;
+        self.processor(&user).await
+    }
+
+    /// A processor answering a new user message `hi`, fed `lines`.
+    pub async fn turn(&self, lines: &[&str]) -> forge_core::Processor {
+        let mut p = self.answer("hi").await;
+        feed(&mut p, lines).await;
+        p
+    }
+
+    /// [`Harness::turn`], watched by a subscription to the session made after the user
+    /// message was written and before the processor started.
+    pub async fn watched_turn(&self, lines: &[&str]) -> (Subscription, forge_core::Processor) {
+        let user = self.user("hi").await;
+        let sub = self.subscribe().await;
+        let mut p = self.processor(&user).await;
+        feed(&mut p, lines).await;
+        (sub, p)
+    }
+
     pub async fn parts(&self) -> Vec<Part> {
         let all = forge_core::read_all(
             self.engine.store.as_ref(),
@@ -114,7 +137,18 @@ impl Harness {
     }
 }
 
-pub use forge_testkit::{text_of, user_message};
+pub use forge_testkit::{text_of, user_message, TapBus};
+
+/// A new user message with one text part, and the events that write it: the message,
+/// then the part.
+pub fn user_events(session: &SessionId, text: &str) -> (Message, Vec<SyncEvent>) {
+    let (user, part) = user_message(session, text);
+    let events = vec![
+        SyncEvent::MessageUpdated { info: user.clone() },
+        SyncEvent::PartUpdated { part },
+    ];
+    (user, events)
+}
 
 pub fn ev(json: &str) -> StreamEvent {
     StreamEvent::from_json(json).unwrap()

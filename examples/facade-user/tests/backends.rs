@@ -10,7 +10,10 @@ fn tenant() -> TenantId {
 }
 
 fn check(backend: &str, seen: &Seen) {
-    assert_eq!(seen.first_answer, "Two files: main.rs and lib.rs.", "{backend}");
+    assert_eq!(
+        seen.first_answer, "Two files: main.rs and lib.rs.",
+        "{backend}"
+    );
     // Three user messages and three answers (the third cut off, then recovered).
     assert_eq!(seen.messages, 6, "{backend}: {seen:?}");
     assert_eq!(seen.view, 4, "{backend}: the view before the third turn");
@@ -40,20 +43,25 @@ async fn memory() {
     check("memory", &tour("memory://", &tenant()).await.expect("tour"));
 }
 
+/// The tour on a file backend (`scheme`), in a fresh file `name` of a temporary
+/// directory.
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+async fn file_tour(scheme: &str, name: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("{scheme}://{}", dir.path().join(name).display());
+    check(scheme, &tour(&url, &tenant()).await.expect("tour"));
+}
+
 #[cfg(feature = "redb")]
 #[tokio::test]
 async fn redb() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("redb://{}", dir.path().join("forge.redb").display());
-    check("redb", &tour(&url, &tenant()).await.expect("tour"));
+    file_tour("redb", "forge.redb").await;
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("forge.db").display());
-    check("sqlite", &tour(&url, &tenant()).await.expect("tour"));
+    file_tour("sqlite", "forge.db").await;
 }
 
 #[cfg(feature = "postgres")]
@@ -118,5 +126,8 @@ async fn errors_name_the_url_without_its_password() {
     assert!(!msg.contains("hunter2"), "{msg}");
     assert!(msg.contains("app:***@127.0.0.1:1"), "{msg}");
     let msg = open_error("mysql://root:hunter2@db/x").await;
-    assert!(msg.contains("unknown backend scheme") && !msg.contains("hunter2"), "{msg}");
+    assert!(
+        msg.contains("unknown backend scheme") && !msg.contains("hunter2"),
+        "{msg}"
+    );
 }

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use forge_core::store::clamp_limit;
 use forge_core::{
-    Capabilities, Cursor, Envelope, Error, Message, MessageId, MessageWithParts, OpenItems, Page,
-    Part, PartId, Result, Session, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Part,
+    PartId, Result, Session, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
 use serde::{Deserialize, Serialize};
 
@@ -42,22 +42,52 @@ const MAX_ID_BYTES: usize = 120;
 struct SessionFile {
     info: Session,
     seq: u64,
-    messages: BTreeMap<MessageId, StoredMessage>,
+    /// Each message with its parts, kept in part-id order as pages return them.
+    messages: BTreeMap<MessageId, MessageWithParts>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct StoredMessage {
-    info: Message,
-    parts: BTreeMap<PartId, Part>,
-}
-
-impl StoredMessage {
-    fn with_parts(&self) -> MessageWithParts {
-        MessageWithParts {
-            info: self.info.clone(),
-            parts: self.parts.values().cloned().collect(),
+impl SessionFile {
+    fn state(self) -> SessionState {
+        SessionState {
+            info: self.info,
+            seq: self.seq,
         }
     }
+
+    /// Upserts `part` under its message, which must exist. A part id is unique within
+    /// its session: an upsert under another message moves the part (a scan of the
+    /// session's messages; fine for a file a session).
+    fn put_part(&mut self, part: &Part) -> Result<()> {
+        if !self.messages.contains_key(&part.message_id) {
+            return Err(Error::not_found("message", &part.message_id));
+        }
+        for m in self.messages.values_mut() {
+            remove_part(m, &part.id);
+        }
+        let parts = &mut self
+            .messages
+            .get_mut(&part.message_id)
+            .expect("checked above")
+            .parts;
+        let at = parts.partition_point(|p| p.id < part.id);
+        parts.insert(at, part.clone());
+        Ok(())
+    }
+}
+
+fn remove_part(message: &mut MessageWithParts, id: &PartId) {
+    message.parts.retain(|p| p.id != *id);
+}
+
+/// A page of `older` (a session's messages before the cursor, oldest first): its
+/// newest `limit`, and the cursor of the page before them if there is one.
+fn page(older: &[&MessageWithParts], limit: usize) -> Page {
+    let start = older.len().saturating_sub(clamp_limit(limit));
+    let messages: Vec<MessageWithParts> = older[start..].iter().map(|&m| m.clone()).collect();
+    let next = (start > 0)
+        .then(|| messages.first().map(|m| Cursor::before(m.info.id.clone())))
+        .flatten();
+    Page { messages, next }
 }
 
 /// A [`Store`] keeping one JSON file per session under a root directory.
@@ -178,9 +208,9 @@ fn apply_one(file: &mut Option<SessionFile>, event: &SyncEvent) -> Result<()> {
             f.messages
                 .entry(info.id.clone())
                 .and_modify(|m| m.info = info.clone())
-                .or_insert_with(|| StoredMessage {
+                .or_insert_with(|| MessageWithParts {
                     info: info.clone(),
-                    parts: BTreeMap::new(),
+                    parts: Vec::new(),
                 });
         }
         SyncEvent::MessageRemoved { message_id, .. } => {
@@ -188,30 +218,17 @@ fn apply_one(file: &mut Option<SessionFile>, event: &SyncEvent) -> Result<()> {
                 f.messages.remove(message_id);
             }
         }
-        SyncEvent::PartUpdated { part } => {
-            let f = file
-                .as_mut()
-                .filter(|f| f.messages.contains_key(&part.message_id))
-                .ok_or_else(|| Error::not_found("message", &part.message_id))?;
-            // A part id is unique within its session: an upsert under another message
-            // moves the part (a scan of the session's messages; fine for a file a
-            // session).
-            for (id, m) in &mut f.messages {
-                if *id != part.message_id {
-                    m.parts.remove(&part.id);
-                }
-            }
-            if let Some(m) = f.messages.get_mut(&part.message_id) {
-                m.parts.insert(part.id.clone(), part.clone());
-            }
-        }
+        SyncEvent::PartUpdated { part } => file
+            .as_mut()
+            .ok_or_else(|| Error::not_found("message", &part.message_id))?
+            .put_part(part)?,
         SyncEvent::PartRemoved {
             message_id,
             part_id,
             ..
         } => {
             if let Some(m) = file.as_mut().and_then(|f| f.messages.get_mut(message_id)) {
-                m.parts.remove(part_id);
+                remove_part(m, part_id);
             }
         }
     }
@@ -249,20 +266,14 @@ impl Store for JsonFilesStore {
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        Ok(self.session_file(tenant, id)?.map(|f| SessionState {
-            info: f.info,
-            seq: f.seq,
-        }))
+        Ok(self.session_file(tenant, id)?.map(SessionFile::state))
     }
 
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         Ok(self
             .all_sessions(tenant)?
             .into_iter()
-            .map(|f| SessionState {
-                info: f.info,
-                seq: f.seq,
-            })
+            .map(SessionFile::state)
             .collect())
     }
 
@@ -274,7 +285,7 @@ impl Store for JsonFilesStore {
     ) -> Result<Option<MessageWithParts>> {
         Ok(self
             .session_file(tenant, session)?
-            .and_then(|f| f.messages.get(id).map(StoredMessage::with_parts)))
+            .and_then(|mut f| f.messages.remove(id)))
     }
 
     async fn messages(
@@ -284,14 +295,10 @@ impl Store for JsonFilesStore {
         before: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page> {
-        let limit = clamp_limit(limit);
         let Some(f) = self.session_file(tenant, session)? else {
-            return Ok(Page {
-                messages: Vec::new(),
-                next: None,
-            });
+            return Ok(page(&[], limit));
         };
-        let older: Vec<&StoredMessage> = match before {
+        let older: Vec<&MessageWithParts> = match before {
             Some(c) => f
                 .messages
                 .range(..c.message_id().clone())
@@ -299,13 +306,7 @@ impl Store for JsonFilesStore {
                 .collect(),
             None => f.messages.values().collect(),
         };
-        let start = older.len().saturating_sub(limit);
-        let messages: Vec<MessageWithParts> =
-            older[start..].iter().map(|m| m.with_parts()).collect();
-        let next = (start > 0)
-            .then(|| messages.first().map(|m| Cursor::before(m.info.id.clone())))
-            .flatten();
-        Ok(Page { messages, next })
+        Ok(page(&older, limit))
     }
 
     async fn open_items(
@@ -319,11 +320,7 @@ impl Store for JsonFilesStore {
         };
         let mut out = OpenItems::default();
         for m in files.iter().flat_map(|f| f.messages.values()) {
-            if m.info.is_open() {
-                out.messages.push(m.info.clone());
-            }
-            out.parts
-                .extend(m.parts.values().filter(|p| p.is_open()).cloned());
+            out.add(&m.info, &m.parts);
         }
         Ok(out)
     }

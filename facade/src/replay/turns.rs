@@ -144,6 +144,15 @@ impl Replayer<'_> {
             .map_err(|e| input_at(at, e))
     }
 
+    /// `what` (a new message) may start: no answer is open, or the open one failed and
+    /// only awaits its finish (it is closed before the new message is written).
+    fn may_start(&self, at: &str, what: &str) -> Result<()> {
+        match self.open() {
+            Some(p) if !p.awaits_finish_after_error() => self.no_open_assistant(at, what),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) async fn user(&mut self, at: &str, mut u: UserLine) -> Result<()> {
         let tail_start_id = u
             .compaction
@@ -154,11 +163,7 @@ impl Replayer<'_> {
             .map_err(|e| input_at(at, e))?;
         let bodies = user_part_bodies(&mut u, tail_start_id).map_err(|m| Error::input(at, m))?;
         self.label_is_free(at, u.label.as_deref())?;
-        if let Some(p) = self.open() {
-            if !p.awaits_finish_after_error() {
-                self.no_open_assistant(at, "a user message")?;
-            }
-        }
+        self.may_start(at, "a user message")?;
         self.ensure_session(at).await?;
         self.close_failed_answer(at).await?;
         self.driver(at)?
@@ -171,11 +176,7 @@ impl Replayer<'_> {
 
     pub(super) async fn assistant(&mut self, at: &str, a: AssistantLine) -> Result<()> {
         self.label_is_free(at, a.label.as_deref())?;
-        if let Some(p) = self.open() {
-            if !p.awaits_finish_after_error() {
-                self.no_open_assistant(at, "a new assistant message")?;
-            }
-        }
+        self.may_start(at, "a new assistant message")?;
         self.has_user(at).await?;
         self.close_failed_answer(at).await?;
         self.start_assistant(at, a).await

@@ -24,13 +24,6 @@ pub(crate) fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     }
 }
 
-pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// The example streams (`examples/streams/**/*.jsonl`), whole.
 pub(crate) fn stream_files() -> &'static [Vec<u8>] {
     static FILES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
@@ -72,7 +65,7 @@ pub(crate) fn exports() -> &'static [Vec<u8>] {
                 serde_json::from_slice::<Value>(d).is_ok_and(|v| v.get("messages").is_some())
             })
             .collect();
-        runtime().block_on(async {
+        forge_testkit::current_thread_runtime().block_on(async {
             let forge = forge_store::open("memory://").await.unwrap();
             let t = TenantId::default();
             for f in stream_files() {
@@ -133,4 +126,9 @@ pub(crate) fn rows() -> &'static [Vec<u8>] {
 
 pub(crate) fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Valid inputs given as text, as a corpus to mutate.
+pub(crate) fn texts(items: &[&str]) -> Vec<Vec<u8>> {
+    items.iter().map(|s| s.as_bytes().to_vec()).collect()
 }

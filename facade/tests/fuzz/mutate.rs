@@ -10,13 +10,7 @@ use serde_json::Value;
 
 /// Inputs per decoder: `FORGE_FUZZ_CASES` when set, else `default`.
 pub fn budget(default: u32) -> u32 {
-    match std::env::var("FORGE_FUZZ_CASES") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("FORGE_FUZZ_CASES={v:?} is not a whole number")),
-        Err(_) => default,
-    }
+    forge_testkit::env_number("FORGE_FUZZ_CASES", default)
 }
 
 /// Runs `check` on `cases` inputs from `strategy`; a panic inside `check` is a failure

@@ -29,10 +29,60 @@ fn err(e: i32) -> Errno {
     Errno::from_i32(e)
 }
 
-fn done(reply: ReplyEmpty, result: Result<(), i32>) {
+/// A reply that can carry an error.
+trait Fail {
+    fn fail(self, e: i32);
+}
+
+macro_rules! fail {
+    ($($reply:ty),*) => {
+        $(impl Fail for $reply {
+            fn fail(self, e: i32) {
+                self.error(err(e));
+            }
+        })*
+    };
+}
+
+fail!(
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyAttr,
+    ReplyData,
+    ReplyWrite,
+    ReplyOpen,
+    ReplyCreate
+);
+
+/// Answers `reply` with `ok` and the value of `result`, or with its error.
+fn answer<R: Fail, T>(reply: R, result: Result<T, i32>, ok: impl FnOnce(R, T)) {
     match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(err(e)),
+        Ok(v) => ok(reply, v),
+        Err(e) => reply.fail(e),
+    }
+}
+
+fn done(reply: ReplyEmpty, result: Result<(), i32>) {
+    answer(reply, result, |r, ()| r.ok());
+}
+
+/// Answers a request that names a node (lookup, mknod, link, ...) with node `ino`.
+fn entry(reply: ReplyEntry, result: Result<(u64, &Node), i32>) {
+    answer(reply, result, |r, (ino, n)| {
+        r.entry(&TTL, &attr(ino, n), Generation(0));
+    });
+}
+
+/// Live node `ino` with its number.
+fn numbered(s: &State, ino: u64) -> Result<(u64, &Node), i32> {
+    s.node(ino).map(|n| (ino, n))
+}
+
+/// The contents of file `ino` (`EISDIR` for a directory or a link).
+fn file(s: &State, ino: u64) -> Result<&Data, i32> {
+    match &s.node(ino)?.body {
+        Body::File(d) => Ok(d),
+        _ => Err(tree::EISDIR),
     }
 }
 
@@ -88,34 +138,23 @@ impl Fs {
     ) {
         let mut s = self.state();
         let node = Node::new(body, (mode & 0o7777) as u16, req.uid(), req.gid(), parent.0);
-        match s.make(parent.0, name, node) {
-            Ok(ino) => match s.node(ino) {
-                Ok(n) => reply.entry(&TTL, &attr(ino, n), Generation(0)),
-                Err(e) => reply.error(err(e)),
-            },
-            Err(e) => reply.error(err(e)),
-        }
+        let made = s.make(parent.0, name, node);
+        entry(reply, made.and_then(|ino| numbered(&s, ino)));
     }
 }
 
 impl Filesystem for Fs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let s = self.state();
-        match s
-            .lookup(parent.0, name)
-            .and_then(|i| s.node(i).map(|n| (i, n)))
-        {
-            Ok((ino, n)) => reply.entry(&TTL, &attr(ino, n), Generation(0)),
-            Err(e) => reply.error(err(e)),
-        }
+        entry(
+            reply,
+            s.lookup(parent.0, name).and_then(|i| numbered(&s, i)),
+        );
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let s = self.state();
-        match s.node(ino.0) {
-            Ok(n) => reply.attr(&TTL, &attr(ino.0, n)),
-            Err(e) => reply.error(err(e)),
-        }
+        answer(reply, s.node(ino.0), |r, n| r.attr(&TTL, &attr(ino.0, n)));
     }
 
     fn setattr(
@@ -167,11 +206,13 @@ impl Filesystem for Fs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let s = self.state();
-        match s.node(ino.0).map(|n| &n.body) {
-            Ok(Body::Link(t)) => reply.data(t.as_os_str().as_encoded_bytes()),
-            Ok(_) => reply.error(err(tree::EINVAL)),
-            Err(e) => reply.error(err(e)),
-        }
+        let target = s.node(ino.0).and_then(|n| match &n.body {
+            Body::Link(t) => Ok(t),
+            _ => Err(tree::EINVAL),
+        });
+        answer(reply, target, |r, t| {
+            r.data(t.as_os_str().as_encoded_bytes());
+        });
     }
 
     fn mknod(
@@ -262,13 +303,8 @@ impl Filesystem for Fs {
         reply: ReplyEntry,
     ) {
         let mut s = self.state();
-        match s
-            .link(ino.0, newparent.0, newname)
-            .and_then(|()| s.node(ino.0))
-        {
-            Ok(n) => reply.entry(&TTL, &attr(ino.0, n), Generation(0)),
-            Err(e) => reply.error(err(e)),
-        }
+        let linked = s.link(ino.0, newparent.0, newname);
+        entry(reply, linked.and_then(|()| numbered(&s, ino.0)));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -292,11 +328,9 @@ impl Filesystem for Fs {
         reply: ReplyData,
     ) {
         let s = self.state();
-        match s.node(ino.0).map(|n| &n.body) {
-            Ok(Body::File(d)) => reply.data(&d.read(offset, size as usize)),
-            Ok(_) => reply.error(err(tree::EISDIR)),
-            Err(e) => reply.error(err(e)),
-        }
+        answer(reply, file(&s, ino.0), |r, d| {
+            r.data(&d.read(offset, size as usize));
+        });
     }
 
     fn write(
@@ -311,10 +345,9 @@ impl Filesystem for Fs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.state().write(ino.0, offset, data) {
-            Ok(()) => reply.written(data.len() as u32),
-            Err(e) => reply.error(err(e)),
-        }
+        answer(reply, self.state().write(ino.0, offset, data), |r, ()| {
+            r.written(data.len() as u32);
+        });
     }
 
     fn flush(
@@ -354,11 +387,13 @@ impl Filesystem for Fs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.state().node(ino.0).map(|n| n.entries().is_some()) {
-            Ok(true) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Ok(false) => reply.error(err(tree::ENOTDIR)),
-            Err(e) => reply.error(err(e)),
-        }
+        let dir = self.state().node(ino.0).and_then(|n| match n.entries() {
+            Some(_) => Ok(()),
+            None => Err(tree::ENOTDIR),
+        });
+        answer(reply, dir, |r, ()| {
+            r.opened(FileHandle(0), FopenFlags::empty());
+        });
     }
 
     fn readdir(
@@ -510,16 +545,15 @@ impl Filesystem for Fs {
             }
         };
         s.opened(ino);
-        match s.node(ino) {
-            Ok(n) => reply.created(
+        answer(reply, s.node(ino), |r, n| {
+            r.created(
                 &TTL,
                 &attr(ino, n),
                 Generation(0),
                 FileHandle(0),
                 FopenFlags::empty(),
-            ),
-            Err(e) => reply.error(err(e)),
-        }
+            );
+        });
     }
 
     fn fallocate(
@@ -535,9 +569,8 @@ impl Filesystem for Fs {
         let mut s = self.state();
         match mode {
             0 => {
-                let size = match s.node(ino.0).map(|n| &n.body) {
-                    Ok(Body::File(d)) => d.size,
-                    Ok(_) => return reply.error(err(tree::EISDIR)),
+                let size = match file(&s, ino.0) {
+                    Ok(d) => d.size,
                     Err(e) => return reply.error(err(e)),
                 };
                 let end = offset + length;

@@ -302,15 +302,7 @@ impl State {
     /// unlink).
     pub fn remove(&mut self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
         let ino = self.lookup(parent, name)?;
-        let is_dir = matches!(self.node(ino)?.body, Body::Dir(_));
-        match (dir, is_dir) {
-            (true, false) => return Err(ENOTDIR),
-            (false, true) => return Err(EISDIR),
-            _ => {}
-        }
-        if is_dir && self.node(ino)?.entries().is_some_and(|e| !e.is_empty()) {
-            return Err(ENOTEMPTY);
-        }
+        let is_dir = self.removable(ino, dir)?;
         let p = self.node_mut(parent)?;
         if let Body::Dir(e) = &mut p.body {
             e.remove(name);
@@ -320,6 +312,23 @@ impl State {
         }
         self.unlinked(ino, is_dir);
         Ok(())
+    }
+
+    /// Whether `ino` may lose a name where a node of its kind is expected (`dir`: a
+    /// directory): `ENOTDIR` / `EISDIR` when the kinds differ, `ENOTEMPTY` for a directory
+    /// with entries. `Ok` says whether it is a directory.
+    fn removable(&self, ino: u64, dir: bool) -> Result<bool, Errno> {
+        let node = self.node(ino)?;
+        let is_dir = matches!(node.body, Body::Dir(_));
+        match (dir, is_dir) {
+            (true, false) => return Err(ENOTDIR),
+            (false, true) => return Err(EISDIR),
+            _ => {}
+        }
+        if is_dir && node.entries().is_some_and(|e| !e.is_empty()) {
+            return Err(ENOTEMPTY);
+        }
+        Ok(is_dir)
     }
 
     fn unlinked(&mut self, ino: u64, is_dir: bool) {
@@ -362,15 +371,7 @@ impl State {
             if no_replace {
                 return Err(EEXIST);
             }
-            let t_dir = matches!(self.node(t)?.body, Body::Dir(_));
-            match (is_dir, t_dir) {
-                (true, false) => return Err(ENOTDIR),
-                (false, true) => return Err(EISDIR),
-                _ => {}
-            }
-            if t_dir && self.node(t)?.entries().is_some_and(|e| !e.is_empty()) {
-                return Err(ENOTEMPTY);
-            }
+            let t_dir = self.removable(t, is_dir)?;
             if is_dir && self.is_under(new_parent, ino) {
                 return Err(EINVAL);
             }

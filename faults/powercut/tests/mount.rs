@@ -4,13 +4,28 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use forge_powercut::{Mounted, Rules};
 
-fn mounted(dir: &Path, rules: Rules) -> Option<Mounted> {
-    match Mounted::mount(dir, rules) {
-        Ok(m) => Some(m),
+/// A power-cut file system mounted on a temporary directory of its own.
+struct Mount {
+    // Fields drop in order: the file system is unmounted before its directory goes.
+    fs: Mounted,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Mount {
+    type Target = Mounted;
+    fn deref(&self) -> &Mounted {
+        &self.fs
+    }
+}
+
+fn mounted(rules: Rules) -> Option<Mount> {
+    let dir = tempfile::tempdir().unwrap();
+    match Mounted::mount(dir.path(), rules) {
+        Ok(fs) => Some(Mount { fs, _dir: dir }),
         Err(e) => {
             forge_testkit::skip_unless(
                 "FORGE_TEST_REQUIRE_FUSE",
@@ -26,21 +41,26 @@ fn sync_dir(path: &Path) {
     File::open(path).unwrap().sync_all().unwrap();
 }
 
+/// Creates `name` in `dir` holding `bytes`, syncs it and then `dir`, and returns its path
+/// and the handle, still open.
+fn durable_file(dir: &Path, name: &str, bytes: &[u8]) -> (PathBuf, File) {
+    let path = dir.join(name);
+    let mut f = File::create(&path).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+    sync_dir(dir);
+    (path, f)
+}
+
 #[test]
 fn synced_bytes_survive_a_cut_and_unsynced_bytes_do_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(fs) = mounted(dir.path(), Rules::Strict) else {
+    let Some(fs) = mounted(Rules::Strict) else {
         return;
     };
-    let file = dir.path().join("log");
-    {
-        let mut f = File::create(&file).unwrap();
-        f.write_all(b"confirmed").unwrap();
-        f.sync_all().unwrap();
-        sync_dir(dir.path());
-        f.write_all(b" and then not").unwrap();
-        assert_eq!(fs::read(&file).unwrap(), b"confirmed and then not");
-    }
+    let (file, mut f) = durable_file(fs.path(), "log", b"confirmed");
+    f.write_all(b" and then not").unwrap();
+    assert_eq!(fs::read(&file).unwrap(), b"confirmed and then not");
+    drop(f);
     let cut = fs.cut().unwrap();
     assert_eq!(cut.dropped_bytes, 13);
     assert_eq!(fs::read(&file).unwrap(), b"confirmed", "after the cut");
@@ -54,11 +74,10 @@ fn synced_bytes_survive_a_cut_and_unsynced_bytes_do_not() {
 #[test]
 fn a_synced_file_in_a_directory_never_synced_is_lost_under_strict_rules_only() {
     for (rules, survives) in [(Rules::Strict, false), (Rules::Ext4, true)] {
-        let dir = tempfile::tempdir().unwrap();
-        let Some(fs) = mounted(dir.path(), rules) else {
+        let Some(fs) = mounted(rules) else {
             return;
         };
-        let file = dir.path().join("journal");
+        let file = fs.path().join("journal");
         let mut f = OpenOptions::new()
             .create_new(true)
             .write(true)
@@ -74,37 +93,31 @@ fn a_synced_file_in_a_directory_never_synced_is_lost_under_strict_rules_only() {
 
 #[test]
 fn a_rename_holds_only_once_its_directory_is_synced_and_sync_keeps_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(fs) = mounted(dir.path(), Rules::Strict) else {
+    let Some(fs) = mounted(Rules::Strict) else {
         return;
     };
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let (a, b) = (fs.path().join("a"), fs.path().join("b"));
     fs::write(&a, b"one").unwrap();
     File::open(&a).unwrap().sync_all().unwrap();
-    sync_dir(dir.path());
+    sync_dir(fs.path());
     fs::rename(&a, &b).unwrap();
     fs.cut().unwrap();
     assert!(a.exists() && !b.exists(), "an unsynced rename is undone");
     fs::rename(&a, &b).unwrap();
-    fs::create_dir(dir.path().join("sub")).unwrap();
-    fs::write(dir.path().join("sub/c"), b"two").unwrap();
+    fs::create_dir(fs.path().join("sub")).unwrap();
+    fs::write(fs.path().join("sub/c"), b"two").unwrap();
     fs.sync();
     fs.cut().unwrap();
     assert!(!a.exists() && b.exists());
-    assert_eq!(fs::read(dir.path().join("sub/c")).unwrap(), b"two");
+    assert_eq!(fs::read(fs.path().join("sub/c")).unwrap(), b"two");
 }
 
 #[test]
 fn a_process_that_outlives_the_cut_cannot_change_what_the_new_mount_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(fs) = mounted(dir.path(), Rules::Strict) else {
+    let Some(fs) = mounted(Rules::Strict) else {
         return;
     };
-    let file = dir.path().join("held");
-    let mut held = File::create(&file).unwrap();
-    held.write_all(b"synced").unwrap();
-    held.sync_all().unwrap();
-    sync_dir(dir.path());
+    let (file, mut held) = durable_file(fs.path(), "held", b"synced");
     // The handle is still open at the cut: the old mount is detached lazily.
     let cut = fs.cut().unwrap();
     assert!(cut.lazy_unmount, "an open handle makes the unmount lazy");

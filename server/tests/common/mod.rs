@@ -43,6 +43,23 @@ pub async fn redb_server(options: ServerOptions, open: OpenOptions) -> TestServe
     s
 }
 
+/// A server over a fresh redb file, with a session `id` of tenant A (`TOKEN_A`).
+pub async fn server_with_session(
+    options: ServerOptions,
+    open: OpenOptions,
+    id: &str,
+) -> TestServer {
+    let s = redb_server(options, open).await;
+    s.create(TOKEN_A, id).await;
+    s
+}
+
+/// As [`server_with_session`], with the two tenants of [`two_tenants`] and default
+/// options.
+pub async fn session_server(id: &str) -> TestServer {
+    server_with_session(ServerOptions::new(two_tenants()), OpenOptions::new(), id).await
+}
+
 /// A server over `forge`.
 pub async fn start(forge: Forge, options: ServerOptions) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -136,6 +153,37 @@ impl TestServer {
     }
 }
 
+/// Sends `req` and asserts the answer's status (the message names the request).
+pub async fn sent(req: reqwest::RequestBuilder, status: u16) -> reqwest::Response {
+    let (client, req) = req.build_split();
+    let req = req.expect("a well-formed request");
+    let what = format!("{} {}", req.method(), req.url());
+    let r = client.execute(req).await.expect("request");
+    assert_eq!(r.status().as_u16(), status, "{what}");
+    r
+}
+
+/// Polls `request` until it is answered with a success; panics after `limit`, naming
+/// `what`.
+pub async fn until_up(what: &str, limit: Duration, request: impl Fn() -> reqwest::RequestBuilder) {
+    let start = std::time::Instant::now();
+    loop {
+        let up = request().send().await;
+        if up.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        assert!(start.elapsed() < limit, "{what} did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The header `name` of `r` as text, if it has one.
+pub fn header(r: &reqwest::Response, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().expect("ascii").to_owned())
+}
+
 /// An upload in progress: its body is sent a line at a time.
 pub struct Upload {
     tx: futures::channel::mpsc::Sender<Result<String, std::io::Error>>,
@@ -205,6 +253,18 @@ impl SseReader {
             buf: String::new(),
             status,
         }
+    }
+
+    /// Connects and reads the `server.connected` event every stream starts with.
+    pub async fn connected(
+        server: &TestServer,
+        path: &str,
+        token: &str,
+        last: Option<&str>,
+    ) -> Self {
+        let mut sse = Self::connect(server, path, token, last).await;
+        assert_eq!(sse.expect().await.kind(), "server.connected", "{path}");
+        sse
     }
 
     /// The next event, `None` when the stream ended cleanly, `Err` when it was cut.

@@ -7,6 +7,22 @@ fn tenant() -> TenantId {
     TenantId::new("a").unwrap()
 }
 
+/// `err` is a `NotFound` of `what` ("message", "session").
+fn assert_not_found(err: &Error, what: &str) {
+    assert!(
+        matches!(err, Error::NotFound { what: w, .. } if *w == what),
+        "{err}"
+    );
+}
+
+/// `ops` delete exactly part `p` of message `m` of session `s`.
+fn assert_deletes_part_p(ops: &TenantOps, m: &str) {
+    assert_eq!(
+        ops.delete_parts,
+        [(SessionId::from("s"), MessageId::from(m), PartId::from("p"))]
+    );
+}
+
 fn env(seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
     Envelope {
         tenant: tenant(),
@@ -85,27 +101,13 @@ fn a_part_upserted_under_another_message_moves_there() {
         .insert((tenant(), "s".into(), "p".into()), vec!["m1".into()]);
     let plan = b.simulate(&loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
-    assert_eq!(
-        ops.delete_parts,
-        [(
-            SessionId::from("s"),
-            MessageId::from("m1"),
-            PartId::from("p")
-        )]
-    );
+    assert_deletes_part_p(ops, "m1");
     assert_eq!(ops.put_parts[0].message.as_str(), "m2");
     // Moved and moved back in one batch: one row, under the first message.
     let batch = [put_part("s", "m2", "p", 3), put_part("s", "m1", "p", 4)];
     let plan = Batch::prepare(&batch).simulate(&loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
-    assert_eq!(
-        ops.delete_parts,
-        [(
-            SessionId::from("s"),
-            MessageId::from("m2"),
-            PartId::from("p")
-        )]
-    );
+    assert_deletes_part_p(ops, "m2");
     assert_eq!(ops.put_parts.len(), 1);
     assert_eq!(ops.put_parts[0].message.as_str(), "m1");
     // The message holding it was removed first: nothing to move.
@@ -142,16 +144,7 @@ fn a_part_for_a_message_removed_earlier_in_the_batch_is_not_found() {
     let b = Batch::prepare(&batch);
     assert!(b.needs().messages.is_empty());
     let err = b.simulate(&stored(&[("s", 1)], &[("s", "m")])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "message",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_found(&err, "message");
 }
 
 #[test]
@@ -184,16 +177,7 @@ fn a_deleted_and_recreated_session_restarts_its_seq() {
     // The session was deleted before the part: its stored messages are gone.
     assert!(b.needs().messages.is_empty());
     let err = b.simulate(&stored(&[("s", 5)], &[("s", "m")])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "message",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_found(&err, "message");
 
     let del = env(
         9,
@@ -221,16 +205,7 @@ fn the_first_failing_event_decides_and_removals_of_absent_rows_are_no_ops() {
     let err = Batch::prepare(&batch)
         .simulate(&stored(&[("s", 0)], &[]))
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotFound {
-                what: "session",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_found(&err, "session");
 
     // Only a seq bump is left of a removal of something absent.
     let plan = Batch::prepare(&[remove_message("s", "nope", 8)])

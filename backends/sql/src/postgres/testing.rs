@@ -69,21 +69,7 @@ impl TestSchema {
     /// # Errors
     /// As [`TestSchema::create`].
     pub async fn create_for(base_url: &str, purpose: &str) -> Result<Self> {
-        let options = PostgresOptions::from_url(base_url)?;
-        if base_url.contains("schema=") {
-            return Err(Error::invalid(
-                "the base URL of a test schema must not name a schema",
-            ));
-        }
-        if purpose.is_empty()
-            || !purpose
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(Error::invalid(format!(
-                "schema purpose {purpose:?} is not lowercase letters, digits and _"
-            )));
-        }
+        let options = check_name_parts(base_url, "schema purpose", purpose)?;
         let name = forge_core::id::ascending(&format!("forge_{purpose}")).to_lowercase();
         let mut conn = PgConnection::connect_with(&options.connect)
             .await
@@ -108,21 +94,7 @@ impl TestSchema {
     /// [`Error::InvalidInput`] for a malformed URL, one that already names a schema, or
     /// a suffix that is not lowercase ASCII letters, digits and `_`.
     pub fn to_be_made(base_url: &str, suffix: &str) -> Result<Self> {
-        PostgresOptions::from_url(base_url)?;
-        if base_url.contains("schema=") {
-            return Err(Error::invalid(
-                "the base URL of a test schema must not name a schema",
-            ));
-        }
-        if suffix.is_empty()
-            || !suffix
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(Error::invalid(format!(
-                "test schema suffix {suffix:?} is not lowercase letters, digits and _"
-            )));
-        }
+        check_name_parts(base_url, "test schema suffix", suffix)?;
         Ok(Self {
             base_url: base_url.to_owned(),
             name: format!("forge_test_{suffix}"),
@@ -154,6 +126,28 @@ impl TestSchema {
         self.dropped = true;
         drop_schema(&self.base_url, &self.name).await
     }
+}
+
+/// The options of `base_url`, a `postgres://` URL that must not name a schema, once
+/// `part` (the `what` of a test schema's name) is lowercase ASCII letters, digits and
+/// `_`.
+fn check_name_parts(base_url: &str, what: &str, part: &str) -> Result<PostgresOptions> {
+    let options = PostgresOptions::from_url(base_url)?;
+    if base_url.contains("schema=") {
+        return Err(Error::invalid(
+            "the base URL of a test schema must not name a schema",
+        ));
+    }
+    if part.is_empty()
+        || !part
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(Error::invalid(format!(
+            "{what} {part:?} is not lowercase letters, digits and _"
+        )));
+    }
+    Ok(options)
 }
 
 async fn drop_schema(base_url: &str, name: &str) -> Result<()> {

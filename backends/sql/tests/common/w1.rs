@@ -180,3 +180,18 @@ pub fn print(backend: &str, turns: usize, t: &PerTurn) {
         t.statements
     );
 }
+
+/// Runs five W1 turns on `store` (counted by `stats`), prints the figures and checks
+/// only that something was measured: figures are printed, not judged.
+pub async fn assert_measured<S: Store + Clone>(
+    backend: &str,
+    store: &S,
+    stats: fn(&S) -> WriteStats,
+) {
+    let counted = store.clone();
+    let per_turn = run(Arc::new(store.clone()), move || stats(&counted), 5)
+        .await
+        .unwrap();
+    print(backend, 5, &per_turn);
+    assert!(per_turn.transactions >= 1.0 && per_turn.rows >= per_turn.transactions);
+}

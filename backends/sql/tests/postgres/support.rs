@@ -22,17 +22,51 @@ pub(crate) async fn done(schema: TestSchema, store: PostgresStore) {
     schema.drop().await.unwrap();
 }
 
+/// Runs `test` on a [`fresh`] schema and store, then closes the store and drops the
+/// schema; does nothing when the service is not configured.
+pub(crate) async fn with_fresh(name: &str, test: impl AsyncFnOnce(&TestSchema, &PostgresStore)) {
+    let Some((schema, store)) = fresh(name).await else {
+        return;
+    };
+    test(&schema, &store).await;
+    done(schema, store).await;
+}
+
+/// Runs `sql` (one statement, no parameters) on `conn`; the rows it affected.
+pub(crate) async fn exec(conn: &mut PgConnection, sql: &'static str) -> u64 {
+    sqlx::query(sql)
+        .execute(conn)
+        .await
+        .unwrap()
+        .rows_affected()
+}
+
+/// Runs `sql` (statements built by the test) on `conn`.
+pub(crate) async fn exec_raw(conn: &mut PgConnection, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(conn)
+        .await
+        .unwrap();
+}
+
+/// Takes the transaction-scoped advisory lock `key` in `tx`.
+pub(crate) async fn advisory_lock(tx: &mut PgConnection, key: i64) {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(key)
+        .execute(tx)
+        .await
+        .unwrap();
+}
+
 /// A plain connection as the URL's user with the schema on the search path.
 pub(crate) async fn raw(schema: &TestSchema) -> PgConnection {
     let url = postgres_url("raw").unwrap();
     let mut conn = PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "SET search_path TO \"{}\"",
-        schema.name()
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    exec_raw(
+        &mut conn,
+        format!("SET search_path TO \"{}\"", schema.name()),
+    )
+    .await;
     conn
 }
 
@@ -73,6 +107,16 @@ pub(crate) struct DroppedRole {
     pub(crate) name: String,
 }
 
+impl DroppedRole {
+    /// A new role name of the server of `url`: `prefix` and a unique suffix, lowercase.
+    pub(crate) fn new(url: &str, prefix: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            name: forge_core::id::ascending(prefix).to_lowercase(),
+        }
+    }
+}
+
 impl Drop for DroppedRole {
     fn drop(&mut self) {
         let (url, name) = (self.url.clone(), self.name.clone());
@@ -92,6 +136,22 @@ impl Drop for DroppedRole {
             eprintln!("could not drop role {}: {dropped:?}", self.name);
         }
     }
+}
+
+/// Runs `test` with the server's URL, the name of a new role made of `prefix` and a
+/// unique suffix (dropped after the test, also on a panic) and a fresh schema (dropped
+/// before the role); does nothing when the service is not configured.
+pub(crate) async fn with_role_and_schema(
+    name: &str,
+    prefix: &str,
+    test: impl AsyncFnOnce(&str, &str, TestSchema),
+) {
+    let Some(url) = postgres_url(name) else {
+        return;
+    };
+    let role = DroppedRole::new(&url, prefix);
+    let schema = TestSchema::create(&url).await.unwrap();
+    test(&url, &role.name, schema).await;
 }
 
 /// `url` with every transaction of its connections defaulting to `SERIALIZABLE`, as a

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::elements::{draw_legend, draw_marker, draw_note, fmt_tick, log_axis, Swatch};
+use super::elements::{
+    chart_builder, draw_legend, draw_marker, draw_mesh, draw_note, extent, fmt_tick, log_axis,
+    Swatch,
+};
 use super::{Chartable, FONT, LEGEND_WIDTH, WIDTH};
 use crate::report::format::human_bytes;
 use crate::report::{backend_key, series_key, series_label, SeriesKey, BYTES_CHART_TITLE};
@@ -58,22 +61,16 @@ where
     let (plot, legend) = body.split_horizontally(WIDTH - LEGEND_WIDTH);
     let all = || lines.values().flat_map(|l| &l.points);
     let turns: BTreeSet<u32> = all().map(|(t, _)| *t as u32).collect();
-    let t_min = all().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let t_max = all().map(|p| p.0).fold(0.0, f64::max);
-    let b_min = all().map(|p| p.1).fold(f64::INFINITY, f64::min);
-    let b_max = all().map(|p| p.1).fold(0.0, f64::max);
+    let (t_min, t_max) = extent(all().map(|p| p.0));
+    let (b_min, b_max) = extent(all().map(|p| p.1));
     let (lo, hi, ticks) = log_axis(b_min, b_max, 1.5, 1.5);
 
-    let mut chart = ChartBuilder::on(&plot)
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(
-            (t_min / 1.6..t_max * 1.6)
-                .log_scale()
-                .with_key_points(turns.iter().map(|t| f64::from(*t)).collect()),
-            (lo..hi).log_scale().with_key_points(ticks),
-        )?;
+    let mut chart = chart_builder(&plot, 80).build_cartesian_2d(
+        (t_min / 1.6..t_max * 1.6)
+            .log_scale()
+            .with_key_points(turns.iter().map(|t| f64::from(*t)).collect()),
+        (lo..hi).log_scale().with_key_points(ticks),
+    )?;
     let x_fmt = |x: &f64| fmt_tick(*x);
     let y_fmt = |y: &f64| {
         let label = human_bytes(y.round() as u64);
@@ -84,15 +81,12 @@ where
             _ => label,
         }
     };
-    chart
-        .configure_mesh()
-        .x_desc("T (turns, log scale)")
-        .y_desc("physical bytes written (log scale)")
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&y_fmt)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
-        .draw()?;
+    draw_mesh(
+        &mut chart.configure_mesh(),
+        ("T (turns, log scale)", "physical bytes written (log scale)"),
+        &x_fmt,
+        &y_fmt,
+    )?;
 
     let mut entries: Vec<(Swatch, String)> = Vec::new();
     for Line { first: m, points } in lines.values() {

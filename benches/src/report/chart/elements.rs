@@ -1,5 +1,7 @@
 //! What both charts draw with: log axes, tick labels, markers, legends and notes.
 
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -24,6 +26,51 @@ pub(super) fn log_axis(min: f64, max: f64, below: f64, above: f64) -> (f64, f64,
 }
 
 /// Tick labels without trailing zeros: `0.1`, `2`, `1000`.
+/// The smallest and the largest of `values` (∞ and 0 for none: the values are
+/// positive).
+pub(super) fn extent(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+    (
+        values.clone().fold(f64::INFINITY, f64::min),
+        values.fold(0.0, f64::max),
+    )
+}
+
+/// A chart builder on `area` with the charts' margin and label areas, `y_labels`
+/// pixels wide for the y labels.
+pub(super) fn chart_builder<'b, DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    y_labels: u32,
+) -> ChartBuilder<'_, 'b, DB> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(y_labels);
+    builder
+}
+
+/// Draws `mesh` with the axis descriptions `(x, y)` and the label formatters, in the
+/// charts' fonts.
+pub(super) fn draw_mesh<'a, 'b, X, Y, DB>(
+    mesh: &mut MeshStyle<'a, 'b, X, Y, DB>,
+    (x_desc, y_desc): (&str, &str),
+    x_fmt: &'b dyn Fn(&X::ValueType) -> String,
+    y_fmt: &'b dyn Fn(&Y::ValueType) -> String,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+    DB: DrawingBackend,
+{
+    mesh.x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(x_fmt)
+        .y_label_formatter(y_fmt)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+}
+
 pub(super) fn fmt_tick(v: f64) -> String {
     let s = format!("{v:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()

@@ -9,7 +9,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::elements::{draw_legend, draw_note, fmt_tick, log_axis, Swatch};
+use super::elements::{
+    chart_builder, draw_legend, draw_mesh, draw_note, extent, fmt_tick, log_axis, Swatch,
+};
 use super::{Chartable, FONT, LEGEND_WIDTH, WIDTH};
 use crate::report::format::fmt_factor;
 use crate::report::{series_key, series_label, SeriesKey, WA_CHART_TITLE};
@@ -116,34 +118,25 @@ where
         }
     }
     slots.sort_unstable();
-    let min = runs.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
-    let max = runs.iter().map(|r| r.1).fold(0.0, f64::max);
+    let (min, max) = extent(runs.iter().map(|r| r.1));
     let (lo, hi, ticks) = log_axis(min, max, 1.5, 2.5);
 
-    let mut chart = ChartBuilder::on(&plot)
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(
-            GroupAxis(groups.len()),
-            (lo..hi).log_scale().with_key_points(ticks),
-        )?;
+    let mut chart = chart_builder(&plot, 70).build_cartesian_2d(
+        GroupAxis(groups.len()),
+        (lo..hi).log_scale().with_key_points(ticks),
+    )?;
     let x_fmt = |x: &f64| {
         groups
             .get(x.floor().max(0.0) as usize)
             .map_or_else(String::new, |g| (*g).to_owned())
     };
     let y_fmt = |y: &f64| format!("{}×", fmt_tick(*y));
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc("backend")
-        .y_desc("write amplification (log scale)")
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&y_fmt)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
-        .draw()?;
+    draw_mesh(
+        chart.configure_mesh().disable_x_mesh(),
+        ("backend", "write amplification (log scale)"),
+        &x_fmt,
+        &y_fmt,
+    )?;
 
     let slot_width = 0.8 / slots.len() as f64;
     let mut seen = BTreeSet::new();

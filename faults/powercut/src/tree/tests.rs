@@ -7,6 +7,27 @@ fn file(s: &mut State, parent: u64, name: &str) -> u64 {
     s.make(parent, OsStr::new(name), n).unwrap()
 }
 
+/// A file `name` in the root holding `bytes`, nothing synced.
+fn written(s: &mut State, name: &str, bytes: &[u8]) -> u64 {
+    let f = file(s, ROOT, name);
+    s.write(f, 0, bytes).unwrap();
+    f
+}
+
+/// A file `name` in the root holding `bytes`, synced, and the root synced after it.
+fn durable(s: &mut State, name: &str, bytes: &[u8]) -> u64 {
+    let f = written(s, name, bytes);
+    s.fsync(f).unwrap();
+    s.sync_dir(ROOT).unwrap();
+    f
+}
+
+/// Renames `from` to `to`, both in the root.
+fn rename(s: &mut State, from: &str, to: &str) {
+    s.rename(ROOT, OsStr::new(from), ROOT, OsStr::new(to), false, false)
+        .unwrap();
+}
+
 fn content(s: &State, parent: u64, name: &str) -> Option<Vec<u8>> {
     let ino = s.lookup(parent, OsStr::new(name)).ok()?;
     match &s.node(ino).ok()?.body {
@@ -32,10 +53,7 @@ fn data_reads_back_what_was_written_across_chunks_and_truncates_to_zeros() {
 #[test]
 fn a_synced_file_in_a_synced_directory_survives_and_later_writes_do_not() {
     let mut s = State::new(Rules::Strict);
-    let f = file(&mut s, ROOT, "a");
-    s.write(f, 0, b"kept").unwrap();
-    s.fsync(f).unwrap();
-    s.sync_dir(ROOT).unwrap();
+    let f = durable(&mut s, "a", b"kept");
     s.write(f, 4, b" lost").unwrap();
     let cut = s.cut();
     assert_eq!(cut.dropped_bytes, 5);
@@ -44,26 +62,19 @@ fn a_synced_file_in_a_synced_directory_survives_and_later_writes_do_not() {
 
 #[test]
 fn under_strict_rules_a_synced_file_whose_directory_was_not_synced_is_gone() {
-    let mut s = State::new(Rules::Strict);
-    let f = file(&mut s, ROOT, "a");
-    s.write(f, 0, b"x").unwrap();
-    s.fsync(f).unwrap();
-    s.cut();
-    assert_eq!(content(&s, ROOT, "a"), None);
-
-    let mut e = State::new(Rules::Ext4);
-    let f = file(&mut e, ROOT, "a");
-    e.write(f, 0, b"x").unwrap();
-    e.fsync(f).unwrap();
-    e.cut();
-    assert_eq!(content(&e, ROOT, "a").as_deref(), Some(&b"x"[..]));
+    for (rules, after) in [(Rules::Strict, None), (Rules::Ext4, Some(&b"x"[..]))] {
+        let mut s = State::new(rules);
+        let f = written(&mut s, "a", b"x");
+        s.fsync(f).unwrap();
+        s.cut();
+        assert_eq!(content(&s, ROOT, "a").as_deref(), after, "{rules:?}");
+    }
 }
 
 #[test]
 fn a_name_synced_before_its_data_is_an_empty_file() {
     let mut s = State::new(Rules::Strict);
-    let f = file(&mut s, ROOT, "a");
-    s.write(f, 0, b"x").unwrap();
+    written(&mut s, "a", b"x");
     s.sync_dir(ROOT).unwrap();
     s.cut();
     assert_eq!(content(&s, ROOT, "a").as_deref(), Some(&b""[..]));
@@ -72,16 +83,11 @@ fn a_name_synced_before_its_data_is_an_empty_file() {
 #[test]
 fn renames_and_unlinks_hold_only_once_their_directory_is_synced() {
     let mut s = State::new(Rules::Strict);
-    let f = file(&mut s, ROOT, "a");
-    s.write(f, 0, b"x").unwrap();
-    s.fsync(f).unwrap();
-    s.sync_dir(ROOT).unwrap();
-    s.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("b"), false, false)
-        .unwrap();
+    durable(&mut s, "a", b"x");
+    rename(&mut s, "a", "b");
     s.cut();
     assert!(content(&s, ROOT, "a").is_some() && content(&s, ROOT, "b").is_none());
-    s.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("b"), false, false)
-        .unwrap();
+    rename(&mut s, "a", "b");
     s.sync_dir(ROOT).unwrap();
     s.cut();
     assert!(content(&s, ROOT, "a").is_none() && content(&s, ROOT, "b").is_some());
@@ -96,11 +102,9 @@ fn renames_and_unlinks_hold_only_once_their_directory_is_synced() {
 #[test]
 fn a_rename_replaces_its_target_and_a_directory_keeps_its_link_counts() {
     let mut s = State::new(Rules::Strict);
-    let a = file(&mut s, ROOT, "a");
+    written(&mut s, "a", b"new");
     file(&mut s, ROOT, "b");
-    s.write(a, 0, b"new").unwrap();
-    s.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("b"), false, false)
-        .unwrap();
+    rename(&mut s, "a", "b");
     assert_eq!(content(&s, ROOT, "b").as_deref(), Some(&b"new"[..]));
     let d = Node::new(Body::Dir(BTreeMap::new()), 0o755, 0, 0, ROOT);
     let d = s.make(ROOT, OsStr::new("d"), d).unwrap();
