@@ -25,43 +25,41 @@ fn event() -> BusEvent {
     )
 }
 
+/// How a subscriber's frame text is made from the bus event.
+type Frame = fn(&BusEvent) -> String;
+
+/// One subscriber's frame text, encoded for it alone.
+fn per_frame(ev: &BusEvent) -> String {
+    serde_json::to_string(&ev.event).expect("encodes")
+}
+
+/// One subscriber's frame text, copied out of the event's shared JSON.
+fn once(ev: &BusEvent) -> String {
+    ev.event_json().expect("encodes").to_owned()
+}
+
 fn fanout(c: &mut Criterion) {
     let mut group = c.benchmark_group("fanout");
+    let ways: [(&str, Frame); 2] = [("encode_per_frame", per_frame), ("encode_once", once)];
     for subscribers in [1_u64, 8, 64] {
         group.throughput(Throughput::Elements(subscribers));
-        group.bench_with_input(
-            BenchmarkId::new("encode_per_frame", subscribers),
-            &subscribers,
-            |b, &n| {
-                b.iter_batched(
-                    event,
-                    |ev| {
-                        for _ in 0..n {
-                            let text = serde_json::to_string(&ev.event).expect("encodes");
-                            black_box(text);
-                        }
-                    },
-                    BatchSize::SmallInput,
-                );
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("encode_once", subscribers),
-            &subscribers,
-            |b, &n| {
-                b.iter_batched(
-                    event,
-                    |ev| {
-                        for _ in 0..n {
-                            // What each subscriber's frame copies out of the shared text.
-                            let text = ev.event_json().expect("encodes").to_owned();
-                            black_box(text);
-                        }
-                    },
-                    BatchSize::SmallInput,
-                );
-            },
-        );
+        for (name, frame) in ways {
+            group.bench_with_input(
+                BenchmarkId::new(name, subscribers),
+                &subscribers,
+                |b, &n| {
+                    b.iter_batched(
+                        event,
+                        |ev| {
+                            for _ in 0..n {
+                                black_box(frame(&ev));
+                            }
+                        },
+                        BatchSize::SmallInput,
+                    );
+                },
+            );
+        }
     }
     group.finish();
 }

@@ -33,12 +33,23 @@ fn entry_bytes(p: &TestPrefix, bus: &RedisBus, tenant: &TenantId, session: &Sess
     reply.ids[0].get("e").expect("the entry's `e` field")
 }
 
+/// A fresh prefix, a bus on it, tenant `t1` and `session`.
+async fn setup(session: &str) -> Option<(TestPrefix, RedisBus, TenantId, SessionId)> {
+    let p = TestPrefix::new()?;
+    let bus = p.bus().await;
+    Some((
+        p,
+        bus,
+        TenantId::new("t1").unwrap(),
+        SessionId::from(session),
+    ))
+}
+
 #[tokio::test]
 async fn the_entry_is_the_envelopes_bytes_and_a_subscriber_reuses_its_event_json() {
-    let Some(p) = TestPrefix::new() else { return };
-    let bus = p.bus().await;
-    let tenant = TenantId::new("t1").unwrap();
-    let session = SessionId::from("ses_once");
+    let Some((p, bus, tenant, session)) = setup("ses_once").await else {
+        return;
+    };
     let published = forge_testkit::delta(&tenant, &session, 1, "ünïcode \"quoted\"\n");
     let envelope: Envelope<Event> = (*published).clone();
     bus.publish(published).unwrap();
@@ -60,10 +71,9 @@ async fn the_entry_is_the_envelopes_bytes_and_a_subscriber_reuses_its_event_json
 
 #[tokio::test]
 async fn a_subscriber_passes_on_the_event_text_the_entry_holds() {
-    let Some(p) = TestPrefix::new() else { return };
-    let bus = p.bus().await;
-    let tenant = TenantId::new("t1").unwrap();
-    let session = SessionId::from("ses_other_writer");
+    let Some((p, bus, tenant, session)) = setup("ses_other_writer").await else {
+        return;
+    };
     // An entry as another writer might put it: keys in another order, spaces. Encoding
     // the event again would give different text; passing it on gives exactly this.
     let event = r#"{ "properties": {"sessionID": "ses_other_writer", "messageID": "msg_1", "partID": "prt_1", "field": "text", "delta": "hi"}, "type": "message.part.delta" }"#;
