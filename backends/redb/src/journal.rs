@@ -455,6 +455,16 @@ mod tests {
         (j, records.into_iter().map(|(_, p)| p).collect())
     }
 
+    /// Opening the journal `j` in `dir` for `generation` is refused as corrupted, with
+    /// a message holding `needle`.
+    fn assert_refused(dir: &Path, generation: u64, needle: &str) {
+        let err = Journal::open(dir.join("j"), generation, None)
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+
     #[test]
     fn records_of_the_current_generation_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -486,9 +496,7 @@ mod tests {
         // The header marks checkpoint 2: a database of generation 3 (a crash before its
         // mark) opens; one of generation 1 is older than the journal.
         journal(dir.path(), 3);
-        let err = Journal::open(dir.path().join("j"), 1, None).err().unwrap();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-        assert!(err.to_string().contains("older than its journal"), "{err}");
+        assert_refused(dir.path(), 1, "older than its journal");
     }
 
     #[test]
@@ -512,9 +520,7 @@ mod tests {
         // third record.
         bytes[second as usize + RECORD_HEADER + 2] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        let err = Journal::open(path.clone(), 1, None).err().unwrap();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-        assert!(err.to_string().contains("later record"), "{err}");
+        assert_refused(dir.path(), 1, "later record");
         // Cut in the middle of the first record.
         std::fs::write(&path, &bytes[..HEADER as usize + 10]).unwrap();
         let (_, found) = journal(dir.path(), 1);
@@ -541,12 +547,7 @@ mod tests {
     fn a_file_that_is_not_a_journal_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("j"), b"hello, world, not a journal").unwrap();
-        let err = Journal::open(dir.path().join("j"), 1, None).err().unwrap();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
-        assert!(
-            err.to_string().contains("not a forge-store journal"),
-            "{err}"
-        );
+        assert_refused(dir.path(), 1, "not a forge-store journal");
     }
 
     #[test]
