@@ -181,15 +181,15 @@ impl<D: Dialect> Writer<'_, D> {
         rows: &'a [T],
         tuple: impl Fn(&'a T) -> [Arg<'a>; N] + Copy,
     ) -> Result<()> {
-        for chunk in rows.chunks(CHUNK_ROWS) {
+        self.run_chunked(rows, |chunk| {
             let mut q = QueryBuilder::new(format!("DELETE FROM {table} WHERE tenant = "));
             D::bind(&mut q, Arg::Text(tenant.as_str()));
             q.push(format_args!(" AND {key} IN ("));
             D::push_tuples(&mut q, chunk, tuple);
             q.push(")");
-            self.run(q).await?;
-        }
-        Ok(())
+            q
+        })
+        .await
     }
 
     /// `INSERT INTO <into> VALUES … ON CONFLICT <conflict>`, chunk by chunk. Every key
@@ -201,11 +201,24 @@ impl<D: Dialect> Writer<'_, D> {
         rows: &'a [T],
         tuple: impl Fn(&'a T) -> [Arg<'a>; N] + Copy,
     ) -> Result<()> {
-        for chunk in rows.chunks(CHUNK_ROWS) {
+        self.run_chunked(rows, |chunk| {
             let mut q = QueryBuilder::new(format!("INSERT INTO {into} VALUES "));
             D::push_tuples(&mut q, chunk, tuple);
             q.push(format_args!(" ON CONFLICT {conflict}"));
-            self.run(q).await?;
+            q
+        })
+        .await
+    }
+
+    /// Runs the statement `build` makes of each chunk of [`CHUNK_ROWS`] of `rows`, in
+    /// order.
+    async fn run_chunked<'a, T>(
+        &mut self,
+        rows: &'a [T],
+        build: impl Fn(&'a [T]) -> QueryBuilder<D>,
+    ) -> Result<()> {
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            self.run(build(chunk)).await?;
         }
         Ok(())
     }
