@@ -186,6 +186,29 @@ fn run_children(exe: &std::path::Path, args: Vec<Vec<String>>) -> Result<Vec<Str
     Ok(out)
 }
 
+/// Runs the child processes of `args` on `schema` of `pg`, then reads the WAL position
+/// and drops the schema (also when a child failed): each child's result line parsed
+/// (`what`: what it is, for the error), the WAL position after, and the children's
+/// wall time.
+async fn run_on_schema<T: serde::de::DeserializeOwned>(
+    exe: &std::path::Path,
+    args: Vec<Vec<String>>,
+    pg: &str,
+    schema: &str,
+    what: &'static str,
+) -> Result<(Vec<T>, u64, Duration)> {
+    let started = Instant::now();
+    let outcome = tokio::task::block_in_place(|| run_children(exe, args));
+    let wall = started.elapsed();
+    let after = wal_lsn(pg).await?;
+    drop_schema(pg, schema).await?;
+    let results = outcome?
+        .iter()
+        .map(|l| serde_json::from_str(l).context(what))
+        .collect::<Result<_>>()?;
+    Ok((results, after, wall))
+}
+
 /// `processes` writer processes streaming `sessions` W1 sessions (of `turns` turns)
 /// into one fresh schema on `pg`.
 ///
@@ -212,13 +235,8 @@ pub async fn writers(
             ]
         })
         .collect();
-    let outcome = tokio::task::block_in_place(|| run_children(exe, args));
-    let after = wal_lsn(pg).await?;
-    drop_schema(pg, &schema).await?;
-    let results: Vec<Measurement> = outcome?
-        .iter()
-        .map(|l| serde_json::from_str(l).context("a writer's result"))
-        .collect::<Result<_>>()?;
+    let (results, after, _): (Vec<Measurement>, _, _) =
+        run_on_schema(exe, args, pg, &schema, "a writer's result").await?;
     Ok(ScaleRow {
         path: "writers → postgres".to_owned(),
         sessions: share * u32::try_from(processes).unwrap_or(1),
@@ -343,15 +361,8 @@ pub async fn workers(
             ]
         })
         .collect();
-    let started = Instant::now();
-    let outcome = tokio::task::block_in_place(|| run_children(exe, args));
-    let wall = started.elapsed();
-    let after = wal_lsn(pg).await?;
-    drop_schema(pg, &schema).await?;
-    let stats: Vec<WorkerStatsLine> = outcome?
-        .iter()
-        .map(|l| serde_json::from_str(l).context("a worker's result"))
-        .collect::<Result<_>>()?;
+    let (stats, after, wall): (Vec<WorkerStatsLine>, _, _) =
+        run_on_schema(exe, args, pg, &schema, "a worker's result").await?;
     Ok(ScaleRow {
         path: format!("workers redis (shards={SHARDS}) → postgres"),
         sessions,

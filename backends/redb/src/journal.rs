@@ -455,6 +455,21 @@ mod tests {
         (j, records.into_iter().map(|(_, p)| p).collect())
     }
 
+    /// The records a reopen of the journal `j` in `dir` for `generation` replays.
+    fn replayed(dir: &Path, generation: u64) -> Vec<Vec<u8>> {
+        journal(dir, generation).1
+    }
+
+    /// Opening the journal `j` in `dir` for `generation` is refused as corrupted, with
+    /// a message holding `needle`.
+    fn assert_refused(dir: &Path, generation: u64, needle: &str) {
+        let err = Journal::open(dir.join("j"), generation, None)
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+
     #[test]
     fn records_of_the_current_generation_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -464,11 +479,12 @@ mod tests {
         j.append(&[0u8; 0]).unwrap();
         j.append(&vec![9u8; 5000]).unwrap();
         drop(j);
-        let (_, found) = journal(dir.path(), 7);
-        assert_eq!(found, vec![b"one".to_vec(), Vec::new(), vec![9u8; 5000]]);
+        assert_eq!(
+            replayed(dir.path(), 7),
+            vec![b"one".to_vec(), Vec::new(), vec![9u8; 5000]]
+        );
         // Another generation: nothing of 7 is replayed.
-        let (_, found) = journal(dir.path(), 8);
-        assert!(found.is_empty());
+        assert!(replayed(dir.path(), 8).is_empty());
     }
 
     #[test]
@@ -481,14 +497,11 @@ mod tests {
         j.restart(2);
         j.append(b"new").unwrap();
         drop(j);
-        let (_, found) = journal(dir.path(), 2);
-        assert_eq!(found, vec![b"new".to_vec()]);
+        assert_eq!(replayed(dir.path(), 2), vec![b"new".to_vec()]);
         // The header marks checkpoint 2: a database of generation 3 (a crash before its
         // mark) opens; one of generation 1 is older than the journal.
         journal(dir.path(), 3);
-        let err = Journal::open(dir.path().join("j"), 1, None).err().unwrap();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-        assert!(err.to_string().contains("older than its journal"), "{err}");
+        assert_refused(dir.path(), 1, "older than its journal");
     }
 
     #[test]
@@ -506,19 +519,18 @@ mod tests {
         let mut last = bytes.clone();
         last[third as usize + RECORD_HEADER + 2] ^= 0x40;
         std::fs::write(&path, &last).unwrap();
-        let (_, found) = journal(dir.path(), 1);
-        assert_eq!(found, vec![b"first".to_vec(), b"second".to_vec()]);
+        assert_eq!(
+            replayed(dir.path(), 1),
+            vec![b"first".to_vec(), b"second".to_vec()]
+        );
         // A record before the last flipped: damage, refused rather than dropping the
         // third record.
         bytes[second as usize + RECORD_HEADER + 2] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        let err = Journal::open(path.clone(), 1, None).err().unwrap();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-        assert!(err.to_string().contains("later record"), "{err}");
+        assert_refused(dir.path(), 1, "later record");
         // Cut in the middle of the first record.
         std::fs::write(&path, &bytes[..HEADER as usize + 10]).unwrap();
-        let (_, found) = journal(dir.path(), 1);
-        assert!(found.is_empty());
+        assert!(replayed(dir.path(), 1).is_empty());
     }
 
     #[test]
@@ -533,20 +545,17 @@ mod tests {
         assert_eq!(found, vec![b"kept".to_vec()]);
         assert_eq!(j.append(b"next").unwrap(), at);
         drop(j);
-        let (_, found) = journal(dir.path(), 1);
-        assert_eq!(found, vec![b"kept".to_vec(), b"next".to_vec()]);
+        assert_eq!(
+            replayed(dir.path(), 1),
+            vec![b"kept".to_vec(), b"next".to_vec()]
+        );
     }
 
     #[test]
     fn a_file_that_is_not_a_journal_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("j"), b"hello, world, not a journal").unwrap();
-        let err = Journal::open(dir.path().join("j"), 1, None).err().unwrap();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
-        assert!(
-            err.to_string().contains("not a forge-store journal"),
-            "{err}"
-        );
+        assert_refused(dir.path(), 1, "not a forge-store journal");
     }
 
     #[test]

@@ -309,15 +309,7 @@ fn part_ids(
     sn: &str,
     m: &str,
 ) -> Result<Vec<String>> {
-    let hi = successor(m);
-    let mut out = Vec::new();
-    for entry in parts
-        .range((tn, sn, m, "")..(tn, sn, hi.as_str(), ""))
-        .map_err(map)?
-    {
-        out.push(entry.map_err(map)?.0.value().3.to_owned());
-    }
-    Ok(out)
+    last_key_parts(parts, tn, sn, m)
 }
 
 /// The messages of session `sn` that hold a part with id `p` (one, unless a release
@@ -328,10 +320,20 @@ pub(crate) fn holders(
     sn: &str,
     p: &str,
 ) -> Result<Vec<String>> {
-    let hi = successor(p);
+    last_key_parts(index, tn, sn, p)
+}
+
+/// The last parts of the keys `(tn, sn, third, _)` of `table`, in key order.
+fn last_key_parts<V: Value + 'static>(
+    table: &impl ReadableTable<PartKey, V>,
+    tn: &str,
+    sn: &str,
+    third: &str,
+) -> Result<Vec<String>> {
+    let hi = successor(third);
     let mut out = Vec::new();
-    for entry in index
-        .range((tn, sn, p, "")..(tn, sn, hi.as_str(), ""))
+    for entry in table
+        .range((tn, sn, third, "")..(tn, sn, hi.as_str(), ""))
         .map_err(map)?
     {
         out.push(entry.map_err(map)?.0.value().3.to_owned());

@@ -3,7 +3,7 @@
 //! statement per table and chunk, setting the tenant (row-level security) only when it
 //! changes.
 
-use forge_core::{Envelope, Result, SyncEvent, TenantId};
+use forge_core::{Envelope, Result, SessionId, SyncEvent, TenantId};
 use sqlx::{Database, QueryBuilder};
 
 use crate::dialect::{Arg, Backend, Dialect};
@@ -76,6 +76,24 @@ impl<D: Dialect> Writer<'_, D> {
         Ok(rows)
     }
 
+    /// The rows `select` (`SELECT … FROM <table> WHERE tenant = `) finds of `tenant`
+    /// whose `(session, id)` is one of `keys`.
+    async fn fetch_keyed<I: AsRef<str>>(
+        &mut self,
+        select: &'static str,
+        tenant: &TenantId,
+        keys: &[&(SessionId, I)],
+    ) -> Result<Vec<D::Row>> {
+        let mut q = QueryBuilder::new(select);
+        D::bind(&mut q, Arg::Text(tenant.as_str()));
+        q.push(" AND (session, id) IN (");
+        D::push_tuples(&mut q, keys, |(s, id)| {
+            [Arg::Id(s.as_str()), Arg::Id(id.as_ref())]
+        });
+        q.push(")");
+        self.fetch(q).await
+    }
+
     async fn run(&mut self, mut q: QueryBuilder<D>) -> Result<()> {
         let done = D::execute(self.conn, &mut q).await.map_err(D::map)?;
         self.tally.statement(D::rows_affected(&done));
@@ -126,14 +144,8 @@ impl<D: Dialect> Writer<'_, D> {
             };
             let keys: Vec<_> = keys.iter().collect();
             for chunk in keys.chunks(CHUNK_ROWS) {
-                let mut q = QueryBuilder::new("SELECT session, id FROM messages WHERE tenant = ");
-                D::bind(&mut q, Arg::Text(tenant.as_str()));
-                q.push(" AND (session, id) IN (");
-                D::push_tuples(&mut q, chunk, |(s, m)| {
-                    [Arg::Id(s.as_str()), Arg::Id(m.as_str())]
-                });
-                q.push(")");
-                for row in self.fetch(q).await? {
+                let select = "SELECT session, id FROM messages WHERE tenant = ";
+                for row in self.fetch_keyed(select, tenant, chunk).await? {
                     let s = id_from_sql(D::bytes(&row, 0).map_err(D::map)?)?;
                     let m = id_from_sql(D::bytes(&row, 1).map_err(D::map)?)?;
                     loaded.messages.insert((tenant.clone(), s, m));
@@ -144,15 +156,8 @@ impl<D: Dialect> Writer<'_, D> {
             self.switch(tenant).await?;
             let keys: Vec<_> = keys.iter().collect();
             for chunk in keys.chunks(CHUNK_ROWS) {
-                let mut q =
-                    QueryBuilder::new("SELECT session, id, message FROM parts WHERE tenant = ");
-                D::bind(&mut q, Arg::Text(tenant.as_str()));
-                q.push(" AND (session, id) IN (");
-                D::push_tuples(&mut q, chunk, |(s, p)| {
-                    [Arg::Id(s.as_str()), Arg::Id(p.as_str())]
-                });
-                q.push(")");
-                for row in self.fetch(q).await? {
+                let select = "SELECT session, id, message FROM parts WHERE tenant = ";
+                for row in self.fetch_keyed(select, tenant, chunk).await? {
                     let s = id_from_sql(D::bytes(&row, 0).map_err(D::map)?)?;
                     let p = id_from_sql(D::bytes(&row, 1).map_err(D::map)?)?;
                     let m = id_from_sql(D::bytes(&row, 2).map_err(D::map)?)?;
@@ -176,15 +181,15 @@ impl<D: Dialect> Writer<'_, D> {
         rows: &'a [T],
         tuple: impl Fn(&'a T) -> [Arg<'a>; N] + Copy,
     ) -> Result<()> {
-        for chunk in rows.chunks(CHUNK_ROWS) {
+        self.run_chunked(rows, |chunk| {
             let mut q = QueryBuilder::new(format!("DELETE FROM {table} WHERE tenant = "));
             D::bind(&mut q, Arg::Text(tenant.as_str()));
             q.push(format_args!(" AND {key} IN ("));
             D::push_tuples(&mut q, chunk, tuple);
             q.push(")");
-            self.run(q).await?;
-        }
-        Ok(())
+            q
+        })
+        .await
     }
 
     /// `INSERT INTO <into> VALUES … ON CONFLICT <conflict>`, chunk by chunk. Every key
@@ -196,11 +201,24 @@ impl<D: Dialect> Writer<'_, D> {
         rows: &'a [T],
         tuple: impl Fn(&'a T) -> [Arg<'a>; N] + Copy,
     ) -> Result<()> {
-        for chunk in rows.chunks(CHUNK_ROWS) {
+        self.run_chunked(rows, |chunk| {
             let mut q = QueryBuilder::new(format!("INSERT INTO {into} VALUES "));
             D::push_tuples(&mut q, chunk, tuple);
             q.push(format_args!(" ON CONFLICT {conflict}"));
-            self.run(q).await?;
+            q
+        })
+        .await
+    }
+
+    /// Runs the statement `build` makes of each chunk of [`CHUNK_ROWS`] of `rows`, in
+    /// order.
+    async fn run_chunked<'a, T>(
+        &mut self,
+        rows: &'a [T],
+        build: impl Fn(&'a [T]) -> QueryBuilder<D>,
+    ) -> Result<()> {
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            self.run(build(chunk)).await?;
         }
         Ok(())
     }
