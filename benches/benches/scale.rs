@@ -89,7 +89,7 @@ async fn main() -> Result<()> {
     }
     for &n in &worker_sessions {
         eprintln!("publishing {n} sessions to redis…");
-        let (url, published) = scale::publish(&redis, n, turns).await?;
+        let (prefix, published) = scale::publish(&redis, n, turns).await?;
         let m = &published.measurement;
         let line = format!(
             "redis publish: {n} sessions, {} rows and {} deltas in {:.1} s ({:.0} events/s); \
@@ -106,19 +106,19 @@ async fn main() -> Result<()> {
         notes.push(line);
         for &p in &processes {
             eprintln!("workers redis → postgres: {n} sessions, {p} process(es)…");
-            let row = scale::workers(&exe, &url, &pg, n, p).await;
+            let row = scale::workers(&exe, &prefix.url, &pg, n, p).await;
             match row {
                 Ok(row) => {
                     eprintln!("{}", scale::table(std::slice::from_ref(&row)));
                     rows.push(row);
                 }
                 Err(e) => {
-                    scale::unpublish(&url).await?;
+                    prefix.close().await?;
                     return Err(e);
                 }
             }
         }
-        scale::unpublish(&url).await?;
+        prefix.close().await?;
     }
     let text = format!(
         "{}\n{}\n(turns per session: {turns}; {} runs in {:.0} s)\n",

@@ -25,8 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use forge_core::driver::{with_query, Driver, InstanceOptions, Instances};
 use forge_core::{Store, TenantId};
 use forge_redis::{ProjectorWorker, RedisOptions, WorkerOptions, WorkerStats};
+use forge_sql::POSTGRES;
 use serde::{Deserialize, Serialize};
 
 use crate::run::{measure, Run, Target};
@@ -126,34 +128,39 @@ async fn wal_lsn(pg: &str) -> Result<u64> {
     Ok(crate::probe::pg_wal_insert_lsn(&mut conn).await?)
 }
 
-fn with_query(url: &str, pair: &str) -> String {
-    if url.contains('?') {
-        format!("{url}&{pair}")
-    } else {
-        format!("{url}?{pair}")
+/// A throwaway instance of a server backend, made by its driver (a fresh schema, a
+/// fresh key prefix), and the URL that opens it from the child processes.
+pub struct Instance {
+    /// The URL that opens the instance.
+    pub url: String,
+    set: Arc<dyn Instances>,
+    store: Arc<dyn Store>,
+}
+
+impl Instance {
+    /// A fresh instance of `driver` on the server of `server`, for `purpose`.
+    async fn fresh(driver: &dyn Driver, server: &str, purpose: &str) -> Result<Self> {
+        let name = driver.info().name;
+        let set = driver
+            .instances(server, &InstanceOptions::default().purpose(purpose))
+            .await
+            .with_context(|| format!("making a {name} instance for the benchmark"))?;
+        let store = set.fresh().await?.store;
+        let url = set
+            .url(&store)
+            .ok_or_else(|| anyhow!("{name} instances cannot be opened by URL"))?;
+        Ok(Self { url, set, store })
     }
-}
 
-/// A fresh schema on `pg`, migrated; returns its URL and name.
-async fn fresh_schema(pg: &str, tag: &str) -> Result<(String, String)> {
-    let schema = format!("forge_scale_{}_{tag}", std::process::id());
-    let url = with_query(pg, &format!("schema={schema}"));
-    let store = forge_sql::PostgresStore::connect(&url)
-        .await
-        .context("creating the benchmark schema")?;
-    store.close().await;
-    Ok((url, schema))
-}
-
-async fn drop_schema(pg: &str, schema: &str) -> Result<()> {
-    let mut conn = crate::probe::pg_connect(pg).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
-    )))
-    .execute(&mut conn)
-    .await
-    .with_context(|| format!("dropping schema {schema}"))?;
-    Ok(())
+    /// Removes what the instance holds (its schema, its keys).
+    ///
+    /// # Errors
+    /// When the server fails.
+    pub async fn close(self) -> Result<()> {
+        self.set.teardown(self.store).await?;
+        self.set.close().await?;
+        Ok(())
+    }
 }
 
 /// Runs `exe args…` children at once and returns each one's last stdout line.
@@ -186,22 +193,22 @@ fn run_children(exe: &std::path::Path, args: Vec<Vec<String>>) -> Result<Vec<Str
     Ok(out)
 }
 
-/// Runs the child processes of `args` on `schema` of `pg`, then reads the WAL position
-/// and drops the schema (also when a child failed): each child's result line parsed
-/// (`what`: what it is, for the error), the WAL position after, and the children's
-/// wall time.
+/// Runs the child processes of `args` on `schema` (an instance on `pg`), then reads the
+/// WAL position and drops the schema (also when a child failed): each child's result
+/// line parsed (`what`: what it is, for the error), the WAL position after, and the
+/// children's wall time.
 async fn run_on_schema<T: serde::de::DeserializeOwned>(
     exe: &std::path::Path,
     args: Vec<Vec<String>>,
     pg: &str,
-    schema: &str,
+    schema: Instance,
     what: &'static str,
 ) -> Result<(Vec<T>, u64, Duration)> {
     let started = Instant::now();
     let outcome = tokio::task::block_in_place(|| run_children(exe, args));
     let wall = started.elapsed();
     let after = wal_lsn(pg).await?;
-    drop_schema(pg, schema).await?;
+    schema.close().await?;
     let results = outcome?
         .iter()
         .map(|l| serde_json::from_str(l).context(what))
@@ -221,7 +228,8 @@ pub async fn writers(
     turns: u32,
     processes: usize,
 ) -> Result<ScaleRow> {
-    let (url, schema) = fresh_schema(pg, &format!("w{sessions}_{processes}")).await?;
+    let schema = Instance::fresh(&POSTGRES, pg, &format!("scale_w{sessions}_{processes}")).await?;
+    let url = schema.url.clone();
     let before = wal_lsn(pg).await?;
     let share = sessions.div_ceil(u32::try_from(processes).unwrap_or(1));
     let args = (0..processes)
@@ -236,7 +244,7 @@ pub async fn writers(
         })
         .collect();
     let (results, after, _): (Vec<Measurement>, _, _) =
-        run_on_schema(exe, args, pg, &schema, "a writer's result").await?;
+        run_on_schema(exe, args, pg, schema, "a writer's result").await?;
     Ok(ScaleRow {
         path: "writers → postgres".to_owned(),
         sessions: share * u32::try_from(processes).unwrap_or(1),
@@ -280,20 +288,22 @@ pub async fn child_writer(url: &str, sessions: u32, turns: u32, seed: u64) -> Re
     Ok(serde_json::to_string(&m)?)
 }
 
-/// Publishes `sessions` W1 sessions to a fresh Redis prefix with [`SHARDS`] work
-/// shards; returns the prefix URL and the measurement.
+/// Publishes `sessions` W1 sessions to a fresh Redis prefix (the Redis driver's
+/// throwaway instance) with [`SHARDS`] work shards; returns the instance (its URL
+/// carries the shards) and the measurement. [`Instance::close`] deletes what it wrote.
 ///
 /// # Errors
 /// When Redis fails.
-pub async fn publish(redis: &str, sessions: u32, turns: u32) -> Result<(String, Published)> {
-    let prefix = format!("forge-scale-{}-{sessions}", std::process::id());
-    let url = with_query(redis, &format!("prefix={prefix}&shards={SHARDS}"));
-    let run = w1x_run(&url, sessions, turns)?;
+pub async fn publish(redis: &str, sessions: u32, turns: u32) -> Result<(Instance, Published)> {
+    let sharded = with_query(redis, &format!("shards={SHARDS}"));
+    let prefix =
+        Instance::fresh(&forge_redis::DRIVER, &sharded, &format!("scale{sessions}")).await?;
+    let run = w1x_run(&prefix.url, sessions, turns)?;
     let before = used_memory(redis).await?;
     let m = measure(&run, &w1xn(sessions, turns, 7)).await?;
     let after = used_memory(redis).await?;
     Ok((
-        url,
+        prefix,
         Published {
             measurement: m,
             memory_bytes: after.saturating_sub(before),
@@ -326,15 +336,6 @@ async fn used_memory(redis: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("INFO memory has no used_memory"))
 }
 
-/// Deletes what [`publish`] wrote.
-///
-/// # Errors
-/// When Redis fails.
-pub async fn unpublish(url: &str) -> Result<()> {
-    forge_redis::RedisStore::connect(url).await?.clear().await?;
-    Ok(())
-}
-
 /// `processes` projector workers of a fresh group draining the prefix at `redis_url`
 /// into a fresh schema on `pg`.
 ///
@@ -347,7 +348,8 @@ pub async fn workers(
     sessions: u32,
     processes: usize,
 ) -> Result<ScaleRow> {
-    let (url, schema) = fresh_schema(pg, &format!("p{sessions}_{processes}")).await?;
+    let schema = Instance::fresh(&POSTGRES, pg, &format!("scale_p{sessions}_{processes}")).await?;
+    let url = schema.url.clone();
     let group = format!("scale-{processes}");
     let before = wal_lsn(pg).await?;
     let args = (0..processes)
@@ -362,7 +364,7 @@ pub async fn workers(
         })
         .collect();
     let (stats, after, wall): (Vec<WorkerStatsLine>, _, _) =
-        run_on_schema(exe, args, pg, &schema, "a worker's result").await?;
+        run_on_schema(exe, args, pg, schema, "a worker's result").await?;
     Ok(ScaleRow {
         path: format!("workers redis (shards={SHARDS}) → postgres"),
         sessions,
@@ -427,7 +429,7 @@ pub async fn child_worker(
     group: &str,
     name: &str,
 ) -> Result<String> {
-    let store: Arc<dyn Store> = Arc::new(forge_sql::PostgresStore::connect(pg_url).await?);
+    let store = forge_store::open_store(pg_url).await?;
     let tenant = TenantId::new("bench").map_err(|e| anyhow!("{e}"))?;
     let opts = RedisOptions::from_url(redis_url)?;
     let keys = forge_redis::Keys::new(&opts.prefix)?;

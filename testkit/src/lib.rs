@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod drivers;
 pub mod fixtures;
 pub mod process;
 pub mod servers;

@@ -123,6 +123,15 @@ impl Instances for Prefixes {
         }
     }
 
+    fn url(&self, store: &Arc<dyn Store>) -> Option<String> {
+        // The last `prefix=` of a URL is the one that counts.
+        let (options, _) = self.opened.get(store)?;
+        Some(forge_core::driver::with_query(
+            &self.url,
+            &format!("prefix={}", options.prefix),
+        ))
+    }
+
     fn probe(&self, store: &Arc<dyn Store>) -> Option<Box<dyn WriteProbe>> {
         let (_, redis) = self.opened.get(store)?;
         Some(Box::new(Probe {

@@ -63,3 +63,13 @@ async fn the_drivers_instances_leave_no_key_behind_after_teardown() {
     drop(factory);
     assert_eq!(p.left(), 0, "keys left under {} after teardown", p.prefix);
 }
+
+/// An instance opens by its URL (its key prefix) from another client, and its keys are
+/// gone after teardown.
+#[tokio::test]
+async fn an_instance_opens_by_its_url() {
+    let Some(server) = common::redis_url() else {
+        return;
+    };
+    forge_testkit::drivers::assert_instance_opens_by_url(&forge_redis::DRIVER, &server).await;
+}

@@ -451,3 +451,16 @@ fn a_value_edited_behind_the_store_is_corrupted_and_a_row_without_checksum_reads
         conn.close().await.unwrap();
     }));
 }
+
+/// An instance opens by its URL (its schema) from another connection, and the schema
+/// is gone once the set is closed.
+#[test]
+fn an_instance_opens_by_its_url() {
+    let Some(server) = postgres_url("an_instance_opens_by_its_url") else {
+        return;
+    };
+    parallel_runtime().block_on(forge_testkit::drivers::assert_instance_opens_by_url(
+        &forge_sql::POSTGRES,
+        &server,
+    ));
+}

@@ -221,6 +221,16 @@ pub trait Instances: Send + Sync {
         Ok(None)
     }
 
+    /// A URL that opens the storage of `store` (an instance of this set) from another
+    /// process: its schema or key prefix on the server. `None` (the default) where
+    /// instances are not reachable that way (memory; a file one process holds) or
+    /// `store` is not an instance of this set. Closing the set still removes what it
+    /// made, whoever wrote there.
+    fn url(&self, store: &Arc<dyn Store>) -> Option<String> {
+        let _ = store;
+        None
+    }
+
     /// What measures the bytes `store` writes where they persist, if the backend can
     /// tell (the default: it cannot). A probe may hold the instance's store (to
     /// checkpoint it, or close its pool, before reading): drop it before

@@ -102,6 +102,10 @@ impl Instances for InSchema {
         Ok(Some(self.remember(Arc::new(store))))
     }
 
+    fn url(&self, store: &Arc<dyn Store>) -> Option<String> {
+        self.opened.get(store).map(|_| self.store_url.clone())
+    }
+
     fn probe(&self, store: &Arc<dyn Store>) -> Option<Box<dyn WriteProbe>> {
         Some(Box::new(WalProbe {
             server: self.server.clone(),
