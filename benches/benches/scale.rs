@@ -90,6 +90,7 @@ async fn main() -> Result<()> {
     for &n in &worker_sessions {
         eprintln!("publishing {n} sessions to redis…");
         let (prefix, published) = scale::publish(&redis, n, turns).await?;
+        scale::add_groups(&prefix, &processes).await?;
         let m = &published.measurement;
         let line = format!(
             "redis publish: {n} sessions, {} rows and {} deltas in {:.1} s ({:.0} events/s); \

@@ -311,6 +311,44 @@ pub async fn publish(redis: &str, sessions: u32, turns: u32) -> Result<(Instance
     ))
 }
 
+/// The consumer group of the worker runs with `processes` workers.
+fn group_name(processes: usize) -> String {
+    format!("scale-{processes}")
+}
+
+/// Creates, on every work stream of `prefix` (what [`publish`] wrote), the consumer
+/// group of each worker run to come, reading from the start. A worker trims its work
+/// stream below what every group has acknowledged: without the groups of the later
+/// runs, the first run's workers would trim the backlog those runs are to drain.
+///
+/// # Errors
+/// When Redis fails.
+pub async fn add_groups(prefix: &Instance, processes: &[usize]) -> Result<()> {
+    let opts = RedisOptions::from_url(&prefix.url)?;
+    let keys = forge_redis::Keys::new(&opts.prefix)?;
+    let tenant = TenantId::new("bench").map_err(|e| anyhow!("{e}"))?;
+    let mut conn = redis::Client::open(opts.server.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    for k in 0..opts.shards {
+        let stream = keys.work_stream(&tenant, k, opts.shards);
+        for &p in processes {
+            redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&stream)
+                .arg(group_name(p))
+                .arg("0")
+                .arg("MKSTREAM")
+                .arg("ENTRIESREAD")
+                .arg(0)
+                .query_async::<()>(&mut conn)
+                .await
+                .with_context(|| format!("creating group {} on {stream}", group_name(p)))?;
+        }
+    }
+    Ok(())
+}
+
 /// What [`publish`] wrote.
 #[derive(Clone, Debug)]
 pub struct Published {
@@ -350,7 +388,7 @@ pub async fn workers(
 ) -> Result<ScaleRow> {
     let schema = Instance::fresh(&POSTGRES, pg, &format!("scale_p{sessions}_{processes}")).await?;
     let url = schema.url.clone();
-    let group = format!("scale-{processes}");
+    let group = group_name(processes);
     let before = wal_lsn(pg).await?;
     let args = (0..processes)
         .map(|i| {
