@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::event::{Envelope, Event};
+use crate::event::{Envelope, Event, SyncEvent};
 use crate::id::SessionId;
 use crate::tenant::TenantId;
 
@@ -68,6 +68,22 @@ impl BusEvent {
         Ok(self.0.json.get_or_init(|| json))
     }
 
+    /// The sync event this carries, in the envelope a store applies; `None` for a
+    /// bus-only event (a delta, a status).
+    #[must_use]
+    pub fn sync(&self) -> Option<Envelope<SyncEvent>> {
+        let env = &self.0.envelope;
+        match &env.event {
+            Event::Sync(event) => Some(Envelope {
+                tenant: env.tenant.clone(),
+                session_id: env.session_id.clone(),
+                seq: env.seq,
+                event: event.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether both are the same shared event (not merely equal).
     #[must_use]
     pub fn ptr_eq(a: &Self, b: &Self) -> bool {
@@ -86,6 +102,18 @@ impl Deref for BusEvent {
 impl From<Envelope<Event>> for BusEvent {
     fn from(envelope: Envelope<Event>) -> Self {
         Self::new(envelope)
+    }
+}
+
+impl From<Envelope<SyncEvent>> for BusEvent {
+    /// A committed sync event as the bus carries it.
+    fn from(env: Envelope<SyncEvent>) -> Self {
+        Self::new(Envelope {
+            tenant: env.tenant,
+            session_id: env.session_id,
+            seq: env.seq,
+            event: Event::Sync(env.event),
+        })
     }
 }
 
@@ -171,7 +199,7 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::event::{PartDelta, SyncEvent};
+    use crate::event::PartDelta;
 
     fn delta(session: &str, text: &str) -> Event {
         Event::PartDelta(PartDelta {
@@ -251,6 +279,22 @@ mod tests {
         // The same as decoding the envelope itself.
         let env: Envelope<Event> = serde_json::from_str(text).unwrap();
         assert_eq!(*bus, env);
+    }
+
+    #[test]
+    fn a_sync_event_goes_on_the_bus_and_back_unchanged() {
+        let sync = Envelope {
+            tenant: TenantId::default(),
+            session_id: "ses_1".into(),
+            seq: 4,
+            event: SyncEvent::MessageRemoved {
+                session_id: "ses_1".into(),
+                message_id: "msg_1".into(),
+            },
+        };
+        let bus = BusEvent::from(sync.clone());
+        assert_eq!(bus.sync(), Some(sync));
+        assert_eq!(BusEvent::new(envelope(delta("ses_1", "x"))).sync(), None);
     }
 
     #[test]

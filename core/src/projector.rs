@@ -191,12 +191,7 @@ impl Projector for DirectProjector {
         let mut last = 0;
         for env in batch {
             last = env.seq;
-            self.bus.publish(BusEvent::new(Envelope {
-                tenant: env.tenant,
-                session_id: env.session_id,
-                seq: env.seq,
-                event: Event::Sync(env.event),
-            }))?;
+            self.bus.publish(env.into())?;
         }
         Ok(last)
     }

@@ -6,7 +6,7 @@ use tracing::Instrument;
 
 use crate::close;
 use crate::error::Result;
-use crate::event::{Envelope, Event, SyncEvent};
+use crate::event::{BusEvent, Envelope, Event, SyncEvent};
 use crate::id::{PartId, SessionId};
 use crate::model::{MessageError, Part};
 use crate::projector::Projector;
@@ -218,19 +218,8 @@ async fn replay_uncommitted(
                 return Ok(0);
             }
             let replay = bus.replay(tenant, &sid, stored + 1).await?;
-            let batch: Vec<Envelope<SyncEvent>> = replay
-                .events
-                .iter()
-                .filter_map(|e| match &e.event {
-                    Event::Sync(ev) => Some(Envelope {
-                        tenant: e.tenant.clone(),
-                        session_id: e.session_id.clone(),
-                        seq: e.seq,
-                        event: ev.clone(),
-                    }),
-                    _ => None,
-                })
-                .collect();
+            let batch: Vec<Envelope<SyncEvent>> =
+                replay.events.iter().filter_map(BusEvent::sync).collect();
             if batch.is_empty() {
                 return Ok(0);
             }

@@ -172,21 +172,14 @@ impl Projector for GroupCommitProjector {
             for event in events {
                 let seq = scope.next_seq();
                 last = seq;
-                let published = BusEvent::new(Envelope {
+                let env = Envelope {
                     tenant: scope.tenant.clone(),
                     session_id: scope.session_id.clone(),
                     seq,
-                    event: Event::Sync(event.clone()),
-                });
-                o.push_pending(
-                    Envelope {
-                        tenant: scope.tenant.clone(),
-                        session_id: scope.session_id.clone(),
-                        seq,
-                        event,
-                    },
-                    &mut state.stats.coalesced,
-                );
+                    event,
+                };
+                let published = BusEvent::from(env.clone());
+                o.push_pending(env, &mut state.stats.coalesced);
                 if terminal {
                     o.held.push_back(Held {
                         event: published,

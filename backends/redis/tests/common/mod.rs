@@ -7,8 +7,8 @@ use std::sync::Arc;
 use forge_core::id::now_ms;
 use forge_core::processor::{assistant_message, Processor};
 use forge_core::{
-    Bus, BusEvent, Engine, Envelope, Event, Message, MessageId, Part, PartId, ProcessorOptions,
-    Session, SessionId, Store, StreamEvent, SyncEvent, TenantId,
+    Bus, BusEvent, Engine, Envelope, Message, MessageId, Part, PartId, ProcessorOptions, Session,
+    SessionId, Store, StreamEvent, SyncEvent, TenantId,
 };
 use forge_redis::{RedisBus, RedisOptions, RedisStore};
 use redis::Commands as _;
@@ -217,28 +217,12 @@ pub fn opening(
 
 /// The sync events among `events`, as the batches a store applies.
 pub fn sync_events(events: &[BusEvent]) -> Vec<Envelope<SyncEvent>> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::Sync(s) => Some(Envelope {
-                tenant: e.tenant.clone(),
-                session_id: e.session_id.clone(),
-                seq: e.seq,
-                event: s.clone(),
-            }),
-            _ => None,
-        })
-        .collect()
+    events.iter().filter_map(BusEvent::sync).collect()
 }
 
 /// `env` as the bus carries it.
 pub fn bus_event(env: &Envelope<SyncEvent>) -> BusEvent {
-    BusEvent::new(Envelope {
-        tenant: env.tenant.clone(),
-        session_id: env.session_id.clone(),
-        seq: env.seq,
-        event: Event::Sync(env.event.clone()),
-    })
+    env.clone().into()
 }
 
 /// Puts `session` in `tenant` with a user message (`msg_0001`, `question`) and starts
