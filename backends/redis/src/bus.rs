@@ -394,8 +394,7 @@ async fn write(
             .arg(opts.work_maxlen.unwrap_or(0))
             .arg(if shards <= 1 { "1" } else { "0" });
         for ev in &group {
-            // The event's JSON is encoded once and kept with it, for every other
-            // writer and subscriber of this process that passes it on.
+            // The event's kept JSON when something in this process produced it.
             let json = serde_json::to_vec(ev)?;
             // Work streams carry what projector workers apply: sync events only.
             let work = if shards > 1 && matches!(ev.event, Event::Sync(_)) {
