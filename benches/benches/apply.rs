@@ -83,6 +83,7 @@ impl Fixture {
             tenant: self.tenant.clone(),
             session_id: self.session.id.clone(),
             seq: self.seq,
+            epoch: None,
             event,
         }
     }

@@ -206,6 +206,7 @@ async fn write(store: &dyn Store, tenant: &TenantId, history: &[MessageWithParts
             tenant: tenant.clone(),
             session_id: session.clone(),
             seq,
+            epoch: None,
             event,
         }
     };

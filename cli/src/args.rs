@@ -14,6 +14,17 @@ pub enum CommitPolicy {
     Every,
 }
 
+/// How a writing command treats a session another writer holds.
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct Claiming {
+    /// Take the sessions this command writes over from a writer that holds them
+    /// (another replay, import, recover, follow or serve whose lease still runs): its
+    /// later writes are refused. Without it, a held session fails the command at once
+    /// with an error naming its holder, or after waiting for it up to --wait.
+    #[arg(long)]
+    pub take_over: bool,
+}
+
 impl Cli {
     /// The retry deadline `--retry-for` names.
     pub fn retry_deadline(&self) -> std::time::Duration {
@@ -96,17 +107,20 @@ pub struct Cli {
         value_name = "SECS"
     )]
     pub retry_for: f64,
-    /// When the backend cannot be opened for a reason that passes by itself (an
-    /// embedded file open in another process, a server not reachable yet), keep trying
-    /// for up to SECS seconds before failing.
+    /// How long to wait for what passes by itself before failing: a backend that cannot
+    /// be opened yet (an embedded file open in another process, a server not reachable
+    /// yet), and a session another writer holds (another replay, import, recover,
+    /// follow or serve; see --take-over). A duration: 500ms, 30s, 5m, 1h, or a number
+    /// of seconds; at most a day. 0 (the default) fails at once, naming the holder.
     #[arg(
         long,
         global = true,
         env = "FORGE_WAIT",
-        default_value_t = 0,
-        value_name = "SECS"
+        default_value = "0",
+        value_parser = parse_duration,
+        value_name = "DURATION"
     )]
-    pub wait: u64,
+    pub wait: std::time::Duration,
     /// Print one JSON line on stdout per terminal boundary (a closed block, a finished
     /// tool or step, a completed message, a user message, a session row, a removal) once
     /// the store has committed it: `{"confirmed": SEQ, "session": ID, "event": {type,
@@ -150,6 +164,8 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        claiming: Claiming,
     },
     /// Import a session: an export document, or one {info, parts} object per line.
     Import {
@@ -158,6 +174,8 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        claiming: Claiming,
     },
     /// Export a session as {info, messages: [{info, parts}]}.
     Export {
@@ -199,6 +217,8 @@ pub enum Command {
         /// Print JSON: the report and what was closed.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        claiming: Claiming,
     },
     /// The sessions of the tenant.
     Sessions {
@@ -270,6 +290,24 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The writer a command claims sessions as (`role` of `role@host:pid`), and its
+    /// `--take-over`; `None` for a command that does not write through the backend.
+    pub fn writer(&self) -> Option<(&'static str, Claiming)> {
+        match self {
+            Self::Replay { claiming, .. } => Some(("replay", *claiming)),
+            Self::Import { claiming, .. } => Some(("import", *claiming)),
+            Self::Recover { claiming, .. } => Some(("recover", *claiming)),
+            Self::Serve(args) => Some(("serve", args.claiming)),
+            Self::Follow(args) => Some(("follow", args.claiming)),
+            Self::Demo => Some(("demo", Claiming::default())),
+            #[cfg(feature = "bench")]
+            Self::Soak(_) => Some(("soak", Claiming::default())),
+            _ => None,
+        }
+    }
+}
+
 fn parse_tenant(s: &str) -> std::result::Result<TenantId, String> {
     TenantId::new(s).map_err(|e| e.to_string())
 }
@@ -292,5 +330,52 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => Ok(v),
         _ => Err(format!("{s:?} is not a number of seconds from 0 to 86400")),
+    }
+}
+
+/// A duration: a number with a unit (`ms`, `s`, `m`, `h`) or a number of seconds;
+/// finite, 0 or more, at most a day.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let text = s.trim();
+    let bad = || {
+        format!(
+            "{s:?} is not a duration from 0 to 24h: give a number with a unit (500ms, 30s, \
+             5m, 1h) or a number of seconds"
+        )
+    };
+    let (number, unit_secs) = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
+        .iter()
+        .find_map(|(unit, secs)| text.strip_suffix(unit).map(|n| (n.trim(), *secs)))
+        .unwrap_or((text, 1.0));
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let secs = value * unit_secs;
+    if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_take_a_unit_or_seconds_and_bad_ones_say_what_is_expected() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_mins(2)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_hours(1)));
+        assert_eq!(parse_duration("60"), Ok(Duration::from_mins(1)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "abc", "-1", "5d", "25h", "NaN", "inf", "1e400", "ms"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(
+                err.contains("is not a duration") && err.contains("30s"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

@@ -28,6 +28,7 @@ pub async fn run(
             strict,
             lenient,
             json,
+            claiming: _,
         } => {
             let opts = ReplayOptions::default().strict(strict).lenient(lenient);
             let how = ReplayHow {
@@ -38,7 +39,7 @@ pub async fn run(
             };
             replay(forge, tenant, &file, how, out).await
         }
-        Command::Import { file, json } => {
+        Command::Import { file, json, .. } => {
             import(forge, tenant, &file, Progress::new(quiet, json), json, out).await
         }
         Command::Export { session, out: file } => {
@@ -97,7 +98,7 @@ pub async fn run(
             show::view(out, &r.session, &r.view, r.stored, true)?;
             Ok(())
         }
-        Command::Recover { session, json } => {
+        Command::Recover { session, json, .. } => {
             recover(forge, tenant, session.map(SessionId::from), json, out).await
         }
         Command::Sessions { json } => {

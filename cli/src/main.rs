@@ -25,6 +25,7 @@ mod soak;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
@@ -76,7 +77,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("forge-store: {}", one_line(&e));
+            eprintln!("forge-store: {}{}", one_line(&e), held_hint(&e));
             ExitCode::FAILURE
         }
     }
@@ -105,6 +106,25 @@ fn init_logging(verbose: u8, quiet: bool) {
         .with_ansi(io::stderr().is_terminal())
         .with_target(false)
         .try_init();
+}
+
+/// What to do about a session another writer holds, when that is what stopped the
+/// command.
+fn held_hint(e: &anyhow::Error) -> &'static str {
+    let held = e.chain().any(|c| {
+        c.downcast_ref::<forge_store::Error>()
+            .map(forge_store::Error::kind)
+            .or_else(|| {
+                c.downcast_ref::<forge_store::CoreError>()
+                    .map(forge_store::CoreError::kind)
+            })
+            == Some(forge_store::ErrorKind::Held)
+    });
+    if held {
+        " (--wait DURATION waits for the holder, --take-over takes the session over)"
+    } else {
+        ""
+    }
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -136,14 +156,14 @@ pub(crate) fn one_line(e: &anyhow::Error) -> String {
         .join(" ")
 }
 
-/// Opens `url`, trying again for up to `wait` seconds while the failure is one that
-/// passes by itself (retryable: a file open in another process, a server not up yet).
+/// Opens `url`, trying again for up to `wait` while the failure is one that passes by
+/// itself (retryable: a file open in another process, a server not up yet).
 async fn open(
     url: &str,
     options: forge_store::OpenOptions,
-    wait: u64,
+    wait: Duration,
 ) -> forge_store::Result<forge_store::Forge> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    let deadline = std::time::Instant::now() + wait;
     loop {
         match forge_store::open_with(url, options.clone()).await {
             Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
@@ -160,9 +180,16 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let wait = cli.wait;
     let retry = cli.retry_deadline();
     // How the commands that write through the backend open it.
-    let options = forge_store::OpenOptions::new()
+    let mut options = forge_store::OpenOptions::new()
         .projection(cli.projection())
         .retry_for(retry);
+    // Writers claim the sessions they write as `role@host:pid`; a session another
+    // writer holds fails at once naming it, is waited for (--wait), or taken over.
+    if let Some((role, claiming)) = cli.command.writer() {
+        options = options
+            .writer(role)
+            .on_held(on_held(claiming.take_over, wait));
+    }
     // Whose confirmations to print (`--confirmations`).
     let confirming = cli.confirmations.then_some(&cli.tenant);
     match cli.command {
@@ -225,12 +252,24 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     }
 }
 
+/// What a writer does about a session another writer holds: `--take-over` takes it,
+/// a `--wait` above 0 waits for it that long, else the command fails at once.
+fn on_held(take_over: bool, wait: Duration) -> forge_store::OnHeld {
+    if take_over {
+        forge_store::OnHeld::TakeOver
+    } else if wait.is_zero() {
+        forge_store::OnHeld::Fail
+    } else {
+        forge_store::OnHeld::Wait(wait)
+    }
+}
+
 /// Opens `url` (as [`open`] does) and, given a tenant, starts the printer of its
 /// confirmations.
 async fn open_confirming(
     url: &str,
     options: forge_store::OpenOptions,
-    wait: u64,
+    wait: Duration,
     confirming: Option<&forge_store::TenantId>,
 ) -> Result<(forge_store::Forge, Option<confirm::Printer>)> {
     let forge = open(url, options, wait).await?;

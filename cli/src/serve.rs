@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// Seconds between heartbeats on an idle SSE connection.
     #[arg(long, default_value_t = 10, value_name = "S")]
     pub heartbeat_secs: u64,
+    /// `--take-over`: a request writing a session another writer holds takes it over.
+    #[command(flatten)]
+    pub claiming: crate::args::Claiming,
 }
 
 /// Who may call, from the arguments and `FORGE_TOKENS`.
@@ -150,6 +153,9 @@ pub struct FollowArgs {
     /// opencode's server password (OPENCODE_SERVER_PASSWORD: Basic auth).
     #[arg(long, env = "OPENCODE_SERVER_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// `--take-over`: the sessions followed are taken over from a writer that holds them.
+    #[command(flatten)]
+    pub claiming: crate::args::Claiming,
 }
 
 /// Follows until SIGTERM or Ctrl-C, then prints what it did.

@@ -123,7 +123,7 @@ impl Config {
     pub(crate) fn cases_for(&self, property: Property) -> u32 {
         match property {
             Property::Concurrency => (self.cases / 4).max(2),
-            Property::TenantIsolation | Property::BusResume | Property::Bus => {
+            Property::TenantIsolation | Property::BusResume | Property::Bus | Property::Fencing => {
                 (self.cases / 2).max(1)
             }
             _ => self.cases.max(1),

@@ -123,18 +123,31 @@ impl Backend {
             let Ok(sessions) = self.store.sessions(&t).await else {
                 continue;
             };
-            let batch: Vec<Envelope<SyncEvent>> = sessions
-                .into_iter()
-                .map(|s| {
-                    env(
-                        &t,
-                        s.seq + 1,
-                        SyncEvent::SessionDeleted {
-                            session_id: s.info.id,
-                        },
-                    )
-                })
-                .collect();
+            // A session a writer of the case claimed is taken over first; one never
+            // claimed is deleted unfenced, so it leaves no fence record behind (a fixed
+            // tenant is used again by later cases, unfenced).
+            let mut batch: Vec<Envelope<SyncEvent>> = Vec::with_capacity(sessions.len());
+            for s in sessions {
+                let epoch = match self.store.claimed(&t, &s.info.id).await {
+                    Ok(None) => None,
+                    Ok(Some(_)) => {
+                        let request = forge_core::ClaimRequest::new(
+                            "conformance-cleanup",
+                            forge_core::id::now_ms(),
+                        )
+                        .mode(forge_core::ClaimMode::TakeOver);
+                        match self.store.claim(&t, &s.info.id, &request).await {
+                            Ok(claim) => Some(claim.epoch),
+                            Err(_) => continue,
+                        }
+                    }
+                    Err(_) => continue,
+                };
+                let deleted = SyncEvent::SessionDeleted {
+                    session_id: s.info.id,
+                };
+                batch.push(env(&t, s.seq + 1, deleted).with_epoch(epoch));
+            }
             if !batch.is_empty() {
                 let _ = self.store.apply(&batch).await;
             }
@@ -359,8 +372,26 @@ pub(crate) fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<Syn
         tenant: tenant.clone(),
         session_id: event.session_id().clone(),
         seq,
+        epoch: None,
         event,
     }
+}
+
+/// `batch` written under the current claim of each of its sessions, as the session's
+/// writer would write it (unfenced where a session was never claimed): for a property
+/// that writes beside a projector holding the session.
+pub(crate) async fn under_claims(
+    store: &dyn Store,
+    mut batch: Vec<Envelope<SyncEvent>>,
+) -> Result<Vec<Envelope<SyncEvent>>, String> {
+    for env in &mut batch {
+        env.epoch = store
+            .claimed(&env.tenant, &env.session_id)
+            .await
+            .map_err(ctx_err(format!("claimed({})", env.session_id)))?
+            .map(|c| c.epoch);
+    }
+    Ok(batch)
 }
 
 /// Envelopes numbered from `first_seq`.

@@ -70,6 +70,9 @@ pub enum Property {
     /// Contract property 9: every kind, including unknown kinds and fields, survives
     /// write → read.
     RoundTrip,
+    /// Contract property 10: one writer per session: claims grant growing epochs, a
+    /// batch of a stale epoch never lands, racing writers lose nothing confirmed.
+    Fencing,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
     /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
@@ -78,7 +81,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 12] = [
+    pub const ALL: [Property; 13] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -90,6 +93,7 @@ impl Property {
         Property::TenantIsolation,
         Property::Concurrency,
         Property::RoundTrip,
+        Property::Fencing,
         Property::Reopen,
     ];
 
@@ -107,6 +111,7 @@ impl Property {
             Property::TenantIsolation => "tenant_isolation",
             Property::Concurrency => "concurrency",
             Property::RoundTrip => "round_trip",
+            Property::Fencing => "fencing",
             Property::Reopen => "reopen",
         }
     }
@@ -164,6 +169,11 @@ impl Property {
             Property::RoundTrip => {
                 "every message and part kind, including unknown kinds and fields, survives \
                  write -> read (and read-modify-write) unchanged"
+            }
+            Property::Fencing => {
+                "claims grant growing epochs per session and tenant, a batch of a stale \
+                 epoch never lands (also racing a claim), racing writers lose nothing \
+                 confirmed"
             }
             Property::Reopen => {
                 "closed and opened again, the store equals the reference model, seqs \
@@ -370,6 +380,7 @@ macro_rules! conformance_tests {
             tenant_isolation => TenantIsolation,
             concurrency => Concurrency,
             round_trip => RoundTrip,
+            fencing => Fencing,
             reopen => Reopen,
         );
     };

@@ -59,6 +59,18 @@ fn rare_config(only: Property) -> Config {
 /// the model.
 const UPSERT_MISMATCH: &[&str] = &["expected:", "the tenant has", "the session has", "are open"];
 
+/// What [`Property::Fencing`] says when a racing stale batch landed.
+const FENCING_RACE: &[&str] = &["stale writer's batch got through", "share seq", "is stored"];
+
+/// What [`Property::Fencing`] says when a store's outcome is not the rules' or a racing
+/// stale batch landed.
+const FENCING: &[&str] = &[
+    "the rules give",
+    "stale writer's batch got through",
+    "share seq",
+    "is stored",
+];
+
 /// One `#[test]` per entry `name: how(wrapper) => Meant, because;`: `how` is [`caught`]
 /// or [`caught_at_scale`], `Meant` the property meant to catch the wrapper's bug.
 macro_rules! caught_tests {
@@ -187,11 +199,16 @@ fn appending_recover<'a>(
             }
             let state = store.session(tenant, &before.session_id).await?;
             let seq = state.map_or(0, |s| s.seq) + 1;
+            let epoch = store
+                .claimed(tenant, &before.session_id)
+                .await?
+                .map(|c| c.epoch);
             store
                 .apply(&[forge_core::Envelope {
                     tenant: tenant.clone(),
                     session_id: before.session_id.clone(),
                     seq,
+                    epoch,
                     event: forge_core::SyncEvent::PartUpdated { part },
                 }])
                 .await?;
@@ -274,6 +291,14 @@ caught_tests! {
         caught(Wrapper::Store(StoreBug::LockedUnderConcurrency)) => Concurrency, &["database is locked"];
     write_discipline_catches_a_write_behind_store:
         caught(Wrapper::Store(StoreBug::WriteBehind)) => WriteDiscipline, &["not visible", "did not find it in the store"];
+    upsert_catches_open_items_judged_by_state_alone:
+        caught(Wrapper::Store(StoreBug::OpennessFromStateOnly)) => Upsert, UPSERT_MISMATCH;
+    fencing_catches_a_store_that_ignores_the_epoch:
+        caught(Wrapper::Store(StoreBug::IgnoresEpoch)) => Fencing, FENCING;
+    fencing_catches_an_epoch_checked_outside_the_transaction:
+        caught(Wrapper::Store(StoreBug::ChecksEpochOutsideTransaction)) => Fencing, FENCING_RACE;
+    fencing_catches_epochs_compared_as_strings:
+        caught(Wrapper::Store(StoreBug::ComparesEpochsAsStrings)) => Fencing, FENCING;
     write_discipline_catches_a_store_that_receives_deltas:
         caught(Wrapper::DeltaPersistingBus) => WriteDiscipline, &["reached the store"];
     write_discipline_catches_a_bus_that_saves_every_1000th_delta:
@@ -284,6 +309,8 @@ caught_tests! {
         caught_at_scale(Wrapper::TrimmingReplayBus) => BusResume, &["wrong sequence"];
     bus_catches_a_bus_that_reorders_two_events:
         caught(Wrapper::ReorderingBus) => Bus, &["wrong sequence"];
+    bus_catches_a_session_subscriber_that_matches_longer_ids:
+        caught(Wrapper::PrefixSubscriberBus) => Bus, &["wrong sequence", "an extra event"];
 }
 
 /// A `filter_compacted` that treats a failed summary (error, or no finish) as a

@@ -32,6 +32,10 @@ enum Forgets {
     /// Session updates: the disk gets every session with an empty title; the handle
     /// remembers the titles.
     SessionTitles,
+    /// Removals of rows an earlier handle wrote: the disk is not told a removal of a
+    /// session this handle never wrote (a delete path that finds rows through an index
+    /// built by this process only); the handle's cache forgets them.
+    OlderRemovals,
 }
 
 /// A handle on a disk, with a write-through cache that holds what the disk is not told.
@@ -47,6 +51,8 @@ struct Handle {
     forgets: Forgets,
     /// Disk and cache apply in the same order.
     writer: tokio::sync::Mutex<()>,
+    /// Opened on a disk an earlier handle wrote.
+    reopened: bool,
 }
 
 impl Handle {
@@ -56,6 +62,7 @@ impl Handle {
             cache: (forgets != Forgets::Nothing).then(MemoryStore::new),
             forgets,
             writer: tokio::sync::Mutex::new(()),
+            reopened: false,
         }
     }
 
@@ -89,14 +96,56 @@ impl Store for Handle {
         caps
     }
 
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &forge_core::ClaimRequest,
+    ) -> Result<forge_core::Claim> {
+        self.disk.claim(tenant, session, request).await
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        self.disk.release(tenant, session, epoch).await
+    }
+
+    async fn claimed(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Option<forge_core::Claim>> {
+        self.disk.claimed(tenant, session).await
+    }
+
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         let _order = self.writer.lock().await;
-        let told: Vec<_> = batch.iter().map(|e| self.degraded(e)).collect();
+        let mut told: Vec<_> = batch.iter().map(|e| self.degraded(e)).collect();
+        if let (Forgets::OlderRemovals, Some(cache), true) =
+            (self.forgets, &self.cache, self.reopened)
+        {
+            let mut kept = Vec::with_capacity(told.len());
+            for e in told {
+                let removal = matches!(
+                    e.event,
+                    SyncEvent::SessionDeleted { .. }
+                        | SyncEvent::MessageRemoved { .. }
+                        | SyncEvent::PartRemoved { .. }
+                );
+                let older = removal
+                    && cache.session(&e.tenant, &e.session_id).await?.is_none()
+                    && self.disk.session(&e.tenant, &e.session_id).await?.is_some();
+                if !older {
+                    kept.push(e);
+                }
+            }
+            told = kept;
+        }
         self.disk.apply(&told).await?;
         if let Some(cache) = &self.cache {
             // A session the cache never saw (written by an earlier handle) is rejected
-            // there: the cache then stays out of it.
-            let _ = cache.apply(batch).await;
+            // there: the cache then stays out of it. The disk checked the epochs.
+            let unfenced: Vec<_> = batch.iter().map(|e| e.clone().with_epoch(None)).collect();
+            let _ = cache.apply(&unfenced).await;
         }
         Ok(())
     }
@@ -181,8 +230,10 @@ impl Disks {
         }
     }
 
-    fn handle(&self, disk: Arc<MemoryStore>) -> Arc<dyn Store> {
-        let store: Arc<dyn Store> = Arc::new(Handle::new(Arc::clone(&disk), self.forgets));
+    fn handle(&self, disk: Arc<MemoryStore>, reopened: bool) -> Arc<dyn Store> {
+        let mut handle = Handle::new(Arc::clone(&disk), self.forgets);
+        handle.reopened = reopened;
+        let store: Arc<dyn Store> = Arc::new(handle);
         self.open.insert(&store, disk);
         store
     }
@@ -195,7 +246,7 @@ impl BackendFactory for Disks {
     }
 
     async fn store(&self) -> Result<Arc<dyn Store>> {
-        Ok(self.handle(Arc::new(MemoryStore::new())))
+        Ok(self.handle(Arc::new(MemoryStore::new()), false))
     }
 
     async fn bus(&self) -> Result<Option<Arc<dyn Bus>>> {
@@ -209,7 +260,7 @@ impl BackendFactory for Disks {
             .remove(&store)
             .ok_or_else(|| forge_core::Error::invalid("not a store of this factory"))?;
         drop(store);
-        Ok(Some(self.handle(disk)))
+        Ok(Some(self.handle(disk, true)))
     }
 
     async fn teardown(&self, store: Arc<dyn Store>) -> Result<()> {
@@ -252,6 +303,19 @@ fn reopen_alone_catches_session_updates_kept_only_in_memory() {
     only_reopen_catches(
         Forgets::SessionTitles,
         &["after reopen: session", "after reopen, the crashed turn"],
+    );
+}
+
+#[test]
+fn reopen_alone_catches_removals_of_rows_written_before_a_restart_lost() {
+    // Only the batches after the first reopen remove rows an earlier handle wrote.
+    only_reopen_catches(
+        Forgets::OlderRemovals,
+        &[
+            "after reopen and more batches",
+            "after a second reopen",
+            "after reopen and a new commit",
+        ],
     );
 }
 

@@ -78,6 +78,7 @@ impl BusEvent {
                 tenant: env.tenant.clone(),
                 session_id: env.session_id.clone(),
                 seq: env.seq,
+                epoch: env.epoch,
                 event: event.clone(),
             }),
             _ => None,
@@ -112,6 +113,7 @@ impl From<Envelope<SyncEvent>> for BusEvent {
             tenant: env.tenant,
             session_id: env.session_id,
             seq: env.seq,
+            epoch: env.epoch,
             event: Event::Sync(env.event),
         })
     }
@@ -137,6 +139,8 @@ struct Wire<'a, J> {
     #[serde(rename = "sessionID")]
     session_id: &'a SessionId,
     seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<u64>,
     event: J,
 }
 
@@ -151,6 +155,7 @@ impl Serialize for BusEvent {
                 tenant: &env.tenant,
                 session_id: &env.session_id,
                 seq: env.seq,
+                epoch: env.epoch,
                 event: &**raw,
             }
             .serialize(s),
@@ -158,6 +163,7 @@ impl Serialize for BusEvent {
                 tenant: &env.tenant,
                 session_id: &env.session_id,
                 seq: env.seq,
+                epoch: env.epoch,
                 event: &env.event,
             }
             .serialize(s),
@@ -177,6 +183,8 @@ impl<'de> Deserialize<'de> for BusEvent {
             #[serde(rename = "sessionID")]
             session_id: SessionId,
             seq: u64,
+            #[serde(default)]
+            epoch: Option<u64>,
             event: Box<RawValue>,
         }
         let w = Owned::deserialize(d)?;
@@ -197,6 +205,7 @@ impl<'de> Deserialize<'de> for BusEvent {
                 tenant: w.tenant,
                 session_id: w.session_id,
                 seq: w.seq,
+                epoch: w.epoch,
                 event,
             },
             json,
@@ -226,6 +235,7 @@ mod tests {
             tenant: TenantId::default(),
             session_id: "ses_1".into(),
             seq: 7,
+            epoch: None,
             event,
         }
     }
@@ -300,6 +310,7 @@ mod tests {
             tenant: TenantId::default(),
             session_id: "ses_1".into(),
             seq: 4,
+            epoch: None,
             event: SyncEvent::MessageRemoved {
                 session_id: "ses_1".into(),
                 message_id: "msg_1".into(),

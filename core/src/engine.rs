@@ -12,7 +12,7 @@ use crate::local_bus::LocalBus;
 use crate::memory::MemoryStore;
 use crate::model::{Message, Part, Session};
 use crate::processor::{Processor, ProcessorOptions};
-use crate::projector::{DirectProjector, Projector, Scope};
+use crate::projector::{ClaimPolicy, DirectProjector, Projector, Scope};
 use crate::read::{filter_compacted, CompactedView};
 use crate::recover::{recover, RecoverReport};
 use crate::store::{Cursor, Page, Store};
@@ -48,7 +48,17 @@ impl Engine {
     /// [`Engine::new`]'s policy, and the store holds every non-terminal boundary too
     /// (an opened block, a running tool) without relying on the bus after a crash.
     pub fn direct(store: Arc<dyn Store>, bus: Arc<dyn Bus>) -> Self {
-        let projector = Arc::new(DirectProjector::new(Arc::clone(&store), Arc::clone(&bus)));
+        Self::direct_claiming(store, bus, ClaimPolicy::default())
+    }
+
+    /// [`Engine::direct`] whose projector claims the sessions it writes with `policy`
+    /// (its writer's name, lease, and what to do when another writer holds a session).
+    pub fn direct_claiming(store: Arc<dyn Store>, bus: Arc<dyn Bus>, policy: ClaimPolicy) -> Self {
+        let projector = Arc::new(DirectProjector::with_claims(
+            Arc::clone(&store),
+            Arc::clone(&bus),
+            policy,
+        ));
         Self {
             store,
             bus,
@@ -64,10 +74,22 @@ impl Engine {
         bus: Arc<dyn Bus>,
         options: GroupCommitOptions,
     ) -> Self {
-        let projector = Arc::new(GroupCommitProjector::new(
+        Self::group_commit_claiming(store, bus, options, ClaimPolicy::default())
+    }
+
+    /// [`Engine::with_group_commit`] whose projector claims the sessions it writes with
+    /// `policy`.
+    pub fn group_commit_claiming(
+        store: Arc<dyn Store>,
+        bus: Arc<dyn Bus>,
+        options: GroupCommitOptions,
+        policy: ClaimPolicy,
+    ) -> Self {
+        let projector = Arc::new(GroupCommitProjector::with_claims(
             Arc::clone(&store),
             Arc::clone(&bus),
             options,
+            policy,
         ));
         Self {
             store,

@@ -78,6 +78,35 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// A claim refused: another writer holds the session and its lease still runs
+    /// ([`crate::fence`]).
+    #[error(
+        "session {session} is held by {holder} (epoch {epoch}, lease until Unix ms \
+         {expires_ms}); wait for it, or take the session over"
+    )]
+    Held {
+        /// The session.
+        session: String,
+        /// Who holds it.
+        holder: String,
+        /// The holder's epoch.
+        epoch: u64,
+        /// When the holder's lease runs out, Unix ms.
+        expires_ms: i64,
+    },
+    /// A batch or renewal refused: its epoch is not the session's current one, so its
+    /// writer no longer holds the session ([`crate::fence`]). Nothing was written.
+    #[error("{}", fenced_message(.session, *.epoch, *.current, .holder.as_deref()))]
+    Fenced {
+        /// The session.
+        session: String,
+        /// The refused write's epoch; `None` for an unfenced write.
+        epoch: Option<u64>,
+        /// The session's current epoch (0: never claimed).
+        current: u64,
+        /// Who holds the current epoch, if anyone claimed the session.
+        holder: Option<String>,
+    },
     /// An error reported to more than one caller, standing in for the original: the
     /// same message, the same source chain, the same [`kind`](Error::kind) and
     /// retryability. A failed group commit reaches its session this way.
@@ -107,6 +136,10 @@ pub enum ErrorKind {
     Lagged,
     /// [`Error::Backend`].
     Backend,
+    /// [`Error::Held`].
+    Held,
+    /// [`Error::Fenced`].
+    Fenced,
 }
 
 impl ErrorKind {
@@ -121,6 +154,8 @@ impl ErrorKind {
             Self::Corrupted => "Corrupted",
             Self::Lagged => "Lagged",
             Self::Backend => "Backend",
+            Self::Held => "Held",
+            Self::Fenced => "Fenced",
         }
     }
 
@@ -134,6 +169,22 @@ impl ErrorKind {
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+fn fenced_message(session: &str, epoch: Option<u64>, current: u64, holder: Option<&str>) -> String {
+    let what = match epoch {
+        Some(e) => format!("a write with epoch {e}"),
+        None => "a write without an epoch".to_owned(),
+    };
+    match holder {
+        Some(h) => format!(
+            "fenced: {what} to session {session} was refused: the session is at epoch \
+             {current}, claimed by {h}"
+        ),
+        None => format!(
+            "fenced: {what} to session {session} was refused: the session was never claimed"
+        ),
     }
 }
 
@@ -258,6 +309,8 @@ impl Error {
             Self::Corrupted { .. } => ErrorKind::Corrupted,
             Self::Lagged { .. } => ErrorKind::Lagged,
             Self::Backend { .. } => ErrorKind::Backend,
+            Self::Held { .. } => ErrorKind::Held,
+            Self::Fenced { .. } => ErrorKind::Fenced,
             Self::Shared(shared) => shared.error().kind(),
         }
     }

@@ -406,10 +406,12 @@ impl<'de> Deserialize<'de> for Event {
     }
 }
 
-/// An event with its routing and ordering: `{tenant, sessionID, seq, event}`.
+/// An event with its routing and ordering: `{tenant, sessionID, seq, epoch?, event}`.
 ///
 /// `seq` is per session and strictly increasing, assigned by the projector; deltas get
 /// one too. It orders everything a subscriber sees for a session and is the resume point.
+/// `epoch` is the writer's claim on the session ([`crate::fence`]): a store applies a
+/// sync event only under the session's current epoch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Envelope<E = Event> {
     /// Tenant.
@@ -419,8 +421,33 @@ pub struct Envelope<E = Event> {
     pub session_id: SessionId,
     /// Per-session sequence number, from 1.
     pub seq: u64,
+    /// The epoch of the writer's claim on the session; `None` for an unfenced writer,
+    /// which a store lets write only a session never claimed. Left out of the JSON when
+    /// `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
     /// The event.
     pub event: E,
+}
+
+impl<E> Envelope<E> {
+    /// An unfenced envelope (`epoch` `None`).
+    pub fn new(tenant: TenantId, session_id: SessionId, seq: u64, event: E) -> Self {
+        Self {
+            tenant,
+            session_id,
+            seq,
+            epoch: None,
+            event,
+        }
+    }
+
+    /// The same envelope written under `epoch`.
+    #[must_use]
+    pub fn with_epoch(mut self, epoch: Option<u64>) -> Self {
+        self.epoch = epoch;
+        self
+    }
 }
 
 #[derive(Deserialize)]
@@ -429,6 +456,8 @@ struct EnvelopeWire<E> {
     #[serde(rename = "sessionID")]
     session_id: SessionId,
     seq: u64,
+    #[serde(default)]
+    epoch: Option<u64>,
     event: E,
 }
 
@@ -438,6 +467,7 @@ impl<E> From<EnvelopeWire<E>> for Envelope<E> {
             tenant: w.tenant,
             session_id: w.session_id,
             seq: w.seq,
+            epoch: w.epoch,
             event: w.event,
         }
     }

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::event::{Envelope, SyncEvent};
+use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
 use crate::store::{Capabilities, Cursor, OpenItems, Page, SessionState, Store};
@@ -67,6 +68,26 @@ pub trait Forward: std::fmt::Debug + Send + Sync + 'static {
         self.inner().apply(batch).await
     }
 
+    /// [`Store::claim`]; forwards by default.
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        self.inner().claim(tenant, session, request).await
+    }
+
+    /// [`Store::release`]; forwards by default.
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        self.inner().release(tenant, session, epoch).await
+    }
+
+    /// [`Store::claimed`]; forwards by default.
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        self.inner().claimed(tenant, session).await
+    }
+
     /// [`Store::session`]; forwards by default.
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
         self.inner().session(tenant, id).await
@@ -121,6 +142,23 @@ impl<T: Forward> Store for T {
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         Forward::apply(self, batch).await
+    }
+
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        Forward::claim(self, tenant, session, request).await
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        Forward::release(self, tenant, session, epoch).await
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        Forward::claimed(self, tenant, session).await
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {

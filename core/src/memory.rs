@@ -7,6 +7,7 @@ use parking_lot::RwLock;
 
 use crate::error::{Error, Result};
 use crate::event::{Envelope, SyncEvent};
+use crate::fence::{self, Claim, ClaimRequest};
 use crate::id::{MessageId, PartId, SessionId};
 use crate::model::{Message, MessageWithParts, Part};
 use crate::store::{clamp_limit, Capabilities, Cursor, OpenItems, Page, SessionState, Store};
@@ -54,6 +55,9 @@ enum Undo {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: RwLock<BTreeMap<SessionKey, SessionData>>,
+    /// Fence records, apart from the sessions (they outlive a deleted session). Locked
+    /// only while `sessions` is locked for writing, or alone.
+    fences: RwLock<HashMap<SessionKey, Claim>>,
 }
 
 impl MemoryStore {
@@ -250,6 +254,15 @@ impl Store for MemoryStore {
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         let mut map = self.sessions.write();
+        {
+            // Under the write lock: a claim waits for the batch, the batch sees every
+            // claim granted before it.
+            let fences = self.fences.read();
+            for env in batch {
+                let key = (env.tenant.clone(), env.session_id.clone());
+                fence::check(&env.session_id, fences.get(&key), env.epoch)?;
+            }
+        }
         let mut undo = Vec::new();
         for env in batch {
             if let Err(e) = apply_one(&mut map, env, &mut undo) {
@@ -258,6 +271,37 @@ impl Store for MemoryStore {
             }
         }
         Ok(())
+    }
+
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        let _batches = self.sessions.write();
+        let mut fences = self.fences.write();
+        let key = (tenant.clone(), session.clone());
+        let claim = fence::decide(session, fences.get(&key), request)?;
+        fences.insert(key, claim.clone());
+        Ok(claim)
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        let mut fences = self.fences.write();
+        let key = (tenant.clone(), session.clone());
+        if let Some(released) = fence::released(fences.get(&key), epoch) {
+            fences.insert(key, released);
+        }
+        Ok(())
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        Ok(self
+            .fences
+            .read()
+            .get(&(tenant.clone(), session.clone()))
+            .cloned())
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 
 use crate::error::{BoxError, Error, Result};
 use crate::event::{Envelope, SyncEvent};
+use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
 use crate::store::{Capabilities, Cursor, OpenItems, Page, SessionState, Store};
@@ -274,6 +275,28 @@ impl Store for RetryStore {
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         self.retried("apply", || self.inner.apply(batch)).await
+    }
+
+    /// Retried like every call: a claim whose reply was lost and that is tried again
+    /// gets the next epoch (the same holder claims freely), and the lost one is never used.
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        self.retried("claim", || self.inner.claim(tenant, session, request))
+            .await
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        self.retried("release", || self.inner.release(tenant, session, epoch))
+            .await
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        self.retried("claimed", || self.inner.claimed(tenant, session))
+            .await
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {

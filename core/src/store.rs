@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::event::{Envelope, SyncEvent};
+use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::{Message, MessageWithParts, Part, Session};
 use crate::tenant::TenantId;
@@ -226,7 +227,48 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     ///   naming a message of another session fails with [`Error::NotFound`].
     /// - Each touched session records the highest `seq` applied (never lowering it).
     /// - Rows of one tenant are never visible to another.
+    /// - **Fencing**: every event is checked with [`fence::check`](crate::fence::check)
+    ///   against its session's fence record, read in the batch's own transaction: an
+    ///   event whose [`epoch`](Envelope::epoch) is not the session's current one, or an
+    ///   unfenced event (`epoch` `None`) for a session that was ever claimed, fails the
+    ///   batch with [`Error::Fenced`]. A claim granted before the batch commits is seen
+    ///   by it; epochs compare as numbers.
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()>;
+
+    /// Claims `session` for a writer, or renews its lease ([`crate::fence`]).
+    ///
+    /// # Behavior
+    /// - The session's fence record is read and written in one transaction and decided by
+    ///   [`fence::decide`](crate::fence::decide): a new claim's epoch is the last one
+    ///   granted plus one (1 for the first); concurrent claims of one session get
+    ///   distinct epochs; [`ClaimMode::Free`](crate::fence::ClaimMode::Free) fails with
+    ///   [`Error::Held`] while another holder's lease runs;
+    ///   [`ClaimMode::Renew`](crate::fence::ClaimMode::Renew) keeps the epoch and fails
+    ///   with [`Error::Fenced`] when it is not the current one.
+    /// - The record is apart from the session's rows: a session may be claimed before it
+    ///   exists, and deleting the session keeps its record, so epochs never go back.
+    /// - Records are per tenant: a claim in one tenant is never seen in another.
+    /// - Returns the record as stored.
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim>;
+
+    /// Ends the lease of the claim with `epoch`, so the next claimer need not wait.
+    ///
+    /// # Behavior
+    /// - Stores [`fence::released`](crate::fence::released) of the record in one
+    ///   transaction: the epoch stays; nothing changes when `epoch` is not the current one
+    ///   or the session was never claimed. Not an error either way.
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()>;
+
+    /// The session's fence record.
+    ///
+    /// # Behavior
+    /// - `None` if the session was never claimed in this tenant.
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>>;
 
     /// Reads one session.
     ///

@@ -13,6 +13,7 @@ fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
         tenant: tenant.clone(),
         session_id: event.session_id().clone(),
         seq,
+        epoch: None,
         event,
     }
 }
@@ -280,6 +281,7 @@ async fn a_deleted_session_ends_its_subscriptions_and_frees_its_channel() {
         tenant: t.clone(),
         session_id: s.clone(),
         seq: 2,
+        epoch: None,
         event: Event::Sync(SyncEvent::SessionDeleted {
             session_id: s.clone(),
         }),

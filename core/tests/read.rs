@@ -134,6 +134,7 @@ async fn store_with(
             tenant: tenant.clone(),
             session_id: session.clone(),
             seq: i as u64 + 1,
+            epoch: None,
             event,
         })
         .collect();
@@ -315,8 +316,8 @@ proptest! {
                     let (m, part) = common::user_message(&session, "late");
                     appended += 1;
                     mem.apply(&[
-                        Envelope { tenant: tenant.clone(), session_id: session.clone(), seq: 10_000 + appended * 2, event: SyncEvent::MessageUpdated { info: m } },
-                        Envelope { tenant: tenant.clone(), session_id: session.clone(), seq: 10_001 + appended * 2, event: SyncEvent::PartUpdated { part } },
+                        Envelope { tenant: tenant.clone(), session_id: session.clone(), seq: 10_000 + appended * 2, epoch: None, event: SyncEvent::MessageUpdated { info: m } },
+                        Envelope { tenant: tenant.clone(), session_id: session.clone(), seq: 10_001 + appended * 2, epoch: None, event: SyncEvent::PartUpdated { part } },
                     ]).await.unwrap();
                 }
                 round += 1;

@@ -12,6 +12,7 @@ use forge_core::{
 use futures::Stream;
 use serde::Serialize;
 
+use crate::create::Creating;
 use crate::error::{Error, Result};
 use crate::replay::{Line, ReplayError, ReplayOptions, ReplayReport, Replayer};
 use crate::transfer::{self, Export, ImportedSession};
@@ -27,6 +28,8 @@ pub struct Forge {
     url: String,
     /// The store under the engine, when it counts what it is handed.
     counting: Option<Arc<CountingStore>>,
+    /// Creators of one session id in this process take turns here.
+    creating: Arc<Creating>,
 }
 
 impl fmt::Debug for Forge {
@@ -88,6 +91,7 @@ impl Forge {
             engine,
             url,
             counting,
+            creating: Arc::default(),
         }
     }
 
@@ -154,22 +158,32 @@ impl Forge {
             .map_err(|e| Error::store("delivering the published events", e))
     }
 
-    /// Flushes as [`Forge::flush`], then closes the store ([`Store::close`]): redb
-    /// checkpoints its journal and SQLite its WAL into the database file, so the file
-    /// alone holds everything, and connections are closed. Call it once, last, before
-    /// the process exits; neither this handle nor its clones may be used afterwards.
+    /// Flushes as [`Forge::flush`], releases the claims of the sessions this handle
+    /// wrote ([`Projector::release`](forge_core::Projector::release)), so their next
+    /// writer need not wait out the leases, then closes the store ([`Store::close`]):
+    /// redb checkpoints its journal and SQLite its WAL into the database file, so the
+    /// file alone holds everything, and connections are closed. Call it once, last,
+    /// before the process exits; neither this handle nor its clones may be used
+    /// afterwards.
     ///
     /// # Errors
-    /// The first error of the flush or the close (the store is closed either way).
+    /// The first error of the flush, the release or the close (the claims are released
+    /// and the store is closed either way).
     pub async fn close(&self) -> Result<()> {
         let flushed = self.flush().await;
+        let released = self
+            .engine
+            .projector
+            .release()
+            .await
+            .map_err(|e| Error::store("releasing the claims of the sessions written", e));
         let closed = self
             .engine
             .store
             .close()
             .await
             .map_err(|e| Error::store("closing the store", e));
-        flushed.and(closed)
+        flushed.and(released).and(closed)
     }
 
     /// Replays a recorded stream (JSONL, `docs/replay-format.md`).
@@ -348,8 +362,17 @@ impl Forge {
     /// Creates a session (a fresh `ses_…` id unless `session.id` is given by the caller
     /// and free) and returns it as stored.
     ///
+    /// Of concurrent creators of one id, in this process or in others writing to the
+    /// same database, one creates the session and every other fails: the session is
+    /// claimed first ([`forge_core::fence`]), then checked to be absent and written
+    /// under that claim, while creators in this process take turns. A creator in
+    /// another process is refused the claim ([`Error::Store`] with a `Held` source
+    /// naming the holder), or, when it takes the session over, fences this one's write
+    /// (a `Fenced` source) and then finds the session if it was written before.
+    ///
     /// # Errors
-    /// [`Error::Store`] with a `Conflict` source when a session with the id exists,
+    /// [`Error::Store`] with a `Conflict` source when a session with the id exists, a
+    /// `Held` or `Fenced` source when another writer holds the session or took it over;
     /// [`Error::Input`] for an id that breaks the id rules, or the store's error.
     pub async fn create_session(
         &self,
@@ -359,6 +382,11 @@ impl Forge {
         let id = session.id.clone();
         id.check()
             .map_err(|e| Error::input("session id", e.to_string()))?;
+        let creating = |e| Error::store(format!("creating session {id}"), e);
+        let _turn = self.creating.lock(tenant, &id).await;
+        // The claim comes before the check: a write by anyone else after the check needs
+        // a later claim, which fences this creator's write.
+        let scope = self.engine.scope(tenant, &id).await.map_err(creating)?;
         let exists = self
             .engine
             .store
@@ -372,9 +400,10 @@ impl Forge {
             ));
         }
         self.engine
-            .put_session(tenant, session)
+            .projector
+            .commit(&scope, vec![SyncEvent::SessionUpdated { info: session }])
             .await
-            .map_err(|e| Error::store(format!("creating session {id}"), e))?;
+            .map_err(creating)?;
         self.flush().await?;
         require_session(&self.engine, tenant, &id).await
     }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod clip;
+mod create;
 mod error;
 mod forge;
 mod open;
@@ -21,17 +22,19 @@ pub use replay::{
 };
 pub use transfer::{Export, ImportedSession};
 
+pub use forge_core::fence;
 pub use forge_core::id;
 pub use forge_core::model;
 pub use forge_core::processor;
 pub use forge_core::turn;
 pub use forge_core::url::redact;
 pub use forge_core::{
-    filter_compacted, read_all, Bus, BusEvent, CompactedView, Cursor, Engine, Envelope, ErrorKind,
-    Event, Flow, GroupCommitOptions, Message, MessageId, MessageWithParts, OpenItems, Outcome,
-    Page, Part, PartDelta, PartId, Processor, ProcessorOptions, Projector, RecoverReport,
-    RetryPolicy, Session, SessionId, SessionState, Store, StreamEvent, Subscription, SyncEvent,
-    TenantId, Topic, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    filter_compacted, read_all, Bus, BusEvent, Claim, ClaimMode, ClaimPolicy, ClaimRequest,
+    CompactedView, Cursor, Engine, Envelope, ErrorKind, Event, Flow, GroupCommitOptions, Message,
+    MessageId, MessageWithParts, OnHeld, OpenItems, Outcome, Page, Part, PartDelta, PartId,
+    Processor, ProcessorOptions, Projector, RecoverReport, RetryPolicy, Session, SessionId,
+    SessionState, Store, StreamEvent, Subscription, SyncEvent, TenantId, Topic, WriteCounts,
+    DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 
 /// The error type of the engine's traits (stores, buses, projectors), which

@@ -13,7 +13,10 @@ use std::time::Duration;
 use forge_core::driver::DriverOptions;
 use forge_core::engine::DEFAULT_REPLAY_PER_SESSION;
 use forge_core::url::redact;
-use forge_core::{Bus, CountingStore, Engine, GroupCommitOptions, LocalBus, RetryPolicy, Store};
+use forge_core::{
+    Bus, ClaimPolicy, CountingStore, Engine, GroupCommitOptions, LocalBus, OnHeld, RetryPolicy,
+    Store,
+};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
@@ -69,6 +72,14 @@ pub struct OpenOptions {
     /// and the last cause. A retried write commits once: batches are idempotent
     /// upserts. Embedded backends (redb, SQLite, memory) are not wrapped.
     pub retry: RetryPolicy,
+    /// How the projector claims the sessions it writes ([`forge_core::fence`]): the
+    /// writer's name other writers are told (default
+    /// [`ClaimPolicy::holder_name`]`("forge-store")`, `role@host:pid`), the lease
+    /// (default 30 s, renewed while the writer writes) and what to do when another
+    /// writer holds a session: fail at once with [`forge_core::Error::Held`] naming it
+    /// (the default), wait for it, or take the session over (its holder's later
+    /// batches are then refused with [`forge_core::Error::Fenced`]).
+    pub claims: ClaimPolicy,
 }
 
 impl Default for OpenOptions {
@@ -79,6 +90,7 @@ impl Default for OpenOptions {
             replay_total: forge_core::DEFAULT_REPLAY_TOTAL,
             count_writes: false,
             retry: RetryPolicy::default(),
+            claims: ClaimPolicy::default(),
         }
     }
 }
@@ -120,6 +132,28 @@ impl OpenOptions {
     #[must_use]
     pub fn retry_for(mut self, deadline: Duration) -> Self {
         self.retry = RetryPolicy::with_deadline(deadline);
+        self
+    }
+
+    /// Claims sessions with `policy` (see [`OpenOptions::claims`]).
+    #[must_use]
+    pub fn claims(mut self, policy: ClaimPolicy) -> Self {
+        self.claims = policy;
+        self
+    }
+
+    /// Claims sessions as the writer `role@host:pid` ([`ClaimPolicy::holder_name`]),
+    /// keeping the lease and what to do about a holder.
+    #[must_use]
+    pub fn writer(mut self, role: &str) -> Self {
+        self.claims.holder = ClaimPolicy::holder_name(role);
+        self
+    }
+
+    /// What to do about a session another writer holds (see [`OpenOptions::claims`]).
+    #[must_use]
+    pub fn on_held(mut self, on_held: OnHeld) -> Self {
+        self.claims.on_held = on_held;
         self
     }
 }
@@ -170,8 +204,8 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
         None => store,
     };
     let engine = match options.projection {
-        Projection::Direct => Engine::direct(store, bus),
-        Projection::GroupCommit(g) => Engine::with_group_commit(store, bus, g),
+        Projection::Direct => Engine::direct_claiming(store, bus, options.claims),
+        Projection::GroupCommit(g) => Engine::group_commit_claiming(store, bus, g, options.claims),
     };
     tracing::debug!("opened");
     Ok(Forge::from_engine(engine, redact(url), counting))
@@ -294,5 +328,25 @@ mod tests {
             Projection::GroupCommit(g) => assert_eq!(g.window, Duration::from_millis(25)),
             Projection::Direct => panic!("expected group commit"),
         }
+    }
+
+    #[tokio::test]
+    async fn the_engine_claims_as_the_options_say() {
+        let options = OpenOptions::new()
+            .projection(Projection::Direct)
+            .writer("replay")
+            .on_held(OnHeld::TakeOver);
+        assert!(
+            options.claims.holder.starts_with("replay@"),
+            "{:?}",
+            options.claims
+        );
+        let forge = open_with("memory://", options).await.unwrap();
+        let tenant = forge_core::TenantId::default_tenant();
+        let sid = forge_core::SessionId::from("ses_claimed");
+        forge.engine().scope(&tenant, &sid).await.unwrap();
+        let claim = forge.store().claimed(&tenant, &sid).await.unwrap().unwrap();
+        assert!(claim.holder.starts_with("replay@"), "{claim:?}");
+        assert_eq!(claim.epoch, 1);
     }
 }

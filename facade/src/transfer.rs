@@ -406,6 +406,14 @@ async fn write_sessions(
         let e = Error::store("committing the import", e);
         return Err(take_back(engine, undo, e).await);
     }
+    // Done with these sessions: the next writer (another server's import) need not
+    // wait out the claims' leases.
+    for (scope, _) in undo {
+        let sid = scope.session_id.clone();
+        if let Err(e) = engine.projector.release_scope(scope).await {
+            tracing::warn!(session = %sid, error = %e, "releasing an imported session's claim");
+        }
+    }
     Ok(done)
 }
 

@@ -463,8 +463,9 @@ async fn strict_and_lenient_together_skip_bad_lines_and_stop_at_unknown_types() 
 
 #[tokio::test]
 async fn a_store_failure_is_never_skipped() {
-    // A Postgres-free way to make the store fail for real: the session is deleted
-    // behind the replay's back, so the next write finds no session.
+    // A Postgres-free way to make the store fail for real: another writer takes the
+    // session over and deletes it behind the replay's back, so the replay's next write
+    // is refused.
     let forge = forge_store::open("memory://").await.expect("memory store");
     let tenant = TenantId::default();
     let lines = vec![
@@ -478,10 +479,17 @@ async fn a_store_failure_is_never_skipped() {
             if matches!(line, forge_store::Line::Stream(_)) {
                 let tenant = TenantId::default();
                 for s in store.sessions(&tenant).await.expect("sessions") {
+                    let took = forge_store::ClaimRequest::new("other", forge_store::id::now_ms())
+                        .mode(forge_store::ClaimMode::TakeOver);
+                    let claim = store
+                        .claim(&tenant, &s.info.id, &took)
+                        .await
+                        .expect("take over");
                     let env = forge_store::Envelope {
                         tenant: tenant.clone(),
                         session_id: s.info.id.clone(),
                         seq: s.seq + 1,
+                        epoch: Some(claim.epoch),
                         event: forge_store::SyncEvent::SessionDeleted {
                             session_id: s.info.id.clone(),
                         },

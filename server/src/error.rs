@@ -37,7 +37,8 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "NotFoundError", message)
     }
 
-    /// 409 `Conflict`.
+    /// 409 `Conflict`: the session exists already, or another writer holds it (or took
+    /// it over); the message names the session and, for a held one, its holder.
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "Conflict", message)
     }
@@ -109,7 +110,9 @@ pub(crate) fn from_core(source: &forge_store::CoreError, message: String) -> Api
         return ApiError::unavailable(message);
     }
     match source.kind() {
-        ErrorKind::Conflict => ApiError::conflict(message),
+        // Another writer holds the session, or took it over from this one: the message
+        // names the holder.
+        ErrorKind::Conflict | ErrorKind::Held | ErrorKind::Fenced => ApiError::conflict(message),
         ErrorKind::InvalidInput => ApiError::bad_request(message),
         ErrorKind::NotFound => ApiError::not_found(message),
         _ => ApiError::storage(message),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use forge_store::model::{Message, Part, Session};
 use forge_store::{
-    Event, Forge, MessageId, MessageWithParts, PartId, SessionId, SyncEvent, TenantId,
+    ErrorKind, Event, Forge, MessageId, MessageWithParts, PartId, SessionId, SyncEvent, TenantId,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -86,9 +86,15 @@ fn fail(what: impl std::fmt::Display) -> FollowError {
 /// Follows until `shutdown` flips (then returns what it did) or a store write fails.
 /// Connection failures are logged and retried.
 ///
+/// Sessions are written through the forge's projector, which claims each one for its
+/// writer ([`forge_store::fence`]): a session another writer holds stops following with
+/// an error naming the holder, unless the forge was opened to wait for it or take it
+/// over ([`forge_store::OpenOptions::claims`]).
+///
 /// # Errors
 /// [`FollowError`] when the store refuses a write (what opencode sent does not fit what
-/// is stored, or the backend failed).
+/// is stored, or the backend failed), or another writer holds a session followed or
+/// took it over.
 pub async fn follow(
     forge: &Forge,
     tenant: &TenantId,
@@ -103,6 +109,7 @@ pub async fn follow(
         opts,
         http: &http,
         report,
+        held: None,
     };
     let down = shutting_down(shutdown);
     tokio::pin!(down);
@@ -115,6 +122,12 @@ pub async fn follow(
             Ok(()) => "opencode's event stream ended".to_owned(),
             Err(Retry(e)) => e,
         };
+        if let Some(held) = bridge.held.take() {
+            // Another writer holds a session followed (or took it over): reconnecting
+            // cannot change that.
+            bridge.forge.flush().await.map_err(fail)?;
+            return Err(held);
+        }
         tracing::warn!(url = %opts.url, %why, "following opencode: reconnecting");
         bridge.forge.flush().await.map_err(fail)?;
         tokio::select! {
@@ -133,6 +146,9 @@ struct Bridge<'a> {
     opts: &'a FollowOptions,
     http: &'a reqwest::Client,
     report: &'a mut FollowReport,
+    /// Set when another writer holds a session followed, or took it over: following
+    /// stops with it instead of reconnecting.
+    held: Option<FollowError>,
 }
 
 impl Bridge<'_> {
@@ -275,16 +291,23 @@ impl Bridge<'_> {
 
     async fn commit(&mut self, session: &SessionId, events: Vec<SyncEvent>) -> Result<(), Retry> {
         let engine = self.forge.engine();
-        let scope = engine
-            .scope(self.tenant, session)
-            .await
-            .map_err(|e| Retry(format!("session {session}: {e}")))?;
-        engine
-            .projector
-            .commit(&scope, events)
-            .await
-            .map(|_| ())
-            .map_err(|e| Retry(format!("storing into session {session}: {e}")))
+        let scope = match engine.scope(self.tenant, session).await {
+            Ok(scope) => scope,
+            Err(e) => return Err(self.refused(format!("session {session}: {e}"), &e)),
+        };
+        match engine.projector.commit(&scope, events).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.refused(format!("storing into session {session}: {e}"), &e)),
+        }
+    }
+
+    /// A write that failed with `e`: retried after reconnecting, unless another writer
+    /// holds the session or took it over, which stops following.
+    fn refused(&mut self, what: String, e: &forge_store::CoreError) -> Retry {
+        if matches!(e.kind(), ErrorKind::Held | ErrorKind::Fenced) {
+            self.held = Some(fail(&what));
+        }
+        Retry(what)
     }
 
     /// One live event.
@@ -349,10 +372,10 @@ impl Bridge<'_> {
             return Ok(());
         }
         let engine = self.forge.engine();
-        let scope = engine
-            .scope(self.tenant, &session)
-            .await
-            .map_err(|e| Retry(format!("session {session}: {e}")))?;
+        let scope = match engine.scope(self.tenant, &session).await {
+            Ok(scope) => scope,
+            Err(e) => return Err(self.refused(format!("session {session}: {e}"), &e)),
+        };
         engine
             .projector
             .emit(&scope, event)

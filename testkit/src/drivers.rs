@@ -41,6 +41,7 @@ pub async fn assert_instance_opens_by_url(driver: &dyn Driver, server: &str) {
         tenant: tenant.clone(),
         session_id: session.id.clone(),
         seq,
+        epoch: None,
         event,
     })
     .collect();

@@ -70,6 +70,7 @@ pub fn delta(
         tenant: tenant.clone(),
         session_id: session.clone(),
         seq,
+        epoch: None,
         event: Event::PartDelta(PartDelta {
             session_id: session.clone(),
             message_id: "msg_1".into(),

@@ -248,6 +248,7 @@ mod tests {
                 tenant: tenant.clone(),
                 session_id: id.clone(),
                 seq: 1,
+                epoch: None,
                 event: forge_core::SyncEvent::SessionUpdated { info: session },
             }])
             .await

@@ -14,6 +14,7 @@
 //! | `open_messages` | (tenant, session, message) | `()` |
 //! | `open_parts` | (tenant, session, message, part) | `()` |
 //! | `part_messages` | (tenant, session, part, message) | `()` |
+//! | `fences` | (tenant, session) | [`FenceRow`] |
 //!
 //! The two `open_*` tables index exactly the rows for which `Message::is_open` /
 //! `Part::is_open` hold; `part_messages` indexes every part row by its id within the
@@ -24,13 +25,20 @@
 //! Version 2 added `part_messages`; opening a version 1 file builds it. Version 3 added
 //! the write-ahead journal (`<file>-journal`, whose position `meta` records): a release
 //! that does not know the journal would ignore batches still only journaled, so it must
-//! refuse the file. Opening a version 1 or 2 file upgrades it in place.
+//! refuse the file. Version 4 added `fences`, the sessions' fence records
+//! ([`forge_core::fence`]), and the journal operation that writes one: a release that
+//! does not know them would let a fenced-off writer's batches land, and would refuse a
+//! journal holding a claim. Opening a version 1, 2 or 3 file upgrades it in place (a
+//! file without `fences` has no claims: every session is unclaimed).
+//!
+//! A fence record is apart from the session's rows: it may exist before its session,
+//! and removing the session leaves it, so epochs never go back.
 
 use forge_core::{codec, Error, Result};
 use redb::TableDefinition;
 
 /// The schema version this release writes and reads.
-pub(crate) const SCHEMA_VERSION: u64 = 3;
+pub(crate) const SCHEMA_VERSION: u64 = 4;
 
 /// Key of the schema version in [`META`].
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
@@ -69,6 +77,8 @@ pub(crate) const OPEN_PARTS: TableDefinition<PartKey, ()> = TableDefinition::new
 /// Every part row by (tenant, session, part, message): where a part id lives.
 pub(crate) const PART_MESSAGES: TableDefinition<PartKey, ()> =
     TableDefinition::new("part_messages");
+/// Fence records by (tenant, session): codec-encoded [`FenceRow`].
+pub(crate) const FENCES: TableDefinition<SessionKey, &[u8]> = TableDefinition::new("fences");
 
 /// A session row: the session's JSON and the highest `seq` applied to it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -86,6 +96,37 @@ pub(crate) struct SessionRow {
 pub(crate) struct JsonRow {
     /// The message or part in its JSON shape.
     pub(crate) json: String,
+}
+
+/// A session's fence record ([`forge_core::Claim`]).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(crate) struct FenceRow {
+    /// The current epoch (1 for the first claim).
+    pub(crate) epoch: u64,
+    /// Who holds it.
+    pub(crate) holder: String,
+    /// Unix ms until which the lease runs; 0 once released.
+    pub(crate) expires_ms: i64,
+}
+
+impl From<&forge_core::Claim> for FenceRow {
+    fn from(c: &forge_core::Claim) -> Self {
+        Self {
+            epoch: c.epoch,
+            holder: c.holder.clone(),
+            expires_ms: c.expires_ms,
+        }
+    }
+}
+
+impl From<FenceRow> for forge_core::Claim {
+    fn from(r: FenceRow) -> Self {
+        Self {
+            epoch: r.epoch,
+            holder: r.holder,
+            expires_ms: r.expires_ms,
+        }
+    }
 }
 
 /// The smallest string greater than every string that equals `s`: `s` followed by NUL.

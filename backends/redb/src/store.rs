@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::{
-    Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Result,
-    SessionId, SessionState, Store, SyncEvent, TenantId,
+    fence, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, MessageId, MessageWithParts,
+    OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
 use parking_lot::Mutex;
 use redb::backends::FileBackend;
@@ -18,7 +18,7 @@ use crate::config::{Durability, RedbOptions};
 use crate::counting::{CountingBackend, IoCounters};
 use crate::error::{in_write, join, map, open as open_error, BACKEND};
 use crate::journal::{self, Journal};
-use crate::schema::{JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL_SIZE_KEY, META};
+use crate::schema::{FENCES, JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL_SIZE_KEY, META};
 use crate::{read, write};
 
 mod version;
@@ -36,6 +36,11 @@ use version::init_schema;
 /// appended to the journal with one `fdatasync`, and checkpointed into the file every
 /// [`RedbOptions::checkpoint_bytes`]. Opening the file replays what the journal holds
 /// beyond the last checkpoint.
+///
+/// Fence records (`claim`, `release`) are written by write transactions too, journaled
+/// like a batch: a batch checks its epochs against the records in its own transaction,
+/// so every claim that returned before it committed is seen, and a claim is durable
+/// when it returns (without the journal, by a durable commit whatever the durability).
 pub struct RedbStore {
     db: Arc<Database>,
     journal: Option<Arc<Mutex<Journal>>>,
@@ -216,6 +221,25 @@ impl RedbStore {
         in_write(in_file(err, &self.path), &self.path, &self.first_io)
     }
 
+    /// Runs a fence record write on tokio's blocking pool: through the journal like a
+    /// batch, or without it as a commit of `durability`.
+    async fn write_fence<T, F>(&self, durability: redb::Durability, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Written<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        let journal = self.journal.clone();
+        let every = self.options.checkpoint_bytes;
+        tokio::task::spawn_blocking(move || match journal {
+            Some(journal) => commit_journaled(&db, &mut journal.lock(), every, write),
+            None => commit_direct(&db, durability, write),
+        })
+        .await
+        .map_err(join)?
+        .map_err(|e| self.write_error(e))
+    }
+
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -346,25 +370,29 @@ fn in_file(err: Error, path: &Path) -> Error {
     }
 }
 
-/// One journaled batch: applied in a redb transaction without a sync, appended to the
-/// journal and synced, then committed; a checkpoint follows when the journal is long.
+/// What a write does inside its transaction: its result, and the journal record that
+/// writes it again on recovery (`None`: it wrote nothing, and the transaction is
+/// rolled back).
+type Written<T> = Result<(T, Option<Vec<u8>>)>;
+
+/// One journaled write (a batch, or a fence record): applied by `write` in a redb
+/// transaction without a sync, its record appended to the journal and synced, then
+/// committed; a checkpoint follows when the journal is long.
 ///
 /// The journal lock is taken before the write transaction, by every writer, so journal
-/// order is commit order.
-fn apply_journaled(
+/// order is commit order; and what `write` reads (a fence record) is the state as of
+/// this commit, which is also what the journal replays before this record.
+fn commit_journaled<T>(
     db: &Database,
     journal: &mut Journal,
-    ops: Vec<write::Prepared>,
     checkpoint_every: u64,
-) -> Result<()> {
-    let record = write::journal_record(&ops)?;
+    write: impl FnOnce(&redb::WriteTransaction) -> Written<T>,
+) -> Result<T> {
     let mut txn = db.begin_write().map_err(map)?;
     txn.set_durability(redb::Durability::None).map_err(map)?;
-    let applied = write::apply(&txn, ops).and_then(|()| {
+    let applied = write(&txn).and_then(|(out, record)| {
         let Some(record) = record else {
-            return Err(Error::invalid(
-                "a batch with an event that failed to prepare was applied",
-            ));
+            return Ok((out, None));
         };
         let at = journal.append(&record)?;
         let mark = txn.open_table(META).map_err(map).and_then(|mut meta| {
@@ -372,17 +400,22 @@ fn apply_journaled(
                 .map(drop)
                 .map_err(map)
         });
-        Ok((at, mark))
+        Ok((out, Some((at, mark))))
     });
-    let at = match applied {
-        Ok((at, Ok(()))) => at,
-        Ok((at, Err(e))) => {
+    let (out, at) = match applied {
+        Ok((out, None)) => {
+            // Nothing to write: nothing to commit either.
+            let _ = txn.abort();
+            return Ok(out);
+        }
+        Ok((out, Some((at, Ok(()))))) => (out, at),
+        Ok((_, Some((at, Err(e))))) => {
             let _ = txn.abort();
             retract(journal, at);
             return Err(e);
         }
         Err(e) => {
-            // The batch's error is what the caller needs; an abort failure would only
+            // The write's error is what the caller needs; an abort failure would only
             // hide it, and a dropped transaction is rolled back anyway.
             let _ = txn.abort();
             return Err(e);
@@ -393,13 +426,55 @@ fn apply_journaled(
         return Err(map(e));
     }
     if journal.len() >= checkpoint_every {
-        // The batch is durable in the journal whatever happens here; a failed checkpoint
-        // is tried again after the next batch.
+        // The write is durable in the journal whatever happens here; a failed checkpoint
+        // is tried again after the next write.
         if let Err(e) = checkpoint(db, journal) {
             tracing::warn!(error = %e, "redb checkpoint failed; the journal keeps every batch");
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// One write without the journal: applied by `write` in a redb transaction committed
+/// with `durability` (two-phase when durable).
+fn commit_direct<T>(
+    db: &Database,
+    durability: redb::Durability,
+    write: impl FnOnce(&redb::WriteTransaction) -> Written<T>,
+) -> Result<T> {
+    let mut txn = begin_durable(db)?;
+    txn.set_durability(durability).map_err(map)?;
+    match write(&txn) {
+        Ok((out, Some(_))) => txn.commit().map(|()| out).map_err(map),
+        Ok((out, None)) => {
+            let _ = txn.abort();
+            Ok(out)
+        }
+        Err(e) => {
+            // The write's error is what the caller needs; an abort failure would only
+            // hide it, and a dropped transaction is rolled back anyway.
+            let _ = txn.abort();
+            Err(e)
+        }
+    }
+}
+
+/// A batch inside its transaction: the fence check, then its events.
+fn write_batch(txn: &redb::WriteTransaction, ops: Vec<write::Prepared>) -> Written<()> {
+    write::check_fences(txn, &ops)?;
+    let record = write::journal_record(&ops)?;
+    write::apply(txn, ops)?;
+    match record {
+        Some(record) => Ok(((), Some(record))),
+        None => Err(Error::invalid(
+            "a batch with an event that failed to prepare was applied",
+        )),
+    }
+}
+
+/// The fence record of `(tn, sn)` as of the write transaction `txn`.
+fn read_fence_in(txn: &redb::WriteTransaction, tn: &str, sn: &str) -> Result<Option<Claim>> {
+    write::read_fence(&txn.open_table(FENCES).map_err(map)?, tn, sn)
 }
 
 /// Takes back the journal record of a batch that did not commit.
@@ -492,6 +567,59 @@ impl Store for RedbStore {
         caps
     }
 
+    /// Decided by [`fence::decide`] over the record read in the claim's own write
+    /// transaction (redb runs one at a time, so claims and batches are serialized), and
+    /// durable when it returns whatever the store's durability: journaled like a batch,
+    /// or without the journal a durable commit. A claim lost in a crash would let a
+    /// later claim hand out its epoch again.
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        request.validate()?;
+        let (tenant, session, request) = (tenant.clone(), session.clone(), request.clone());
+        self.write_fence(redb::Durability::Immediate, move |txn| {
+            let (tn, sn) = (tenant.as_str(), session.as_str());
+            let current = read_fence_in(txn, tn, sn)?;
+            let claim = fence::decide(&session, current.as_ref(), &request)?;
+            let record = write::put_fence(txn, tn, sn, &claim)?;
+            Ok((claim, Some(record)))
+        })
+        .await
+    }
+
+    /// Writes the released record in one write transaction, with the store's
+    /// durability (a release lost in a crash only leaves the lease to run out), and
+    /// nothing at all when the epoch is not the current one.
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        let (tenant, session) = (tenant.clone(), session.clone());
+        let durability = self.options.durability.to_redb();
+        self.write_fence(durability, move |txn| {
+            let (tn, sn) = (tenant.as_str(), session.as_str());
+            let current = read_fence_in(txn, tn, sn)?;
+            match fence::released(current.as_ref(), epoch) {
+                Some(released) => Ok(((), Some(write::put_fence(txn, tn, sn, &released)?))),
+                None => Ok(((), None)),
+            }
+        })
+        .await
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        let (tenant, session) = (tenant.clone(), session.clone());
+        self.read(move |txn| {
+            let fences = match txn.open_table(FENCES) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(map(e)),
+            };
+            write::read_fence(&fences, tenant.as_str(), session.as_str())
+        })
+        .await
+    }
+
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
@@ -501,7 +629,7 @@ impl Store for RedbStore {
         if let Some(journal) = self.journal.clone() {
             let every = self.options.checkpoint_bytes;
             return tokio::task::spawn_blocking(move || {
-                apply_journaled(&db, &mut journal.lock(), ops, every)
+                commit_journaled(&db, &mut journal.lock(), every, |txn| write_batch(txn, ops))
             })
             .await
             .map_err(join)?
@@ -509,17 +637,7 @@ impl Store for RedbStore {
         }
         let durability = self.options.durability.to_redb();
         tokio::task::spawn_blocking(move || {
-            let mut txn = begin_durable(&db)?;
-            txn.set_durability(durability).map_err(map)?;
-            match write::apply(&txn, ops) {
-                Ok(()) => txn.commit().map_err(map),
-                Err(e) => {
-                    // The batch's error is what the caller needs; an abort failure would
-                    // only hide it, and a dropped transaction is rolled back anyway.
-                    let _ = txn.abort();
-                    Err(e)
-                }
-            }
+            commit_direct(&db, durability, |txn| write_batch(txn, ops))
         })
         .await
         .map_err(join)?

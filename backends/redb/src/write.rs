@@ -4,14 +4,21 @@
 //! row encoding, envelope checks), then applied in order inside the transaction. A
 //! preparation error is kept at its event's position, so the batch fails with the same
 //! error as the reference store: the first failing event's.
+//!
+//! Before a batch is applied, [`check_fences`] checks every event's epoch against its
+//! session's fence record, read in the same transaction (reads only: fencing adds no
+//! write to a batch). A claim is written through the same path as one [`Op::PutFence`]
+//! ([`fence_record`]), so the journal replays claims and batches in commit order.
 
-use forge_core::{codec, Envelope, Error, Result, SyncEvent};
+use std::collections::HashMap;
+
+use forge_core::{codec, fence, Claim, Envelope, Error, Result, SessionId, SyncEvent};
 use redb::{Key, ReadableTable, Table, Value, WriteTransaction};
 
 use crate::error::map;
 use crate::schema::{
-    decode, successor, JsonRow, MessageKey, PartKey, SessionKey, SessionRow, MESSAGES,
-    OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SESSIONS,
+    decode, successor, FenceRow, JsonRow, MessageKey, PartKey, SessionKey, SessionRow, FENCES,
+    MESSAGES, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SESSIONS,
 };
 
 /// One event, ready to be written.
@@ -19,6 +26,9 @@ pub(crate) struct Prepared {
     tenant: String,
     session: String,
     seq: u64,
+    /// The writer's epoch, checked by [`check_fences`]; not journaled (a journaled batch
+    /// passed its check when it committed).
+    epoch: Option<u64>,
     op: Result<Op>,
 }
 
@@ -47,6 +57,11 @@ enum Op {
     RemovePart {
         message: String,
         id: String,
+    },
+    /// A session's fence record (a claim, renewal or release), the codec-encoded
+    /// [`FenceRow`]. Never part of a batch of events.
+    PutFence {
+        row: Vec<u8>,
     },
 }
 
@@ -86,6 +101,7 @@ pub(crate) fn from_journal_record(bytes: &[u8]) -> Result<Vec<Prepared>> {
             tenant,
             session,
             seq,
+            epoch: None,
             op: Ok(op),
         })
         .collect())
@@ -105,6 +121,7 @@ pub(crate) fn prepare(batch: &[Envelope<SyncEvent>]) -> Vec<Prepared> {
             tenant: env.tenant.as_str().to_owned(),
             session: env.session_id.as_str().to_owned(),
             seq: env.seq,
+            epoch: env.epoch,
             op: prepare_op(env),
         })
         .collect()
@@ -142,6 +159,82 @@ fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
     })
 }
 
+/// Checks every event of a batch against its session's fence record
+/// ([`fence::check`]), read in `txn`: the transaction that then applies the batch, so
+/// the check is atomic with the commit (claims are written in write transactions too,
+/// which redb runs one at a time). Each distinct session's record is read once.
+///
+/// # Errors
+/// [`Error::Fenced`] for the first event whose epoch is not its session's current one;
+/// [`Error::Codec`] for a fence record that does not decode.
+pub(crate) fn check_fences(txn: &WriteTransaction, ops: &[Prepared]) -> Result<()> {
+    // Opened and only read: an unchanged table costs the commit no write.
+    let fences = txn.open_table(FENCES).map_err(map)?;
+    let mut records: HashMap<(&str, &str), (SessionId, Option<Claim>)> = HashMap::new();
+    for p in ops {
+        let key = (p.tenant.as_str(), p.session.as_str());
+        let (session, record) = match records.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let record = read_fence(&fences, key.0, key.1)?;
+                e.insert((SessionId::from(key.1), record))
+            }
+        };
+        fence::check(session, record.as_ref(), p.epoch)?;
+    }
+    Ok(())
+}
+
+/// The fence record of `(tn, sn)` in `fences`.
+///
+/// # Errors
+/// [`Error::Codec`] (or [`Error::Corrupted`]) naming the record when it does not decode.
+pub(crate) fn read_fence(
+    fences: &impl ReadableTable<SessionKey, &'static [u8]>,
+    tn: &str,
+    sn: &str,
+) -> Result<Option<Claim>> {
+    match fences.get((tn, sn)).map_err(map)? {
+        Some(v) => {
+            let row: FenceRow = decode(v.value(), || format!("fence record {tn}/{sn}"))?;
+            Ok(Some(row.into()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Writes `claim` as the fence record of `(tn, sn)` in `txn` and returns the journal
+/// record that writes it again on recovery.
+///
+/// # Errors
+/// [`Error::Codec`] when the record does not encode; [`Error::Backend`] from redb.
+pub(crate) fn put_fence(
+    txn: &WriteTransaction,
+    tn: &str,
+    sn: &str,
+    claim: &Claim,
+) -> Result<Vec<u8>> {
+    let row = codec::encode(&FenceRow::from(claim))?;
+    txn.open_table(FENCES)
+        .map_err(map)?
+        .insert((tn, sn), row.as_slice())
+        .map_err(map)?;
+    fence_record(tn, sn, row)
+}
+
+/// The journal record of one fence record write.
+fn fence_record(tn: &str, sn: &str, row: Vec<u8>) -> Result<Vec<u8>> {
+    let op = Prepared {
+        tenant: tn.to_owned(),
+        session: sn.to_owned(),
+        seq: 0,
+        epoch: None,
+        op: Ok(Op::PutFence { row }),
+    };
+    journal_record(std::slice::from_ref(&op))?
+        .ok_or_else(|| Error::invalid("a fence record without its operation"))
+}
+
 /// The tables a batch writes, opened once per transaction.
 struct Tables<'txn> {
     sessions: Table<'txn, SessionKey, &'static [u8]>,
@@ -150,6 +243,7 @@ struct Tables<'txn> {
     open_messages: Table<'txn, MessageKey, ()>,
     open_parts: Table<'txn, PartKey, ()>,
     part_messages: Table<'txn, PartKey, ()>,
+    fences: Table<'txn, SessionKey, &'static [u8]>,
 }
 
 /// Applies `ops` in order inside `txn`. On error the caller aborts the transaction, so
@@ -162,6 +256,7 @@ pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>) -> Result<()> {
         open_messages: txn.open_table(OPEN_MESSAGES).map_err(map)?,
         open_parts: txn.open_table(OPEN_PARTS).map_err(map)?,
         part_messages: txn.open_table(PART_MESSAGES).map_err(map)?,
+        fences: txn.open_table(FENCES).map_err(map)?,
     };
     for p in ops {
         apply_one(&mut t, p)?;
@@ -277,6 +372,11 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
             }
             t.open_parts.remove(key).map_err(map)?;
         }
+        Op::PutFence { row } => {
+            t.fences.insert((tn, sn), row.as_slice()).map_err(map)?;
+            // A fence record is no event of the session: it records no seq.
+            return Ok(());
+        }
     }
     bump_seq(&mut t.sessions, tn, sn, p.seq, what)
 }
@@ -362,6 +462,7 @@ mod tests {
             tenant: TenantId::default(),
             session_id: info.id.clone(),
             seq: 7,
+            epoch: None,
             event: SyncEvent::SessionUpdated { info },
         }]
     }
@@ -404,6 +505,28 @@ mod tests {
         let old = codec::encode(&items).unwrap();
         assert_eq!(old[0], codec::FORMAT_VERSION);
         assert_eq!(summary(&from_journal_record(&old).unwrap()), summary(&ops));
+    }
+
+    #[test]
+    fn a_fence_record_reads_back_as_one_fence_write() {
+        let row = codec::encode(&FenceRow {
+            epoch: 10,
+            holder: "w".into(),
+            expires_ms: 5,
+        })
+        .unwrap();
+        let record = fence_record("t", "ses_1", row.clone()).unwrap();
+        let ops = from_journal_record(&record).unwrap();
+        assert_eq!(ops.len(), 1);
+        let p = &ops[0];
+        assert_eq!(
+            (p.tenant.as_str(), p.session.as_str(), p.epoch),
+            ("t", "ses_1", None)
+        );
+        match &p.op {
+            Ok(Op::PutFence { row: got }) => assert_eq!(got, &row),
+            _ => panic!("not a fence write"),
+        }
     }
 
     #[test]

@@ -1,13 +1,41 @@
 -- Applies one batch of sync events atomically. ARGV[1] is 'apply', or 'check' to
--- validate only (pass 1) and write nothing; then ops of 9 fields each:
--- op, seq, base, sessions_key, session_id, message_id, part_id, value, open.
+-- validate only (pass 1) and write nothing; then ops of 10 fields each:
+-- op, seq, base, sessions_key, session_id, message_id, part_id, value, open, epoch.
 -- KEYS[1] is one key of the batch's tenant, declared so that a Redis Cluster routes
 -- the script to the node of the tenant's slot (every key of a tenant shares it).
--- Pass 1 validates the whole batch against the data plus an overlay of what earlier
--- ops of the batch create and remove, and returns {'notfound', what, id} before any
--- write. Pass 2 writes. Redis runs a script atomically, so the batch is all or nothing.
-local W = 9
+-- Pass 0 checks fencing (forge_core::fence::check) and returns
+-- {'fenced', op index from 0, epoch, holder, expires} (the session's current record,
+-- all '' when there is none) before any write. Pass 1 validates the whole batch
+-- against the data plus an overlay of what earlier ops of the batch create and
+-- remove, and returns {'notfound', what, id} before any write. Pass 2 writes. Redis
+-- runs a script atomically, so the batch is all or nothing, and a claim (a script
+-- too) runs entirely before or after it.
+local W = 10
 local n = (#ARGV - 1) / W
+
+-- Pass 0: every op's epoch (a decimal, or '' for an unfenced writer) must be its
+-- session's current one, read from the session's fence record `base:fence` (see
+-- Keys::fence) once per session. Epochs compare as numbers (tonumber), never as
+-- strings; the caller sends '-1' for an epoch no record can hold. Reads only.
+local fences = {}
+for i = 0, n - 1 do
+  local o = 1 + i * W
+  local base, epoch = ARGV[o + 3], ARGV[o + 10]
+  local rec = fences[base]
+  if rec == nil then
+    rec = redis.call('HMGET', base .. ':fence', 'epoch', 'holder', 'expires')
+    fences[base] = rec
+  end
+  local ok
+  if epoch == '' then
+    ok = not rec[1]
+  else
+    ok = rec[1] and tonumber(rec[1]) == tonumber(epoch)
+  end
+  if not ok then
+    return {'fenced', tostring(i), rec[1] or '', rec[2] or '', rec[3] or ''}
+  end
+end
 
 local function hex(s)
   return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))

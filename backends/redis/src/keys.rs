@@ -208,6 +208,14 @@ impl Keys {
         format!("{}:s:{}", self.tenant(tenant), hex(session.as_str()))
     }
 
+    /// The hash of a session's fence record ([`forge_core::fence::Claim`]: fields
+    /// `epoch`, `holder`, `expires`): `session_base` + `:fence`, in the session's slot
+    /// (the apply script reads it there, next to the rows it writes) but not one of its
+    /// rows, so deleting the session keeps it.
+    pub fn fence(&self, tenant: &TenantId, session: &SessionId) -> String {
+        format!("{}:fence", self.session_base(tenant, session))
+    }
+
     /// The hash of a message's parts.
     pub fn parts(&self, base: &str, message: &MessageId) -> String {
         format!("{base}:p:{}", hex(message.as_str()))
@@ -261,11 +269,14 @@ mod tests {
         assert_eq!(k.sessions(&t), "p:t:{t}:sessions");
         assert_eq!(k.tenant_stream(&t), "p:t:{t}:bus");
         assert!(a.starts_with("p:t:{t}:s:"));
+        // apply.lua finds the fence record as `base .. ':fence'`.
+        assert_eq!(k.fence(&t, &"a".into()), format!("{b}:fence"));
         let flat = Keys::with_layout("p", KeyLayout::Flat).unwrap();
         assert_eq!(flat.sessions(&t), "p:t:t:sessions");
         assert_eq!(flat.session_base(&t, &"a".into()), "p:t:t:s:61");
         assert_eq!(k.dead_letters(&t), "p:t:{t}:dead");
         assert_eq!(flat.dead_letters(&t), "p:t:t:dead");
+        assert_eq!(flat.fence(&t, &"a".into()), "p:t:t:s:61:fence");
         assert!(Keys::new("").is_err());
     }
 }

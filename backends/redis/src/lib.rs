@@ -6,6 +6,7 @@ mod conn;
 mod driver;
 mod durability;
 mod error;
+mod fence;
 mod keys;
 pub mod probe;
 mod store;

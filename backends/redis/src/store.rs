@@ -4,15 +4,16 @@ use std::fmt;
 
 use async_trait::async_trait;
 use forge_core::{
-    codec, store::clamp_limit, Capabilities, Cursor, Envelope, Error, Message, MessageId,
-    MessageWithParts, OpenItems, Page, Part, Result, Session, SessionId, SessionState, Store,
-    SyncEvent, TenantId,
+    codec, store::clamp_limit, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, Message,
+    MessageId, MessageWithParts, OpenItems, Page, Part, Result, Session, SessionId, SessionState,
+    Store, SyncEvent, TenantId,
 };
 use redis::Script;
 
 use crate::config::RedisOptions;
 use crate::conn::Conn;
 use crate::error::map;
+use crate::fence::{self, Fences};
 use crate::keys::{hex, unhex, Keys};
 
 /// A row's JSON text inside the versioned binary value of [`forge_core::codec`].
@@ -63,11 +64,14 @@ async fn delete(conn: &mut Conn, keys: &[String]) -> Result<usize> {
 
 /// A store on Redis. Every `apply` batch is one Lua script (atomic on the server;
 /// on a Redis Cluster, atomic per tenant, every part validated before any is written).
+/// Fence records are hashes in their session's slot, claimed and released by scripts
+/// and checked by the apply script itself (see [`Keys::fence`]).
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
     keys: Keys,
     apply: Script,
+    fences: Fences,
 }
 
 impl fmt::Debug for RedisStore {
@@ -91,6 +95,7 @@ impl RedisStore {
             conn,
             keys,
             apply: Script::new(include_str!("apply.lua")),
+            fences: Fences::new(),
         })
     }
 
@@ -243,7 +248,7 @@ impl RedisStore {
         let Some(first) = batch.first() else {
             return Ok(());
         };
-        let mut args = Vec::with_capacity(1 + batch.len() * 9);
+        let mut args = Vec::with_capacity(1 + batch.len() * 10);
         args.push(if check {
             b"check".to_vec()
         } else {
@@ -259,6 +264,16 @@ impl RedisStore {
         let reply: Vec<String> = inv.invoke_async(&mut self.conn()).await.map_err(map)?;
         match reply.as_slice() {
             [ok] if ok == "ok" => Ok(()),
+            [f, at, epoch, holder, expires] if f == "fenced" => {
+                let env = at
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| batch.get(i))
+                    .ok_or_else(|| fence::unexpected("apply", &reply))?;
+                let key = self.keys.fence(&env.tenant, &env.session_id);
+                let current = fence::record(&key, epoch, holder, expires)?;
+                Err(Error::fenced(&env.session_id, env.epoch, current.as_ref()))
+            }
             [nf, what, id] if nf == "notfound" => Err(Error::NotFound {
                 what: if what == "session" {
                     "session"
@@ -267,15 +282,11 @@ impl RedisStore {
                 },
                 id: id.clone(),
             }),
-            other => Err(Error::backend(
-                crate::error::BACKEND,
-                false,
-                format!("unexpected apply script reply {other:?}"),
-            )),
+            other => Err(fence::unexpected("apply", other)),
         }
     }
 
-    /// Appends the 9 script fields of one event.
+    /// Appends the 10 script fields of one event.
     fn push_op(&self, args: &mut Vec<Vec<u8>>, env: &Envelope<SyncEvent>) -> Result<()> {
         env.check()?;
         let base = self.keys.session_base(&env.tenant, &env.session_id);
@@ -317,6 +328,8 @@ impl RedisStore {
             pid.as_bytes().to_vec(),
             val,
             if open { b"1".to_vec() } else { b"0".to_vec() },
+            env.epoch
+                .map_or_else(Vec::new, |e| fence::epoch_arg(e).into_bytes()),
         ]);
         Ok(())
     }
@@ -328,6 +341,27 @@ impl Store for RedisStore {
         Capabilities::new("redis")
     }
 
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        let key = self.keys.fence(tenant, session);
+        self.fences
+            .claim(&mut self.conn(), &key, session, request)
+            .await
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        let key = self.keys.fence(tenant, session);
+        self.fences.release(&mut self.conn(), &key, epoch).await
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        fence::claimed(&mut self.conn(), &self.keys.fence(tenant, session)).await
+    }
+
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         let Some(first) = batch.first() else {
             return Ok(());
@@ -337,10 +371,19 @@ impl Store for RedisStore {
         }
         // A cluster runs a script on one slot, and each tenant has its own: the batch
         // is applied tenant by tenant (in order within each). Every part is checked
-        // first, so a batch that refers to a missing row is refused before any write,
-        // as on a single server. (Atomic per tenant: a crash between two tenants' parts
+        // first, so a batch that refers to a missing row or is fenced (an epoch that
+        // is not its session's current one) is refused before any write, as on a
+        // single server. (Atomic per tenant: a crash between two tenants' parts
         // leaves the first applied, which is what a crash before the batch was
         // confirmed may do; see docs/design.md §6.)
+        //
+        // Fencing holds per session exactly as on one server: every session lives in
+        // its tenant's slot, and the write pass checks the fence records of its part's
+        // sessions again in the script that writes them, so no event lands under an
+        // epoch that a claim had replaced before that script ran. What is not atomic
+        // is the batch across tenants: a claim granted between the check pass and the
+        // write pass fails the part of its tenant (with `Fenced`, writing nothing of
+        // that part) after the parts of the tenants before it were written.
         let mut tenants: Vec<&TenantId> = Vec::new();
         for env in batch {
             if !tenants.contains(&&env.tenant) {

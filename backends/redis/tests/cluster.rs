@@ -147,6 +147,105 @@ async fn a_tenants_keys_share_a_slot_and_tenants_spread_over_the_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_holds_per_session_across_the_slots_of_a_cluster() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let p = TestPrefix::on_cluster(&cluster, "");
+    let store = p.store().await;
+    let (a, b) = (
+        TenantId::new("tenant-1").expect("tenant"),
+        TenantId::new("tenant-4").expect("tenant"),
+    );
+    let s: forge_core::SessionId = "ses_f".into();
+    let take_over = |holder: &str| {
+        forge_core::ClaimRequest::new(holder, 0).mode(forge_core::ClaimMode::TakeOver)
+    };
+    let mut epochs = Vec::new();
+    for t in [&a, &b] {
+        epochs.push(
+            store
+                .claim(t, &s, &take_over("w1"))
+                .await
+                .expect("claim")
+                .epoch,
+        );
+    }
+    assert_eq!(epochs, [1, 1]);
+    let open = |t: &TenantId, epoch: u64| {
+        let (msg, part) = common::user_message(&s, "msg_1", "prt_1", "hello");
+        common::opening(t, s.as_str(), msg, part)
+            .into_iter()
+            .map(|e| e.with_epoch(Some(epoch)))
+            .collect::<Vec<_>>()
+    };
+    // b's session is taken over: a batch spanning both tenants, stale in b, writes
+    // nothing in either.
+    assert_eq!(
+        store
+            .claim(&b, &s, &take_over("w2"))
+            .await
+            .expect("claim")
+            .epoch,
+        2
+    );
+    let mut batch = open(&a, 1);
+    batch.extend(open(&b, 1));
+    let err = store.apply(&batch).await.expect_err("stale in tenant-4");
+    assert_eq!(err.kind(), forge_core::ErrorKind::Fenced, "{err}");
+    assert!(err.to_string().contains("w2"), "{err}");
+    for t in [&a, &b] {
+        assert!(
+            store.session(t, &s).await.expect("session").is_none(),
+            "{t}"
+        );
+    }
+    let mut batch = open(&a, 1);
+    batch.extend(open(&b, 2));
+    store.apply(&batch).await.expect("current epochs");
+    // The record is in its session's slot and outlives the session.
+    let deleted = Envelope::new(
+        b.clone(),
+        s.clone(),
+        4,
+        SyncEvent::SessionDeleted {
+            session_id: s.clone(),
+        },
+    )
+    .with_epoch(Some(2));
+    store.apply(&[deleted]).await.expect("delete");
+    let kept = store
+        .claimed(&b, &s)
+        .await
+        .expect("claimed")
+        .expect("record kept");
+    assert_eq!((kept.epoch, kept.holder.as_str()), (2, "w2"));
+    let mut conn = redis::cluster::ClusterClient::new(vec![cluster.url()])
+        .and_then(|c| c.get_connection())
+        .expect("cluster connection");
+    let slot = |conn: &mut redis::cluster::ClusterConnection, key: &str| -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(conn)
+            .expect("keyslot")
+    };
+    for t in [&a, &b] {
+        assert_eq!(
+            slot(&mut conn, &store.keys().fence(t, &s)),
+            slot(&mut conn, &store.keys().sessions(t)),
+            "tenant {t}'s fence record is outside its slot"
+        );
+    }
+    assert_ne!(
+        slot(&mut conn, &store.keys().fence(&a, &s)),
+        slot(&mut conn, &store.keys().fence(&b, &s)),
+        "pick tenants in different slots"
+    );
+    store.clear().await.expect("clear");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
     let Some(cluster) = Cluster::start(3) else {
         return;
@@ -170,6 +269,7 @@ async fn the_projector_worker_projects_a_tenant_stream_on_the_cluster() {
             tenant: tenant.clone(),
             session_id: session.clone(),
             seq: i as u64 + 1,
+            epoch: None,
             event,
         }))
         .expect("publish");

@@ -195,20 +195,27 @@ async fn an_event_the_target_refuses_is_dead_lettered_with_the_stores_error() {
     assert_eq!(first.dead_lettered(), 0, "{first:?}");
     assert_eq!(history(target.as_ref(), &s.tenant, &sid).await.len(), 2);
 
-    // The copy loses the session (deleted there by someone else): every later event of
-    // the session names a session the target does not have, and the target refuses it.
+    // The copy loses the session (deleted there by someone else, who takes it over from
+    // the worker and then lets it go): every later event of the session names a session
+    // the target does not have, and the target refuses it. The worker, fenced out of
+    // its claim, claims the session again before it writes.
     let seq = target.session(&s.tenant, &sid).await.unwrap().unwrap().seq;
+    let other = forge_core::ClaimRequest::new("someone else", forge_core::id::now_ms())
+        .mode(forge_core::ClaimMode::TakeOver);
+    let claim = target.claim(&s.tenant, &sid, &other).await.unwrap();
     target
         .apply(&[Envelope {
             tenant: s.tenant.clone(),
             session_id: sid.clone(),
             seq: seq + 1,
+            epoch: Some(claim.epoch),
             event: SyncEvent::SessionDeleted {
                 session_id: sid.clone(),
             },
         }])
         .await
         .unwrap();
+    target.release(&s.tenant, &sid, claim.epoch).await.unwrap();
     let stream = s.tenant_stream();
     let before = s.stream_number(&stream, "entries-added");
     s.messages(&scope, &sid, 3, 5).await;

@@ -416,7 +416,11 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     let mut sync_events = 0;
     for sid in &ids {
         let events = bus.replay(&tenant, sid, 1).await.expect("replay").events;
-        let sync = common::sync_events(&events);
+        // The events carry the source's epochs; the copy in memory is never claimed.
+        let sync: Vec<_> = common::sync_events(&events)
+            .into_iter()
+            .map(|env| env.with_epoch(None))
+            .collect();
         sync_events += sync.len();
         replayed.apply(&sync).await.expect("replay into memory");
     }
@@ -472,4 +476,138 @@ async fn three_workers_share_a_tenant_and_survive_the_kill_of_one() {
     );
     drop(surviving);
     schema.drop().await.expect("drop schema");
+}
+
+/// A store whose first batch waits until `resume` is notified, after telling `paused`:
+/// a worker stopped (a paused VM, a debugger) between its lease check and its write.
+#[derive(Debug)]
+struct PausedOnce {
+    inner: Arc<dyn Store>,
+    armed: std::sync::atomic::AtomicBool,
+    paused: tokio::sync::Notify,
+    resume: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl Forward for PausedOnce {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+    async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.paused.notify_one();
+            self.resume.notified().await;
+        }
+        self.inner.apply(batch).await
+    }
+}
+
+/// The text of the one part of the one message of `sid` in `store`.
+async fn part_text(store: &dyn Store, tenant: &TenantId, sid: &SessionId) -> String {
+    let all = forge_core::read_all(store, tenant, sid, 100)
+        .await
+        .expect("history");
+    let [message] = all.as_slice() else {
+        panic!("expected one message: {all:?}");
+    };
+    serde_json::to_value(&message.parts[0]).expect("part as JSON")["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_paused_past_its_lease_has_its_late_batch_refused() {
+    let Some(p) = common::TestPrefix::new() else {
+        return;
+    };
+    let tenant = TenantId::default();
+    let sid = SessionId::from("ses_fenced");
+    let source = common::engine(&p.url).await;
+    let scope = source
+        .put_session(&tenant, {
+            let mut s = Session::new("fenced", now_ms());
+            s.id = sid.clone();
+            s
+        })
+        .await
+        .expect("source session");
+    let (message, part) = user_message(&sid, "msg_0001", "prt_0001", "first version");
+    source
+        .put_message(&scope, message, vec![part])
+        .await
+        .expect("first version");
+
+    let target = Arc::new(MemoryStore::new());
+    let opts = WorkerOptions {
+        lease: Duration::from_millis(300),
+        count: 256,
+    };
+    let paused = Arc::new(PausedOnce {
+        inner: target.clone(),
+        armed: std::sync::atomic::AtomicBool::new(true),
+        paused: tokio::sync::Notify::new(),
+        resume: tokio::sync::Notify::new(),
+    });
+    let connect = |store: Arc<dyn Store>, consumer: &'static str| {
+        ProjectorWorker::connect(&p.url, store, tenant.clone(), "g", consumer, opts)
+    };
+    let mut a = connect(paused.clone(), "worker-a").await.expect("worker a");
+    let mut b = connect(target.clone(), "worker-b").await.expect("worker b");
+
+    // Worker a reads the first version, checks its lease and stops before writing it.
+    let a_round = tokio::spawn(async move {
+        let r = a.step().await;
+        (a, r)
+    });
+    tokio::time::timeout(Duration::from_secs(20), paused.paused.notified())
+        .await
+        .expect("worker a never wrote");
+
+    // Its lease runs out; the part changes; worker b takes the shard over and writes
+    // everything, the second version last.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (message, part) = user_message(&sid, "msg_0001", "prt_0001", "second version");
+    source
+        .put_message(&scope, message, vec![part])
+        .await
+        .expect("second version");
+    let stats = tokio::time::timeout(Duration::from_mins(1), b.run_until_idle())
+        .await
+        .expect("worker b hung")
+        .expect("worker b");
+    assert!(stats.applied >= 3, "{stats:?}");
+    assert_eq!(
+        part_text(target.as_ref(), &tenant, &sid).await,
+        "second version"
+    );
+    let written = forge_core::read_all(target.as_ref(), &tenant, &sid, 100)
+        .await
+        .expect("history");
+
+    // Worker a wakes up and writes its stale batch: the store refuses it.
+    paused.resume.notify_one();
+    let (a, round) = tokio::time::timeout(Duration::from_secs(20), a_round)
+        .await
+        .expect("worker a hung")
+        .expect("worker a's task");
+    assert_eq!(round.expect("a fenced round is not an error"), 0);
+    assert_eq!(a.stats().applied, 0, "{:?}", a.stats());
+    assert!(a.shards_held().is_empty(), "{:?}", a.shards_held());
+    assert_eq!(
+        part_text(target.as_ref(), &tenant, &sid).await,
+        "second version"
+    );
+    assert_eq!(
+        forge_core::read_all(target.as_ref(), &tenant, &sid, 100)
+            .await
+            .expect("history"),
+        written
+    );
+    let claim = target
+        .claimed(&tenant, &sid)
+        .await
+        .expect("claimed")
+        .expect("a claim");
+    assert_eq!(claim.holder, "worker-b");
 }

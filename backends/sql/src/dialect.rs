@@ -5,8 +5,9 @@
 //! - [`Dialect`] is what differs between the two SQL dialects: how a JSON column is
 //!   written and read, how errors are classified, and the tenant setting row-level
 //!   security reads;
-//! - [`Backend`] is what a store gives the shared read path ([`crate::read`]) and write
-//!   path ([`crate::write`]): its transactions and its counters.
+//! - [`Backend`] is what a store gives the shared read path ([`crate::read`]), write
+//!   path ([`crate::write`]) and fence records ([`crate::fence`]): its transactions and
+//!   its counters.
 //!
 //! Placeholders (`?` or `$n`) come from sqlx's [`QueryBuilder`], so the shared SQL never
 //! spells one.
@@ -15,7 +16,7 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 
 use async_trait::async_trait;
-use forge_core::{Error, Result, Tenancy, TenantId};
+use forge_core::{Error, Result, SessionId, Tenancy, TenantId};
 use sqlx::error::DatabaseError;
 use sqlx::pool::PoolConnection;
 use sqlx::{
@@ -262,6 +263,29 @@ pub(crate) trait Backend: Send + Sync {
     /// Begins the transaction of one `apply`.
     async fn begin_write(&self) -> Result<Transaction<'static, Self::Db>>;
 
+    /// The statement that begins the transaction of a claim or release.
+    const BEGIN_FENCE: &'static str;
+
+    /// A writer connection for a claim or release, set up so that a commit on it is
+    /// durable when it returns.
+    async fn fence_conn(&self) -> Result<PoolConnection<Self::Db>>;
+
+    /// Runs first in the transaction of a claim or release of `session`: from then until
+    /// the transaction ends, no `apply`, claim or release touching the session runs, and
+    /// the transaction sees what they committed. Also makes `tenant` the transaction's
+    /// tenant (row-level security).
+    async fn lock_fence(
+        &self,
+        conn: &mut <Self::Db as Database>::Connection,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<()>;
+
+    /// Gives back a connection of [`Backend::fence_conn`] once its transaction ended.
+    async fn fence_conn_done(&self, conn: PoolConnection<Self::Db>) {
+        drop(conn);
+    }
+
     /// Runs first in every write transaction, before anything is read.
     async fn before_load(
         &self,
@@ -302,6 +326,36 @@ macro_rules! impl_store {
                 crate::write::apply(self, batch)
                     .await
                     .map_err(|e| crate::dialect::Backend::name_place(self, e))
+            }
+
+            async fn claim(
+                &self,
+                tenant: &forge_core::TenantId,
+                session: &forge_core::SessionId,
+                request: &forge_core::ClaimRequest,
+            ) -> forge_core::Result<forge_core::Claim> {
+                crate::fence::claim(self, tenant, session, request)
+                    .await
+                    .map_err(|e| crate::dialect::Backend::name_place(self, e))
+            }
+
+            async fn release(
+                &self,
+                tenant: &forge_core::TenantId,
+                session: &forge_core::SessionId,
+                epoch: u64,
+            ) -> forge_core::Result<()> {
+                crate::fence::release(self, tenant, session, epoch)
+                    .await
+                    .map_err(|e| crate::dialect::Backend::name_place(self, e))
+            }
+
+            async fn claimed(
+                &self,
+                tenant: &forge_core::TenantId,
+                session: &forge_core::SessionId,
+            ) -> forge_core::Result<Option<forge_core::Claim>> {
+                crate::fence::claimed(self, tenant, session).await
             }
 
             async fn session(

@@ -2,6 +2,7 @@
 
 mod dialect;
 mod error;
+mod fence;
 mod plan;
 mod read;
 mod rows;

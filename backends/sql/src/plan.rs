@@ -18,9 +18,15 @@
 //! key appears once, one `INSERT … ON CONFLICT DO UPDATE` per table and chunk never
 //! touches a row twice (Postgres refuses that). The first failing event decides the
 //! batch's error, exactly as in the reference store, before anything is written.
+//!
+//! Before the simulation, every event's epoch is checked against its session's fence
+//! record ([`forge_core::fence::check`]), read in the same transaction: the first
+//! refused event fails the batch, as in the reference store, which checks every event's
+//! epoch before it applies any.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use forge_core::fence::{self, Claim};
 use forge_core::{Envelope, Error, MessageId, PartId, Result, SessionId, SyncEvent, TenantId};
 
 /// A session key inside one tenant.
@@ -39,6 +45,9 @@ pub(crate) struct Needs {
     /// Part ids whose stored messages matter (an upsert under another message moves
     /// the part), by tenant.
     pub parts: BTreeMap<TenantId, BTreeSet<(SessionId, PartId)>>,
+    /// Sessions whose fence record matters: the session of every event, valid or not, by
+    /// tenant (a superset of [`Needs::sessions`]).
+    pub fences: BTreeMap<TenantId, BTreeSet<SessionId>>,
 }
 
 /// A stored session, as loaded for the simulation.
@@ -60,6 +69,8 @@ pub(crate) struct Loaded {
     /// The messages holding each part id of [`Needs::parts`] (one, unless a release
     /// before schema version 2 wrote it under several).
     pub part_messages: HashMap<(TenantId, SessionId, PartId), Vec<MessageId>>,
+    /// The fence records of [`Needs::fences`] that exist, by tenant.
+    pub fences: HashMap<TenantId, HashMap<SessionId, Claim>>,
 }
 
 /// A session row to write.
@@ -137,6 +148,7 @@ struct Prepared {
     tenant: TenantId,
     session: SessionId,
     seq: u64,
+    epoch: Option<u64>,
     op: Result<Op>,
 }
 
@@ -157,6 +169,7 @@ impl Batch {
                     tenant: env.tenant.clone(),
                     session: env.session_id.clone(),
                     seq: env.seq,
+                    epoch: env.epoch,
                     op: prepare_op(env),
                 })
                 .collect(),
@@ -178,6 +191,17 @@ impl Batch {
         let mut decided_messages: HashSet<MessageKey> = HashSet::new();
         let mut deleted_sessions: HashSet<SessionKey> = HashSet::new();
         for p in &self.events {
+            if !needs
+                .fences
+                .get(&p.tenant)
+                .is_some_and(|s| s.contains(&p.session))
+            {
+                needs
+                    .fences
+                    .entry(p.tenant.clone())
+                    .or_default()
+                    .insert(p.session.clone());
+            }
             let Ok(op) = &p.op else { continue };
             needs
                 .sessions
@@ -215,6 +239,19 @@ impl Batch {
             }
         }
         needs
+    }
+
+    /// Checks every event's epoch against its session's fence record in `loaded`, in
+    /// batch order.
+    ///
+    /// # Errors
+    /// The first refused event's [`Error::Fenced`].
+    pub fn check_fences(&self, loaded: &Loaded) -> Result<()> {
+        for p in &self.events {
+            let record = loaded.fences.get(&p.tenant).and_then(|f| f.get(&p.session));
+            fence::check(&p.session, record, p.epoch)?;
+        }
+        Ok(())
     }
 
     /// Runs the batch in order over `loaded` and returns its net effect, or the first

@@ -1,7 +1,14 @@
 //! The write path of both SQL backends: inside one transaction per batch, read the facts
-//! the batch depends on, simulate it ([`crate::plan`]) and write its net effect with one
+//! the batch depends on (its sessions' fence records among them), check every event's
+//! epoch, simulate the batch ([`crate::plan`]) and write its net effect with one
 //! statement per table and chunk, setting the tenant (row-level security) only when it
 //! changes.
+//!
+//! The fence records are read after [`Backend::before_load`] and in the same
+//! transaction as the writes: on SQLite that transaction holds the database's write lock
+//! from its `BEGIN IMMEDIATE`; on Postgres `before_load` takes the advisory lock of every
+//! session of the batch, which claims take too. So no claim commits between the read
+//! and the batch's commit. Reading them writes nothing.
 
 use forge_core::{Envelope, Result, SessionId, SyncEvent, TenantId};
 use sqlx::{Database, QueryBuilder};
@@ -30,6 +37,7 @@ pub(crate) async fn apply<B: Backend>(b: &B, batch: &[Envelope<SyncEvent>]) -> R
             place: b.place(),
         };
         let loaded = writer.load(&needs).await?;
+        batch.check_fences(&loaded)?;
         let plan = batch.simulate(&loaded)?;
         for (tenant, ops) in &plan.tenants {
             writer.write(tenant, ops).await?;
@@ -47,6 +55,11 @@ pub(crate) async fn apply<B: Backend>(b: &B, batch: &[Envelope<SyncEvent>]) -> R
     b.counters().commit(&tally);
     Ok(())
 }
+
+/// The first column of a row of [`Writer::load`]'s first statement: a fence record.
+const FENCE_ROW: i64 = 1;
+/// … or a session row.
+const SESSION_ROW: i64 = 0;
 
 /// One write transaction's connection, its tenant setting and its tally.
 struct Writer<'a, D: Database> {
@@ -103,35 +116,63 @@ impl<D: Dialect> Writer<'_, D> {
     /// Reads what [`Needs`] lists, tenant by tenant.
     async fn load(&mut self, needs: &Needs) -> Result<Loaded> {
         let mut loaded = Loaded::default();
-        // Every tenant with messages to look up has sessions to look up too.
-        for (tenant, ids) in &needs.sessions {
+        // Every tenant with sessions to look up has fence records to look up too, and
+        // every tenant with messages to look up has sessions to look up.
+        for (tenant, fenced) in &needs.fences {
             self.switch(tenant).await?;
-            let ids: Vec<_> = ids.iter().collect();
-            for chunk in ids.chunks(CHUNK_ROWS) {
-                let sql = format!(
-                    "SELECT id, seq, {}, checksum FROM sessions WHERE tenant = ",
-                    D::BODY
-                );
-                let mut q = QueryBuilder::new(sql);
+            let sessions = needs.sessions.get(tenant);
+            let fenced: Vec<_> = fenced.iter().collect();
+            let at = Origin {
+                place: self.place,
+                table: "sessions",
+                tenant: tenant.as_str(),
+                unchecked_ok: D::UNCHECKED_ROWS,
+                key_checked: D::KEY_CHECKED,
+            };
+            for chunk in fenced.chunks(CHUNK_ROWS) {
+                // One statement for both: the fence records of the chunk, then the rows
+                // of its sessions that matter (columns of the same types in both).
+                let ids: Vec<&SessionId> = chunk
+                    .iter()
+                    .copied()
+                    .filter(|s| sessions.is_some_and(|set| set.contains(*s)))
+                    .collect();
+                let mut q = QueryBuilder::new(format!(
+                    "SELECT CAST({FENCE_ROW} AS BIGINT), {} FROM fences WHERE tenant = ",
+                    crate::fence::COLUMNS
+                ));
                 D::bind(&mut q, Arg::Text(tenant.as_str()));
-                q.push(" AND id IN (");
+                q.push(" AND session_id IN (");
                 D::push_tuples(&mut q, chunk, |id| [Arg::Id(id.as_str())]);
                 q.push(")");
-                let at = Origin {
-                    place: self.place,
-                    table: "sessions",
-                    tenant: tenant.as_str(),
-                    unchecked_ok: D::UNCHECKED_ROWS,
-                    key_checked: D::KEY_CHECKED,
-                };
+                if !ids.is_empty() {
+                    q.push(format_args!(
+                        " UNION ALL SELECT CAST({SESSION_ROW} AS BIGINT), id, seq, {}, checksum \
+                         FROM sessions WHERE tenant = ",
+                        D::BODY
+                    ));
+                    D::bind(&mut q, Arg::Text(tenant.as_str()));
+                    q.push(" AND id IN (");
+                    D::push_tuples(&mut q, &ids, |id| [Arg::Id(id.as_str())]);
+                    q.push(")");
+                }
                 for row in self.fetch(q).await? {
-                    let id = D::bytes(&row, 0).map_err(D::map)?;
-                    let body = D::text(&row, 2).map_err(D::map)?;
+                    if D::int(&row, 0).map_err(D::map)? == FENCE_ROW {
+                        let (id, claim) = crate::fence::decode::<D>(&row, 1, self.place, tenant)?;
+                        loaded
+                            .fences
+                            .entry(tenant.clone())
+                            .or_default()
+                            .insert(id, claim);
+                        continue;
+                    }
+                    let id = D::bytes(&row, 1).map_err(D::map)?;
+                    let body = D::text(&row, 3).map_err(D::map)?;
                     // The row may be written back (a new seq): a damaged one must not
                     // get a fresh checksum.
-                    rows::verify(&body, D::opt_int(&row, 3).map_err(D::map)?, &id, &at)?;
+                    rows::verify(&body, D::opt_int(&row, 4).map_err(D::map)?, &id, &at)?;
                     let stored = StoredSession {
-                        seq: seq_from_sql(D::int(&row, 1).map_err(D::map)?),
+                        seq: seq_from_sql(D::int(&row, 2).map_err(D::map)?),
                         body,
                     };
                     loaded

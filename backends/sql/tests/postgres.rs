@@ -1,7 +1,8 @@
 //! `PostgresStore` against the server of `FORGE_TEST_POSTGRES_URL`, each test in a fresh
 //! schema that it drops: equal to `MemoryStore` for random batches, atomic per batch,
 //! safe under concurrent writers, refusing newer schema versions, exact for JSON values,
-//! and tenant isolation enforced by the database under the application role.
+//! tenant isolation enforced by the database under the application role (fence records
+//! included), and fencing writers (also two pools on one schema, and across an upgrade).
 //!
 //! Without the variable every test prints `SKIPPED: FORGE_TEST_POSTGRES_URL not set` and
 //! passes, unless `FORGE_TEST_REQUIRE_SERVICES=1`, where it fails.
@@ -91,15 +92,13 @@ fn a_schema_of_a_newer_version_is_refused() {
         let err = PostgresStore::connect(&schema.url()).await.unwrap_err();
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("schema version 4") && msg.contains("newer"),
-            "{msg}"
-        );
+        let newer = format!("schema version {}", forge_sql::postgres::SCHEMA_VERSION + 1);
+        assert!(msg.contains(&newer) && msg.contains("newer"), "{msg}");
 
         // A schema of someone else's tables is refused and left alone.
         exec(
             &mut conn,
-            "DROP TABLE forge_meta, parts, messages, sessions",
+            "DROP TABLE forge_meta, fences, parts, messages, sessions",
         )
         .await;
         exec(&mut conn, "CREATE TABLE invoices (id int PRIMARY KEY)").await;
@@ -117,6 +116,10 @@ fn a_schema_of_a_newer_version_is_refused() {
 fn row_level_security_hides_other_tenants_from_the_application_role() {
     runtime().block_on(with_fresh("row_level_security", async |schema, store| {
         apply_all(store, &sample_history()).await;
+        // Fence records in both tenants, of a session both have.
+        assert_eq!(fencing::take_over(store, "a", "ses_1", "wa").await, 1);
+        assert_eq!(fencing::take_over(store, "b", "ses_1", "wb").await, 1);
+        assert_eq!(fencing::take_over(store, "b", "ses_1", "wb").await, 2);
         // The store itself runs as the application role, not as the URL's superuser.
         assert_eq!(store.current_role().await.unwrap(), DEFAULT_APP_ROLE);
 
@@ -125,6 +128,8 @@ fn row_level_security_hides_other_tenants_from_the_application_role() {
         let all = count_rows(&mut conn, None).await;
         assert!(all.iter().any(|(k, _)| k.ends_with("/a")), "{all:?}");
         assert!(all.iter().any(|(k, _)| k.ends_with("/b")), "{all:?}");
+        assert!(all.contains(&("fences/a".into(), 1)), "{all:?}");
+        assert!(all.contains(&("fences/b".into(), 1)), "{all:?}");
 
         // Plain SQL as the application role.
         exec_raw(&mut conn, format!("SET ROLE {DEFAULT_APP_ROLE}")).await;
@@ -182,6 +187,29 @@ fn row_level_security_hides_other_tenants_from_the_application_role() {
             "{denied}"
         );
         tx.rollback().await.unwrap();
+        // Fence records alike: tenant b's cannot be moved back or forged from tenant a.
+        let mut tx = conn.begin().await.unwrap();
+        exec(&mut tx, "SELECT set_config('forge.tenant', 'a', true)").await;
+        let touched = exec(&mut tx, "UPDATE fences SET epoch = 1 WHERE tenant = 'b'").await;
+        assert_eq!(touched, 0);
+        let denied = sqlx::query(
+            "INSERT INTO fences (tenant, session_id, epoch, holder, expires_ms) \
+             VALUES ('b', 'ses_9'::bytea, 1, 'x', 0)",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+        assert!(
+            denied.to_string().contains("row-level security"),
+            "{denied}"
+        );
+        tx.rollback().await.unwrap();
+        let b_claim = store
+            .claimed(&tenant("b"), &"ses_1".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((b_claim.epoch, b_claim.holder.as_str()), (2, "wb"));
 
         // The store agrees: every read of tenant b is what the reference says.
         assert_matches_reference(store, &sample_history()).await;
@@ -210,6 +238,8 @@ fn a_plain_owner_role_is_bound_by_row_level_security_too() {
         assert_eq!(store.current_role().await.unwrap(), role);
         apply_all(&store, &sample_history()).await;
         assert_matches_reference(&store, &sample_history()).await;
+        assert_eq!(fencing::take_over(&store, "a", "ses_1", "w").await, 1);
+        assert_eq!(fencing::take_over(&store, "b", "ses_1", "w").await, 1);
 
         let mut conn = PgConnection::connect_with(&options.connect).await.unwrap();
         exec_raw(
@@ -223,6 +253,7 @@ fn a_plain_owner_role_is_bound_by_row_level_security_too() {
             !a.is_empty() && a.iter().all(|(k, _)| k.ends_with("/a")),
             "{a:?}"
         );
+        assert!(a.contains(&("fences/a".into(), 1)), "{a:?}");
         conn.close().await.unwrap();
 
         store.close().await;
@@ -463,4 +494,210 @@ fn an_instance_opens_by_its_url() {
         &forge_sql::POSTGRES,
         &server,
     ));
+}
+
+// ---------------------------------------------------------------------------------------
+// Fencing
+
+#[test]
+fn claims_grow_by_one_and_follow_the_lease_rules() {
+    runtime().block_on(with_fresh("claim_rules", async |_, store| {
+        fencing::assert_claim_rules(store).await;
+    }));
+}
+
+#[test]
+fn a_batch_under_a_stale_epoch_is_refused_and_writes_nothing() {
+    runtime().block_on(with_fresh("stale_batches", async |_, store| {
+        fencing::assert_stale_batches_are_refused(store).await;
+    }));
+}
+
+#[test]
+fn a_fence_record_survives_its_sessions_deletion_and_a_new_pool() {
+    runtime().block_on(with_fresh("fence_survives", async |schema, store| {
+        let s = fencing::claim_write_and_delete(store).await;
+        let again = PostgresStore::connect(&schema.url()).await.unwrap();
+        fencing::assert_deleted_session_keeps_its_record(&again, &s).await;
+        again.close().await;
+    }));
+}
+
+#[test]
+fn two_pools_on_one_schema_race_claims_and_the_stale_ones_batches_are_refused() {
+    parallel_runtime().block_on(with_fresh("claim_race", async |schema, one| {
+        let two = PostgresStore::connect(&schema.url()).await.unwrap();
+        fencing::assert_handles_race(Arc::new(one.clone()), Arc::new(two.clone())).await;
+        two.close().await;
+    }));
+}
+
+/// Inserts the fence record `epoch` of `session` of tenant `a` as the URL's user.
+async fn insert_fence(conn: &mut PgConnection, session: &str, epoch: i64) {
+    sqlx::query(
+        "INSERT INTO fences (tenant, session_id, epoch, holder, expires_ms) \
+         VALUES ('a', $1, $2, 'behind', 0)",
+    )
+    .bind(session.as_bytes())
+    .bind(epoch)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
+#[test]
+fn claims_and_batches_wait_for_the_sessions_lock_and_see_what_its_holder_committed() {
+    // A transaction holding a session's lock stands for a claim in progress: a batch
+    // and a claim of the session wait for it, and both see the record it commits (a
+    // batch that read the record before the claim committed would let a stale write in).
+    parallel_runtime().block_on(with_fresh("fence_lock", async |schema, store| {
+        let key = |s: &str| {
+            forge_sql::postgres::testing::session_lock_key(schema.name(), &tenant("a"), &s.into())
+        };
+        let mut watcher = raw(schema).await;
+        let mut holder = raw(schema).await;
+
+        // A batch, unfenced on a session never claimed when it started.
+        let mut tx = holder.begin().await.unwrap();
+        advisory_lock(&mut tx, key("ses_b")).await;
+        let batch = {
+            let store = store.clone();
+            tokio::spawn(async move { store.apply(&[put_session("a", "ses_b", 1)]).await })
+        };
+        wait_for_waiters(&mut watcher, ADVISORY_KEY, key("ses_b"), 1).await;
+        insert_fence(&mut tx, "ses_b", 5).await;
+        tx.commit().await.unwrap();
+        let err = batch.await.unwrap().unwrap_err();
+        fencing::assert_fenced(&err, "ses_b", None, 5);
+        assert_eq!(
+            store.session(&tenant("a"), &"ses_b".into()).await.unwrap(),
+            None
+        );
+
+        // A claim of a session with no record when it started.
+        let mut tx = holder.begin().await.unwrap();
+        advisory_lock(&mut tx, key("ses_c")).await;
+        let claim = {
+            let store = store.clone();
+            tokio::spawn(async move { fencing::take_over(&store, "a", "ses_c", "w").await })
+        };
+        wait_for_waiters(&mut watcher, ADVISORY_KEY, key("ses_c"), 1).await;
+        insert_fence(&mut tx, "ses_c", 8).await;
+        tx.commit().await.unwrap();
+        assert_eq!(claim.await.unwrap(), 9);
+
+        // The batch's lock is the claim's: a claim waits for a batch in progress too.
+        let mut tx = holder.begin().await.unwrap();
+        advisory_lock(&mut tx, key("ses_c")).await;
+        let (claim, batch) = {
+            let (one, two) = (store.clone(), store.clone());
+            let batch = fencing::under(Some(9), vec![put_session("a", "ses_c", 1)]);
+            (
+                tokio::spawn(async move { fencing::take_over(&one, "a", "ses_c", "w2").await }),
+                tokio::spawn(async move { two.apply(&batch).await }),
+            )
+        };
+        wait_for_waiters(&mut watcher, ADVISORY_KEY, key("ses_c"), 2).await;
+        tx.commit().await.unwrap();
+        assert_eq!(claim.await.unwrap(), 10);
+        // Whichever went first, the record and the session agree: the batch landed
+        // only if it ran before the take-over.
+        match batch.await.unwrap() {
+            Ok(()) => assert!(store
+                .session(&tenant("a"), &"ses_c".into())
+                .await
+                .unwrap()
+                .is_some()),
+            Err(e) => {
+                fencing::assert_fenced(&e, "ses_c", Some(9), 10);
+                assert_eq!(
+                    store.session(&tenant("a"), &"ses_c".into()).await.unwrap(),
+                    None
+                );
+            }
+        }
+        watcher.close().await.unwrap();
+        holder.close().await.unwrap();
+    }));
+}
+
+#[test]
+fn claims_work_where_synchronous_commit_is_off_by_default() {
+    // A claim raises `synchronous_commit` for its own transaction (whether its commit
+    // then waited for the flush cannot be seen from here): the statement that does so
+    // must work for the application role under such a default.
+    let test = async {
+        let Some(url) = postgres_url("claim_synchronous_commit") else {
+            return;
+        };
+        let schema = TestSchema::create(&url).await.unwrap();
+        let sep = if schema.url().contains('?') { '&' } else { '?' };
+        let off = format!("{}{sep}options=-c%20synchronous_commit%3Doff", schema.url());
+        let store = PostgresStore::connect(&off).await.unwrap();
+        fencing::assert_claim_rules(&store).await;
+        fencing::assert_stale_batches_are_refused(&store).await;
+        store.close().await;
+        schema.drop().await.unwrap();
+    };
+    runtime().block_on(test);
+}
+
+#[test]
+fn a_schema_of_version_3_opens_without_fence_records_and_fences() {
+    runtime().block_on(with_fresh("upgrade_to_fences", async |schema, store| {
+        apply_all(store, &sample_history()).await;
+        store.close().await;
+        // What a release of schema version 3 left: the same tables, no `fences`.
+        let mut conn = raw(schema).await;
+        exec(&mut conn, "DROP TABLE fences").await;
+        exec(
+            &mut conn,
+            "UPDATE forge_meta SET value = 3 WHERE key = 'schema_version'",
+        )
+        .await;
+
+        let again = PostgresStore::connect(&schema.url()).await.unwrap();
+        let version: i64 =
+            sqlx::query_scalar("SELECT value FROM forge_meta WHERE key = 'schema_version'")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(version, forge_sql::postgres::SCHEMA_VERSION);
+        let records: i64 = sqlx::query_scalar("SELECT count(*) FROM fences")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(records, 0);
+        let policies: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_policies WHERE schemaname = current_schema() \
+             AND tablename = 'fences' AND policyname = 'tenant_isolation'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(policies, 1);
+
+        assert_matches_reference(&again, &sample_history()).await;
+        let (a, s) = (tenant("a"), forge_core::SessionId::from("ses_1"));
+        assert_eq!(again.claimed(&a, &s).await.unwrap(), None);
+        again
+            .apply(&[put_message("a", "ses_1", "msg_up", 0, 20)])
+            .await
+            .unwrap();
+        assert_eq!(fencing::take_over(&again, "a", "ses_1", "w").await, 1);
+        let err = again
+            .apply(&[put_message("a", "ses_1", "msg_late", 0, 21)])
+            .await
+            .unwrap_err();
+        fencing::assert_fenced(&err, "ses_1", None, 1);
+        again
+            .apply(&fencing::under(
+                Some(1),
+                vec![put_message("a", "ses_1", "msg_late", 0, 21)],
+            ))
+            .await
+            .unwrap();
+        again.close().await;
+        conn.close().await.unwrap();
+    }));
 }

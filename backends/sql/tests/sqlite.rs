@@ -1,7 +1,8 @@
 //! `SqliteStore` against real files in temporary directories: equal to `MemoryStore` for
 //! random batches, atomic per batch, durable across reopen, WAL with the requested
 //! `synchronous`, safe under concurrent writers (also from two handles on one file),
-//! refusing newer schema versions, and exact for JSON numbers and NUL-bearing ids.
+//! refusing newer schema versions, exact for JSON numbers and NUL-bearing ids, and
+//! fencing writers (also two handles on one file, and across a reopen and an upgrade).
 
 mod common;
 
@@ -241,10 +242,8 @@ fn a_database_of_a_newer_schema_version_is_refused() {
         let err = open_err(dir).await;
         assert!(matches!(err, forge_core::Error::Unsupported(_)), "{err:?}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("schema version 4") && msg.contains("newer"),
-            "{msg}"
-        );
+        let newer = format!("schema version {}", forge_sql::sqlite::SCHEMA_VERSION + 1);
+        assert!(msg.contains(&newer) && msg.contains("newer"), "{msg}");
 
         // Someone else's database is refused too, and left alone.
         let other = tempfile::tempdir().unwrap();
@@ -424,5 +423,109 @@ fn a_value_edited_behind_the_store_or_without_checksum_is_corrupted() {
             .unwrap_err();
         assert!(err.to_string().contains("has no checksum"), "{err}");
         store.close().await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Fencing
+
+#[test]
+fn claims_grow_by_one_and_follow_the_lease_rules() {
+    with_store(async |_, db| fencing::assert_claim_rules(db).await);
+}
+
+#[test]
+fn a_batch_under_a_stale_epoch_is_refused_and_writes_nothing() {
+    with_store(async |_, db| fencing::assert_stale_batches_are_refused(db).await);
+}
+
+#[test]
+fn a_fence_record_survives_its_sessions_deletion_and_a_reopen() {
+    with_store(async |dir, db| {
+        let s = fencing::claim_write_and_delete(db).await;
+        db.close().await;
+        let again = open(dir).await;
+        fencing::assert_deleted_session_keeps_its_record(&again, &s).await;
+        again.close().await;
+    });
+}
+
+#[test]
+fn two_handles_on_one_file_race_claims_and_the_stale_ones_batches_are_refused() {
+    with_store_on(&parallel_runtime(), async |dir, one| {
+        let two = open(dir).await;
+        fencing::assert_handles_race(Arc::new(one.clone()), Arc::new(two.clone())).await;
+        two.close().await;
+    });
+}
+
+#[test]
+fn claims_under_synchronous_normal_leave_the_writer_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let store = SqliteStore::open(&format!("{}?synchronous=normal", url(dir.path())))
+            .await
+            .unwrap();
+        fencing::assert_claim_rules(&store).await;
+        // Batches after claims still commit with the configured setting (1 = NORMAL).
+        fencing::assert_stale_batches_are_refused(&store).await;
+        assert_eq!(store.settings().await.unwrap().synchronous, 1);
+        store.close().await;
+    });
+}
+
+#[test]
+fn a_database_of_schema_version_3_opens_without_fence_records_and_fences() {
+    with_store(async |dir, db| {
+        apply_all(db, &sample_history()).await;
+        db.close().await;
+        // What a release of schema version 3 left: the same tables, no `fences`.
+        edit_behind(
+            dir,
+            &[
+                "DROP TABLE fences",
+                "UPDATE forge_meta SET value = 3 WHERE key = 'schema_version'",
+            ],
+        )
+        .await;
+
+        let again = open(dir).await;
+        let mut conn = raw(dir).await;
+        let version: i64 = sqlx::query("SELECT value FROM forge_meta WHERE key = 'schema_version'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, forge_sql::sqlite::SCHEMA_VERSION);
+        let records: i64 = sqlx::query("SELECT count(*) FROM fences")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(records, 0);
+        conn.close().await.unwrap();
+
+        assert_matches_reference(&again, &sample_history()).await;
+        let (a, s) = (tenant("a"), SessionId::from("ses_1"));
+        assert_eq!(again.claimed(&a, &s).await.unwrap(), None);
+        // Never claimed: unfenced writers go on writing, until a claim.
+        again
+            .apply(&[put_message("a", "ses_1", "msg_up", 0, 20)])
+            .await
+            .unwrap();
+        assert_eq!(fencing::take_over(&again, "a", "ses_1", "w").await, 1);
+        let err = again
+            .apply(&[put_message("a", "ses_1", "msg_late", 0, 21)])
+            .await
+            .unwrap_err();
+        fencing::assert_fenced(&err, "ses_1", None, 1);
+        again
+            .apply(&fencing::under(
+                Some(1),
+                vec![put_message("a", "ses_1", "msg_late", 0, 21)],
+            ))
+            .await
+            .unwrap();
+        again.close().await;
     });
 }

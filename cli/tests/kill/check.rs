@@ -34,12 +34,22 @@ pub fn snapshot(url: &str, tenant: &str) -> Snapshot {
     })
 }
 
-/// `forge-store recover --json` in a new process; returns its JSON, or why it failed.
+/// `forge-store recover --json --take-over` in a new process; returns its JSON, or why
+/// it failed. The killed writer's claims on its sessions outlive it until their lease
+/// runs out: recover takes them over, as an operator who knows the writer is dead does.
 pub fn recover(url: &str, tenant: &str) -> Result<Value, String> {
-    let args: Vec<String> = ["--backend", url, "--tenant", tenant, "recover", "--json"]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    let args: Vec<String> = [
+        "--backend",
+        url,
+        "--tenant",
+        tenant,
+        "recover",
+        "--json",
+        "--take-over",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
     let text = child::run(&args)?;
     serde_json::from_str(&text).map_err(|e| format!("recover --json: {e}: {text}"))
 }

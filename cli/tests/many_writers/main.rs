@@ -11,6 +11,9 @@
 //! in time. (The `replay` and `import` commands write one session at a time, so their
 //! batches never hold two sessions; a server's do.)
 //!
+//! Every process waits for a session another one holds (`--wait`): a session has one
+//! writer at a time, so the imports of a shared session take turns on its claim.
+//!
 //! The contended case: a few shared sessions that every process imports at once, in
 //! bursts at the start of each of three phases (each writer three times per burst, in
 //! its own order: rotated, and reversed for every other writer), together with one
@@ -244,10 +247,19 @@ fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
     let tokens_arg = tokens_file.display().to_string();
     let launches: Vec<_> = (0..writers)
         .map(|w| {
-            let args: Vec<String> = ["--backend", &url, "--commit-window-ms", &window]
-                .iter()
-                .map(ToString::to_string)
-                .collect();
+            // A shared session is written by one process at a time: the others wait for
+            // its claim (`--wait`) and take turns.
+            let args: Vec<String> = [
+                "--backend",
+                &url,
+                "--commit-window-ms",
+                &window,
+                "--wait",
+                "120s",
+            ]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
             let serve = ["--tokens".to_owned(), tokens_arg.clone()];
             let dir = dir.path().to_owned();
             std::thread::spawn(move || {
@@ -281,7 +293,15 @@ fn many_writer_processes_on_postgres_lose_nothing_and_never_deadlock() {
         let importers: Vec<(String, Child)> = shared_files
             .iter()
             .map(|(tenant, sid, file)| {
-                let args = ["--backend", &url, "--tenant", TENANTS[*tenant], "import"];
+                let args = [
+                    "--backend",
+                    &url,
+                    "--tenant",
+                    TENANTS[*tenant],
+                    "--wait",
+                    "120s",
+                    "import",
+                ];
                 let mut import = command(&args, dir.path());
                 import.arg(file).env_remove("RUST_LOG");
                 (sid.clone(), spawn_piped(&mut import))

@@ -96,8 +96,10 @@ fn after_a_writer_kill_and_recover_on_redis_the_projected_postgres_copy_equals_r
         }
         let _ = child.kill();
         let _ = child.wait();
+        // The killed writer's claims outlive it until their lease runs out: recover
+        // takes its sessions over.
         let recovered: serde_json::Value =
-            serde_json::from_str(&cli(&from, &["recover", "--json"])).unwrap();
+            serde_json::from_str(&cli(&from, &["recover", "--json", "--take-over"])).unwrap();
         republished += recovered["report"]["events_republished"]
             .as_u64()
             .unwrap_or(0);

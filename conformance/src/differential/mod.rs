@@ -121,6 +121,7 @@ pub fn env(tenant_name: &str, session_id: &str, seq: u64, event: SyncEvent) -> E
         tenant: tenant(tenant_name),
         session_id: session_id.into(),
         seq,
+        epoch: None,
         event,
     }
 }

@@ -53,6 +53,9 @@ pub struct Case {
     /// cases).
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
+    /// How the sessions are named ([`SESSION_NAMES`] families).
+    #[serde(default)]
+    pub names: u8,
 }
 
 /// A case of [`Property::BusResume`].
@@ -68,6 +71,9 @@ pub struct ResumeCase {
     /// cases).
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
+    /// How the sessions are named ([`SESSION_NAMES`] families).
+    #[serde(default)]
+    pub names: u8,
 }
 
 /// `n` publishes as a compact spec expands them: the `i`-th goes to session 0 (to
@@ -102,32 +108,41 @@ fn publish() -> impl Strategy<Value = Publish> {
 
 /// Any bus case.
 pub fn case() -> impl Strategy<Value = Case> {
-    (vec(publish(), 0..40), 1u8..=3).prop_map(|(events, subscribers)| Case {
+    (vec(publish(), 0..40), 1u8..=3, names()).prop_map(|(events, subscribers, names)| Case {
         events,
         subscribers,
         bulk: 0,
+        names,
     })
 }
 
 /// Large bus cases: thousands of events before a few generated ones.
 pub fn large_case() -> impl Strategy<Value = Case> {
-    (vec(publish(), 0..8), 1u8..=2, bulk_size()).prop_map(|(events, subscribers, bulk)| Case {
-        events,
-        subscribers,
-        bulk,
-    })
+    (vec(publish(), 0..8), 1u8..=2, bulk_size(), names()).prop_map(
+        |(events, subscribers, bulk, names)| Case {
+            events,
+            subscribers,
+            bulk,
+            names,
+        },
+    )
 }
 
 /// Any resume case.
 pub fn resume_case() -> impl Strategy<Value = ResumeCase> {
-    (vec(publish(), 0..30), any::<u16>(), vec(publish(), 0..30)).prop_map(
-        |(before, from, after)| ResumeCase {
+    (
+        vec(publish(), 0..30),
+        any::<u16>(),
+        vec(publish(), 0..30),
+        names(),
+    )
+        .prop_map(|(before, from, after, names)| ResumeCase {
             before,
             from,
             after,
             bulk: 0,
-        },
-    )
+            names,
+        })
 }
 
 /// Large resume cases: thousands of events of the session before the resume, which
@@ -139,17 +154,39 @@ pub fn large_resume_case() -> impl Strategy<Value = ResumeCase> {
         from,
         vec(publish(), 0..8),
         bulk_size(),
+        names(),
     )
-        .prop_map(|(before, from, after, bulk)| ResumeCase {
+        .prop_map(|(before, from, after, bulk, names)| ResumeCase {
             before,
             from,
             after,
             bulk,
+            names,
         })
 }
 
-fn sid(i: u8) -> SessionId {
-    SessionId::from(format!("ses_bus_{i}"))
+/// The three sessions' ids, by family: plain; each a prefix of the next; glob and
+/// bracket characters a pattern subscription would read as a pattern (`ses_[a]` matches
+/// `ses_a`); key separators and hash tags; 256 bytes, two of them differing only in the
+/// last byte. A bus that keys, routes or filters sessions by a prefix or a pattern
+/// delivers one session's events to another's subscriber.
+pub const SESSION_NAMES: usize = 5;
+
+fn sid_in(names: u8, i: u8) -> SessionId {
+    let long = |last: char| format!("ses_{}{last}", "x".repeat(251));
+    let i = usize::from(i % 3);
+    let id = match names % SESSION_NAMES as u8 {
+        1 => ["ses_1", "ses_10", "ses_100"][i].to_owned(),
+        2 => ["ses_[a]", "ses_a", "ses_*"][i].to_owned(),
+        3 => ["{ses}:a", "{ses}", "ses:a"][i].to_owned(),
+        4 => [long('a'), long('b'), format!("ses_{}", "x".repeat(251))][i].clone(),
+        _ => format!("ses_bus_{i}"),
+    };
+    SessionId::from(id)
+}
+
+fn names() -> impl Strategy<Value = u8> {
+    0..SESSION_NAMES as u8
 }
 
 /// Turns publishes into envelopes with per-(tenant, session) seqs counting from 1.
@@ -157,11 +194,13 @@ struct Publisher {
     a: TenantId,
     b: TenantId,
     seqs: std::collections::HashMap<(bool, u8), u64>,
+    /// The sessions' naming family.
+    names: u8,
 }
 
 impl Publisher {
     /// The case's bus, and a publisher to two tenants of its backend.
-    fn of(b: &crate::harness::Backend) -> Result<(Arc<dyn Bus>, Self), String> {
+    fn of(b: &crate::harness::Backend, names: u8) -> Result<(Arc<dyn Bus>, Self), String> {
         let bus = b
             .bus
             .clone()
@@ -170,6 +209,7 @@ impl Publisher {
             a: b.tenant(),
             b: b.tenant(),
             seqs: std::collections::HashMap::default(),
+            names,
         };
         Ok((bus, p))
     }
@@ -186,7 +226,7 @@ impl Publisher {
     fn envelope(&mut self, p: &Publish) -> BusEvent {
         let seq = self.seqs.entry((p.other_tenant, p.session)).or_insert(0);
         *seq += 1;
-        let session = sid(p.session);
+        let session = sid_in(self.names, p.session);
         let n = *seq;
         let event = match p.kind {
             0 => Event::PartDelta(PartDelta {
@@ -230,6 +270,7 @@ impl Publisher {
             },
             session_id: session,
             seq: n,
+            epoch: None,
             event,
         })
     }
@@ -318,8 +359,9 @@ async fn publish_all(bus: &dyn Bus, events: &[BusEvent]) -> Result<(), String> {
 pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
-        let (bus, mut p) = Publisher::of(&b)?;
+        let (bus, mut p) = Publisher::of(&b, case.names)?;
         let tenant = p.a.clone();
+        let sid = |i| sid_in(case.names, i);
         let mut subs = Vec::new();
         for s in 0..3u8 {
             for k in 0..case.subscribers {
@@ -395,9 +437,9 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
 pub(crate) fn check_resume(ctx: &Ctx<'_>, case: &ResumeCase) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
-        let (bus, mut p) = Publisher::of(&b)?;
+        let (bus, mut p) = Publisher::of(&b, case.names)?;
         let tenant = p.a.clone();
-        let session = sid(0);
+        let session = sid_in(case.names, 0);
         let before = p.envelopes(case.bulk, &case.before);
         let after: Vec<BusEvent> = case.after.iter().map(|e| p.envelope(e)).collect();
         publish_all(&*bus, &before).await?;

@@ -397,6 +397,7 @@ fn check_with(ctx: &Ctx<'_>, case: &Case, recover: RecoverFn) -> Result<(), Stri
         let stale_events = if case.end == End::Crash && case.stale_open > 0 {
             let events = stale(&turn.session, case.stale_open);
             let batch = crate::harness::envs(&turn.tenant, 1, events.clone());
+            let batch = crate::harness::under_claims(store.as_ref(), batch).await?;
             store
                 .apply(&batch)
                 .await

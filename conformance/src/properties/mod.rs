@@ -5,6 +5,7 @@
 pub mod bus;
 pub mod concurrency;
 pub mod crash;
+pub mod fencing;
 pub mod filter;
 pub mod pagination;
 pub mod reopen;
@@ -57,6 +58,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::TenantIsolation => tenant::run(ctx),
         Property::Concurrency => concurrency::run(ctx),
         Property::RoundTrip => round_trip::run(ctx),
+        Property::Fencing => fencing::run(ctx),
         Property::Reopen => reopen::run(ctx),
     }
 }
@@ -86,6 +88,7 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::TenantIsolation => tenant::check(ctx, &parse(json)?),
         Property::Concurrency => concurrency::check(ctx, &parse(json)?),
         Property::RoundTrip => round_trip::check(ctx, &parse(json)?),
+        Property::Fencing => fencing::check(ctx, &parse(json)?),
         Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

@@ -49,12 +49,25 @@ pub struct Case {
     /// The stream of a turn in another tenant and where it is cut; it always ends in a
     /// crash.
     pub turn: crash::Case,
+    /// Batches over the same ids applied after the first reopen (removals and
+    /// overwrites of what was written before it); the store is then closed and opened a
+    /// second time.
+    #[serde(default)]
+    pub after: upsert::Case,
 }
 
 /// Any case; with `transactions == false` every history batch holds one event.
 pub fn case(transactions: bool) -> impl Strategy<Value = Case> {
-    (upsert::case(transactions), crash::case(true))
-        .prop_map(|(history, turn)| Case { history, turn })
+    (
+        upsert::case(transactions),
+        crash::case(true),
+        upsert::case(transactions),
+    )
+        .prop_map(|(history, turn, after)| Case {
+            history,
+            turn,
+            after,
+        })
 }
 
 /// How many events of the turn's stream are fed before the crash: the case's share,
@@ -282,6 +295,22 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 ));
             }
         }
+
+        // Removals and overwrites of what the first life wrote, then a second restart:
+        // nothing removed comes back, no index keeps what its row lost.
+        write_history(b.store.as_ref(), &hist, &mut model, &case.after).await?;
+        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
+            .await
+            .map_err(|e| format!("after reopen and more batches: {e}"))?;
+        let Some(reopened) = ctx.reopen(b).await? else {
+            return Err(format!("skipped: {}", cannot(ctx)));
+        };
+        let b = reopened.backend;
+        drop(bus);
+        let bus = b.bus_or_local();
+        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
+            .await
+            .map_err(|e| format!("after a second reopen, following more batches: {e}"))?;
 
         // Seqs continue: every scope starts at or above everything handed out before.
         let projector = DirectProjector::new(Arc::clone(&b.store), Arc::clone(&bus));

@@ -135,7 +135,7 @@ impl Batch {
 }
 
 /// A case: batches applied in order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Case {
     /// The batches.
     pub batches: Vec<Batch>,

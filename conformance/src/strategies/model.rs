@@ -90,10 +90,16 @@ pub enum PartKind {
     Retry,
     /// A kind this version does not know.
     Unknown,
+    /// Text without `time` (a user's text): not open, though it has no `time.end`.
+    UntimedText,
+    /// Tool `running`, waiting for the user's approval: not open work.
+    ToolAwaitingApproval,
+    /// Tool `running` whose approval was given: open again.
+    ToolApproved,
 }
 
 /// Every part kind.
-pub const PART_KINDS: [PartKind; 18] = [
+pub const PART_KINDS: [PartKind; 21] = [
     PartKind::Text,
     PartKind::OpenText,
     PartKind::Reasoning,
@@ -112,6 +118,9 @@ pub const PART_KINDS: [PartKind; 18] = [
     PartKind::Patch,
     PartKind::Retry,
     PartKind::Unknown,
+    PartKind::UntimedText,
+    PartKind::ToolAwaitingApproval,
+    PartKind::ToolApproved,
 ];
 
 /// Any message kind.
@@ -252,6 +261,14 @@ pub fn part(
     };
     let input = json!({"cmd": format!("echo {version}")});
     let body = match kind {
+        PartKind::UntimedText => PartBody::Text(TextPart {
+            text,
+            synthetic: None,
+            ignored: None,
+            time: None,
+            metadata: None,
+            extra: JsonMap::new(),
+        }),
         PartKind::Text | PartKind::OpenText => PartBody::Text(TextPart {
             text,
             synthetic: None,
@@ -279,16 +296,24 @@ pub fn part(
             raw: text,
             extra: JsonMap::new(),
         })),
-        PartKind::ToolRunning => tool(ToolState::Running(ToolRunning {
-            input,
-            title: Some(text),
-            metadata: None,
-            time: ToolTime {
-                start: T0 + v,
+        PartKind::ToolRunning | PartKind::ToolAwaitingApproval | PartKind::ToolApproved => {
+            let status = match kind {
+                PartKind::ToolAwaitingApproval => "requested",
+                _ => "approved",
+            };
+            let metadata = (kind != PartKind::ToolRunning)
+                .then(|| json!({"approval": {"id": format!("ap_{id}"), "status": status}}));
+            tool(ToolState::Running(ToolRunning {
+                input,
+                title: Some(text),
+                metadata,
+                time: ToolTime {
+                    start: T0 + v,
+                    extra: JsonMap::new(),
+                },
                 extra: JsonMap::new(),
-            },
-            extra: JsonMap::new(),
-        })),
+            }))
+        }
         PartKind::ToolCompleted => tool(ToolState::Completed(ToolCompleted {
             input,
             output: text,

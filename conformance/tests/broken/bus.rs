@@ -33,6 +33,9 @@ pub enum BusBug {
     /// Replay keeps only the newest 1,024 events of a session and does not say it is
     /// truncated (a stream capped with `MAXLEN` read as if it were whole).
     ReplayTrimsSilently1024,
+    /// A session subscriber gets the events of every session whose id starts with its
+    /// session's id (a channel pattern `session:ID*`).
+    SessionTopicByPrefix,
 }
 
 /// What [`BusBug::SubscriberQueueDrops1024`] and [`BusBug::ReplayTrimsSilently1024`]
@@ -107,11 +110,19 @@ impl BrokenBus {
                 PartBody::Reasoning(r) => r.text.push_str(&d.delta),
                 _ => return,
             }
+            // Under the writer's claim, as the writer's own store would take it.
+            let epoch = store
+                .claimed(&e.tenant, &e.session_id)
+                .await
+                .ok()
+                .flatten()
+                .map(|c| c.epoch);
             let _ = store
                 .apply(&[Envelope {
                     tenant: e.tenant.clone(),
                     session_id: e.session_id.clone(),
                     seq: e.seq,
+                    epoch,
                     event: SyncEvent::PartUpdated { part },
                 }])
                 .await;
@@ -164,7 +175,9 @@ impl Bus for BrokenBus {
                 }
                 self.inner.publish(event)
             }
-            BusBug::ReplayTrimsSilently1024 => self.inner.publish(event),
+            BusBug::ReplayTrimsSilently1024 | BusBug::SessionTopicByPrefix => {
+                self.inner.publish(event)
+            }
         }
     }
 
@@ -185,6 +198,20 @@ impl Bus for BrokenBus {
         match (&self.bug, &topic, from_seq) {
             (BusBug::SubscriberQueueDrops1024, Topic::Session(session), None) => {
                 Ok(self.queued(tenant, session))
+            }
+            (BusBug::SessionTopicByPrefix, Topic::Session(session), _) => {
+                use futures::StreamExt as _;
+                let prefix = session.as_str().to_owned();
+                let whole = self
+                    .inner
+                    .subscribe(tenant, Topic::Tenant, from_seq)
+                    .await?;
+                Ok(Subscription::new(whole.filter(move |e| {
+                    let keep = e
+                        .as_ref()
+                        .map_or(true, |e| e.session_id.as_str().starts_with(&prefix));
+                    futures::future::ready(keep)
+                })))
             }
             _ => self.inner.subscribe(tenant, topic, from_seq).await,
         }
@@ -219,6 +246,9 @@ pub enum Wrapper {
     DroppingSubscriberBus,
     /// A `MemoryStore` with a bus whose replay silently keeps the newest 1,024 events.
     TrimmingReplayBus,
+    /// A `MemoryStore` with a bus whose session subscribers also get the sessions whose
+    /// ids extend their session's id.
+    PrefixSubscriberBus,
     /// A store whose bug shows at scale or with real data, with a durable `LocalBus`.
     Scale(super::scale::ScaleBug),
 }
@@ -266,6 +296,9 @@ impl BackendFactory for Broken {
             }
             Wrapper::TrimmingReplayBus => {
                 Arc::new(BrokenBus::new(REPLAY, BusBug::ReplayTrimsSilently1024))
+            }
+            Wrapper::PrefixSubscriberBus => {
+                Arc::new(BrokenBus::new(REPLAY, BusBug::SessionTopicByPrefix))
             }
             Wrapper::DeltaPersistingBus | Wrapper::CheckpointingBus => {
                 let store = self

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_core::model::{MessageBody, PartBody};
 use forge_core::{
-    Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts, OpenItems, Page, Part,
-    PartId, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    Claim, ClaimRequest, Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts,
+    OpenItems, Page, Part, PartId, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
 };
 use forge_testkit::Forward;
 use parking_lot::Mutex;
@@ -42,6 +42,29 @@ pub enum StoreBug {
     /// Parts are keyed per message: a part upserted under another message of its
     /// session is added there and also stays under the old one.
     PartKeyedPerMessage,
+    /// `open_items` calls every part open whose state says it may still change: text
+    /// or reasoning without an end (also a text without any time), every tool `pending`
+    /// or `running` (also one waiting for approval).
+    OpennessFromStateOnly,
+    /// Claims grant epochs, but `apply` never looks at a batch's epoch.
+    IgnoresEpoch,
+    /// `apply` checks the epoch right, then writes a round trip later: a claim granted
+    /// in between does not stop the batch.
+    ChecksEpochOutsideTransaction,
+    /// `apply` refuses an epoch only when it sorts below the current one as text
+    /// (`"9"` does not sort below `"10"`).
+    ComparesEpochsAsStrings,
+}
+
+impl StoreBug {
+    fn fences_itself(self) -> bool {
+        matches!(
+            self,
+            Self::IgnoresEpoch
+                | Self::ChecksEpochOutsideTransaction
+                | Self::ComparesEpochsAsStrings
+        )
+    }
 }
 
 /// `MemoryStore` with one bug.
@@ -53,6 +76,8 @@ pub struct BrokenStore {
     /// Copies a part left under its old message (`PartKeyedPerMessage`).
     stale: Mutex<BTreeMap<(TenantId, SessionId, MessageId, PartId), Part>>,
     busy: tokio::sync::Mutex<()>,
+    /// The fence records of the fence bugs (the wrapped store sees unfenced batches).
+    fences: Mutex<HashMap<(TenantId, SessionId), Claim>>,
 }
 
 impl BrokenStore {
@@ -63,6 +88,7 @@ impl BrokenStore {
             ghosts: Mutex::new(HashMap::new()),
             stale: Mutex::new(BTreeMap::new()),
             busy: tokio::sync::Mutex::new(()),
+            fences: Mutex::new(HashMap::new()),
         }
     }
 
@@ -259,6 +285,36 @@ fn drop_unknown(batch: &[Envelope<SyncEvent>]) -> Vec<Envelope<SyncEvent>> {
         .collect()
 }
 
+impl BrokenStore {
+    /// A fence bug's `apply`: its own check, then the batch unfenced to the wrapped store.
+    async fn fenced_apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let check = |fences: &HashMap<(TenantId, SessionId), Claim>| -> Result<()> {
+            for env in batch {
+                let current = fences.get(&(env.tenant.clone(), env.session_id.clone()));
+                let refused = match (self.bug, env.epoch, current) {
+                    (StoreBug::IgnoresEpoch, _, _) => false,
+                    (StoreBug::ComparesEpochsAsStrings, Some(e), Some(c)) => {
+                        e.to_string() < c.epoch.to_string()
+                    }
+                    _ => forge_core::fence::check(&env.session_id, current, env.epoch).is_err(),
+                };
+                if refused {
+                    return Err(Error::fenced(&env.session_id, env.epoch, current));
+                }
+            }
+            Ok(())
+        };
+        check(&self.fences.lock())?;
+        if self.bug == StoreBug::ChecksEpochOutsideTransaction {
+            // The round trip between a check and the write that a store running them as
+            // two statements has.
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let unfenced: Vec<_> = batch.iter().map(|e| e.clone().with_epoch(None)).collect();
+        self.inner.apply(&unfenced).await
+    }
+}
+
 /// Every method it does not change forwards to the store it wraps.
 #[async_trait]
 impl Forward for BrokenStore {
@@ -266,7 +322,49 @@ impl Forward for BrokenStore {
         &*self.inner
     }
 
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        if !self.bug.fences_itself() {
+            return self.inner.claim(tenant, session, request).await;
+        }
+        let mut fences = self.fences.lock();
+        let key = (tenant.clone(), session.clone());
+        let claim = forge_core::fence::decide(session, fences.get(&key), request)?;
+        fences.insert(key, claim.clone());
+        Ok(claim)
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        if !self.bug.fences_itself() {
+            return self.inner.release(tenant, session, epoch).await;
+        }
+        let mut fences = self.fences.lock();
+        let key = (tenant.clone(), session.clone());
+        if let Some(r) = forge_core::fence::released(fences.get(&key), epoch) {
+            fences.insert(key, r);
+        }
+        Ok(())
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        if !self.bug.fences_itself() {
+            return self.inner.claimed(tenant, session).await;
+        }
+        Ok(self
+            .fences
+            .lock()
+            .get(&(tenant.clone(), session.clone()))
+            .cloned())
+    }
+
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        if self.bug.fences_itself() {
+            return self.fenced_apply(batch).await;
+        }
         match self.bug {
             StoreBug::KeepsFirstWrite => {
                 let kept = self.keep_first(batch).await;
@@ -374,6 +472,34 @@ impl Forward for BrokenStore {
         let mut open = self.inner.open_items(self.tenant(tenant), session).await?;
         if self.bug == StoreBug::HidesTools {
             open.parts.retain(|p| p.kind() != "tool");
+        }
+        if self.bug == StoreBug::OpennessFromStateOnly {
+            let sessions = match session {
+                Some(s) => vec![s.clone()],
+                None => self
+                    .inner
+                    .sessions(tenant)
+                    .await?
+                    .into_iter()
+                    .map(|s| s.info.id)
+                    .collect(),
+            };
+            open.parts.clear();
+            for s in sessions {
+                for m in forge_core::read_all(self.inner.as_ref(), tenant, &s, 1000).await? {
+                    open.parts
+                        .extend(m.parts.into_iter().filter(|p| match &p.body {
+                            PartBody::Text(t) => t.time.as_ref().is_none_or(|t| t.end.is_none()),
+                            PartBody::Reasoning(r) => r.time.end.is_none(),
+                            PartBody::Tool(t) => matches!(
+                                t.state,
+                                forge_core::model::ToolState::Pending(_)
+                                    | forge_core::model::ToolState::Running(_)
+                            ),
+                            _ => false,
+                        }));
+                }
+            }
         }
         if self.bug == StoreBug::PartKeyedPerMessage {
             let stale = self.stale.lock();

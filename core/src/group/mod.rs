@@ -45,10 +45,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::bus::Bus;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::event::{BusEvent, Envelope, Event, SyncEvent};
 use crate::id::SessionId;
-use crate::projector::{Projector, Scope, Scopes};
+use crate::projector::{ClaimPolicy, Projector, Scope, Scopes};
 use crate::store::Store;
 use crate::tenant::TenantId;
 
@@ -99,6 +99,16 @@ impl fmt::Debug for GroupCommitProjector {
 impl GroupCommitProjector {
     /// A projector over `store` and `bus`.
     pub fn new(store: Arc<dyn Store>, bus: Arc<dyn Bus>, options: GroupCommitOptions) -> Self {
+        Self::with_claims(store, bus, options, ClaimPolicy::default())
+    }
+
+    /// A projector over `store` and `bus` claiming the sessions it writes with `policy`.
+    pub fn with_claims(
+        store: Arc<dyn Store>,
+        bus: Arc<dyn Bus>,
+        options: GroupCommitOptions,
+        policy: ClaimPolicy,
+    ) -> Self {
         let window_ms = i64::try_from(options.window.as_millis()).unwrap_or(i64::MAX);
         Self {
             store,
@@ -113,7 +123,7 @@ impl GroupCommitProjector {
                 },
                 ..State::default()
             }),
-            scopes: Scopes::default(),
+            scopes: Scopes::new(policy),
             flushing: tokio::sync::Mutex::new(()),
         }
     }
@@ -146,17 +156,13 @@ impl GroupCommitProjector {
     }
 }
 
-#[async_trait]
-impl Projector for GroupCommitProjector {
-    async fn scope(&self, tenant: &TenantId, session: &SessionId) -> Result<Scope> {
-        self.scopes
-            .get(self.store.as_ref(), self.bus.as_ref(), tenant, session)
-            .await
-    }
-
-    async fn commit(&self, scope: &Scope, events: Vec<SyncEvent>) -> Result<u64> {
+impl GroupCommitProjector {
+    /// [`Projector::commit`] without forgetting a fenced scope.
+    async fn commit_events(&self, scope: &Scope, events: Vec<SyncEvent>) -> Result<u64> {
         let key = (scope.tenant.clone(), scope.session_id.clone());
+
         let terminal = events.iter().any(SyncEvent::is_terminal);
+        self.scopes.keep(self.store.as_ref(), scope).await?;
         let last = {
             let mut guard = self.state.lock();
             let now = self.now_locked(&guard);
@@ -170,14 +176,8 @@ impl Projector for GroupCommitProjector {
             }
             let mut last = 0;
             for event in events {
-                let seq = scope.next_seq();
-                last = seq;
-                let env = Envelope {
-                    tenant: scope.tenant.clone(),
-                    session_id: scope.session_id.clone(),
-                    seq,
-                    event,
-                };
+                let env = scope.envelope(event);
+                last = env.seq;
                 let published = BusEvent::from(env.clone());
                 o.push_pending(env, &mut state.stats.coalesced);
                 if terminal {
@@ -223,6 +223,26 @@ impl Projector for GroupCommitProjector {
             }
         }
     }
+}
+
+#[async_trait]
+impl Projector for GroupCommitProjector {
+    async fn scope(&self, tenant: &TenantId, session: &SessionId) -> Result<Scope> {
+        self.scopes
+            .get(self.store.as_ref(), self.bus.as_ref(), tenant, session)
+            .await
+    }
+
+    async fn commit(&self, scope: &Scope, events: Vec<SyncEvent>) -> Result<u64> {
+        let committed = self.commit_events(scope, events).await;
+        if let Err(e) = &committed {
+            if e.kind() == ErrorKind::Fenced {
+                // Another writer claimed the session: the next `scope` claims again.
+                self.scopes.forget(scope);
+            }
+        }
+        committed
+    }
 
     fn emit(&self, scope: &Scope, event: Event) -> Result<u64> {
         let key = (scope.tenant.clone(), scope.session_id.clone());
@@ -231,21 +251,31 @@ impl Projector for GroupCommitProjector {
         if let Some(e) = o.take_failure() {
             return Err(e);
         }
-        let seq = scope.next_seq();
-        self.publish_or_hold(
-            o,
-            BusEvent::new(Envelope {
-                tenant: scope.tenant.clone(),
-                session_id: scope.session_id.clone(),
-                seq,
-                event,
-            }),
-        )?;
+        let env = Envelope::new(
+            scope.tenant.clone(),
+            scope.session_id.clone(),
+            scope.next_seq(),
+            event,
+        );
+        let seq = env.seq;
+        self.publish_or_hold(o, BusEvent::new(env))?;
         Ok(seq)
     }
 
     async fn sync(&self) -> Result<()> {
         self.flush(Flush::All).await.map_or(Ok(()), Err)
+    }
+
+    /// Commits what is pending first.
+    async fn release(&self) -> Result<()> {
+        self.sync().await?;
+        self.scopes.release(self.store.as_ref()).await
+    }
+
+    /// Commits what the session has pending first.
+    async fn release_scope(&self, scope: Scope) -> Result<()> {
+        self.sync().await?;
+        self.scopes.release_one(self.store.as_ref(), scope).await
     }
 
     fn store(&self) -> &Arc<dyn Store> {

@@ -135,6 +135,7 @@ mod tests {
             tenant: TenantId::new("t").unwrap(),
             session_id: SessionId::generate(),
             seq,
+            epoch: None,
             event,
         }
     }

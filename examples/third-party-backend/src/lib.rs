@@ -7,7 +7,8 @@
 //! driver from `tests/conformance.rs` with one macro call.
 //!
 //! Layout: `<root>/t-<hex tenant>/s-<hex session>.json`, each file holding the session,
-//! its seq, and its messages with their parts. Ids are hex-encoded, so no id (`../x`,
+//! its seq, and its messages with their parts; beside it `s-<hex session>.fence`, the
+//! session's fence record (its writers' claims), which outlives the session. Ids are hex-encoded, so no id (`../x`,
 //! `a\0b`, `..`) can name another file; ids too long for a file name are rejected.
 //! Writes are serialized by a mutex; each batch is applied in memory first and only
 //! written (temp file + rename) when every event of it succeeded, so a failing batch
@@ -23,6 +24,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use forge_core::fence::{self, Claim, ClaimRequest};
 use forge_core::store::clamp_limit;
 use forge_core::{
     Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Part,
@@ -161,6 +163,28 @@ impl JsonFilesStore {
         std::fs::rename(&tmp, path).map_err(io_error)
     }
 
+    /// The session's fence record: beside its file, named apart from session files.
+    fn fence_path(&self, tenant: &TenantId, session: &SessionId) -> Result<PathBuf> {
+        Ok(self.path(tenant, session)?.with_extension("fence"))
+    }
+
+    fn load_fence(path: &Path) -> Result<Option<Claim>> {
+        match std::fs::read(path) {
+            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(e)),
+        }
+    }
+
+    fn save_fence(path: &Path, claim: &Claim) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io_error)?;
+        }
+        let tmp = path.with_extension("fence.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(claim)?).map_err(io_error)?;
+        std::fs::rename(&tmp, path).map_err(io_error)
+    }
+
     fn session_file(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<SessionFile>> {
         match self.path(tenant, session) {
             Ok(p) => Self::load(&p),
@@ -241,18 +265,57 @@ impl Store for JsonFilesStore {
         Capabilities::new(NAME)
     }
 
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        request: &ClaimRequest,
+    ) -> Result<Claim> {
+        let _writer = self.writer.lock().await;
+        let path = self.fence_path(tenant, session)?;
+        let claim = fence::decide(session, Self::load_fence(&path)?.as_ref(), request)?;
+        Self::save_fence(&path, &claim)?;
+        Ok(claim)
+    }
+
+    async fn release(&self, tenant: &TenantId, session: &SessionId, epoch: u64) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        let path = self.fence_path(tenant, session)?;
+        if let Some(released) = fence::released(Self::load_fence(&path)?.as_ref(), epoch) {
+            Self::save_fence(&path, &released)?;
+        }
+        Ok(())
+    }
+
+    async fn claimed(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<Claim>> {
+        match self.fence_path(tenant, session) {
+            Ok(p) => Self::load_fence(&p),
+            Err(_) => Ok(None),
+        }
+    }
+
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
         let _writer = self.writer.lock().await;
         let mut touched: BTreeMap<PathBuf, Option<SessionFile>> = BTreeMap::new();
+        let mut fences: BTreeMap<PathBuf, Option<Claim>> = BTreeMap::new();
         for env in batch {
             if env.event.session_id() != &env.session_id {
                 return Err(Error::invalid("event and envelope name different sessions"));
             }
             let path = self.path(&env.tenant, &env.session_id)?;
             if !touched.contains_key(&path) {
+                // Under the writer lock, as claims are: none is granted until the batch
+                // is written.
+                let record = Self::load_fence(&self.fence_path(&env.tenant, &env.session_id)?)?;
+                fences.insert(path.clone(), record);
                 let loaded = Self::load(&path)?;
                 touched.insert(path.clone(), loaded);
             }
+            fence::check(
+                &env.session_id,
+                fences.get(&path).and_then(Option::as_ref),
+                env.epoch,
+            )?;
             let file = touched.entry(path).or_default();
             apply_one(file, &env.event)?;
             if let Some(f) = file {

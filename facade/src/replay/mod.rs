@@ -146,6 +146,16 @@ impl<'a> Replayer<'a> {
             .unwrap_or_default();
         self.report.deltas = stats.deltas;
         self.report.ignored_events = stats.ignored;
+        // Done with the session: the next writer (another server's upload) need not wait
+        // out the claim's lease.
+        if let Some(driver) = self.driver.take() {
+            let scope = driver.scope().clone();
+            drop(driver);
+            let sid = scope.session_id.clone();
+            if let Err(e) = self.engine.projector.release_scope(scope).await {
+                tracing::warn!(session = %sid, error = %e, "releasing the session's claim");
+            }
+        }
         match outcome {
             Ok(()) => Ok(self.report),
             Err(error) => Err(ReplayError {

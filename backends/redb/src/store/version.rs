@@ -9,7 +9,7 @@ use redb::{Database, ReadableDatabase, TableError};
 use super::begin_durable;
 use crate::error::{map, open as open_error};
 use crate::schema::{
-    MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION,
+    FENCES, MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION,
     SCHEMA_VERSION_KEY, SESSIONS,
 };
 
@@ -28,7 +28,7 @@ pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
     };
     match version {
         Some(SCHEMA_VERSION) => return Ok(()),
-        Some(v @ (1 | 2)) => {
+        Some(v @ (1..=3)) => {
             drop(txn);
             let kept = keep_copy(path, v)?;
             upgrade(db, v)?;
@@ -76,6 +76,7 @@ pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(OPEN_MESSAGES).map_err(map)?;
         txn.open_table(OPEN_PARTS).map_err(map)?;
         txn.open_table(PART_MESSAGES).map_err(map)?;
+        txn.open_table(FENCES).map_err(map)?;
     }
     txn.commit().map_err(map)
 }
@@ -91,16 +92,32 @@ fn copy_path(path: &Path, from: u64) -> PathBuf {
 /// (an older release can open that copy). The file has no write of this process yet,
 /// and redb keeps no state outside it, so the copy is a consistent file. A copy already
 /// there (an upgrade that failed after copying) is of the same file and is kept.
+///
+/// From version 3 on, batches may still be only in the journal: the journal is copied
+/// first, beside the copy (`<file>.schema-v<from>.bak-journal`, where that release looks
+/// for the copy's journal), so the copy holds them too.
 fn keep_copy(path: &Path, from: u64) -> Result<PathBuf> {
     let copy = copy_path(path, from);
     if copy.exists() {
         return Ok(copy);
     }
-    let partial = copy.with_extension("bak.partial");
-    let made = std::fs::copy(path, &partial)
+    let journal = crate::journal::path_for(path);
+    if from >= 3 && journal.exists() {
+        copy_whole(&journal, &crate::journal::path_for(&copy), path, from)?;
+    }
+    copy_whole(path, &copy, path, from)?;
+    Ok(copy)
+}
+
+/// Copies `from_file` to `to` durably: through `<to>.partial`, synced and renamed.
+fn copy_whole(from_file: &Path, to: &Path, path: &Path, from: u64) -> Result<()> {
+    let mut name = to.as_os_str().to_owned();
+    name.push(".partial");
+    let partial = PathBuf::from(name);
+    let made = std::fs::copy(from_file, &partial)
         .and_then(|_| std::fs::File::open(&partial)?.sync_all())
-        .and_then(|()| std::fs::rename(&partial, &copy))
-        .and_then(|()| forge_core::files::sync_dir(&copy));
+        .and_then(|()| std::fs::rename(&partial, to))
+        .and_then(|()| forge_core::files::sync_dir(to));
     made.map_err(|e| {
         let _ = std::fs::remove_file(&partial);
         Error::backend(
@@ -112,17 +129,18 @@ fn keep_copy(path: &Path, from: u64) -> Result<PathBuf> {
                     "{} needs an upgrade from schema version {from}, and the copy kept \
                      before upgrading could not be written to {}: {e}",
                     path.display(),
-                    copy.display()
+                    to.display()
                 ),
             ),
         )
-    })?;
-    Ok(copy)
+    })
 }
 
-/// Upgrades a file of schema version `from` (1 or 2) in one durable write transaction:
-/// 1 → 2 builds `part_messages` from the part rows; 2 → 3 only stamps the version (the
-/// journal's `meta` keys start absent: generation 0, nothing applied).
+/// Upgrades a file of schema version `from` (1, 2 or 3) in one durable write
+/// transaction: 1 → 2 builds `part_messages` from the part rows; 2 → 3 only stamps the
+/// version (the journal's `meta` keys start absent: generation 0, nothing applied);
+/// 3 → 4 creates the empty `fences` (no session was ever claimed). The journal is
+/// replayed after the upgrade: its records of version 3 are read as they were written.
 fn upgrade(db: &Database, from: u64) -> Result<()> {
     use redb::ReadableTable;
     let txn = begin_durable(db)?;
@@ -136,6 +154,7 @@ fn upgrade(db: &Database, from: u64) -> Result<()> {
                 index.insert((t, s, p, m), ()).map_err(map)?;
             }
         }
+        txn.open_table(FENCES).map_err(map)?;
         txn.open_table(META)
             .map_err(map)?
             .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)

@@ -5,10 +5,13 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use forge_core::{Envelope, Error, Event, Result, SessionId, SyncEvent};
+use forge_core::{
+    ClaimMode, ClaimRequest, Envelope, Error, ErrorKind, Event, Result, SessionId, SyncEvent,
+    TenantId,
+};
 use redis::streams::StreamId;
 
-use super::ProjectorWorker;
+use super::{Fence, ProjectorWorker};
 use crate::bus::decode_entry;
 use crate::error::map;
 
@@ -84,11 +87,37 @@ fn error_text(e: &Error) -> String {
 }
 
 impl ProjectorWorker {
-    /// Applies `entries` of work stream `key` to the store, then, in one server-side
-    /// step, records what could not be applied in the dead-letter stream, ACKs every
-    /// entry and trims the stream below what every group acknowledged.
-    pub(super) async fn apply_and_ack(&mut self, key: &str, entries: &[StreamId]) -> Result<()> {
-        let dead = self.apply(entries).await?;
+    /// Applies `entries` of work stream `key` (of `shard`) to the store, then, in one
+    /// server-side step, records what could not be applied in the dead-letter stream,
+    /// ACKs every entry and trims the stream below what every group acknowledged.
+    ///
+    /// Returns `false`, having written and acknowledged nothing, when the store fenced
+    /// the batch out: another worker claimed one of its sessions, so this one lost the
+    /// shard. It forgets the shard and its claims; the next round checks the lease.
+    pub(super) async fn apply_and_ack(
+        &mut self,
+        shard: usize,
+        key: &str,
+        entries: &[StreamId],
+    ) -> Result<bool> {
+        let dead = match self.apply(shard, entries).await {
+            Ok(dead) => dead,
+            Err(e) if e.kind() == ErrorKind::Fenced => {
+                tracing::warn!(
+                    tenant = %self.tenant,
+                    group = %self.group,
+                    consumer = %self.consumer,
+                    shard,
+                    stream = key,
+                    error = &e as &(dyn std::error::Error + 'static),
+                    "the target store refused this worker's batch: another worker claimed \
+                     the shard's sessions; leaving the shard to it",
+                );
+                self.lost(shard);
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
         let dead_key = self.dead_letter_key();
         let mut ack = self.scripts.ack.prepare_invoke();
         ack.key(key)
@@ -138,7 +167,58 @@ impl ProjectorWorker {
                 }
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The epoch of this worker's claim on `session` (of `shard`) in the target store:
+    /// the cached claim while its lease runs past the middle, else that claim renewed,
+    /// else a new claim taking the session over.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] when another writer claimed the session since (a renewal is
+    /// refused); the store's error.
+    async fn fence(&mut self, shard: usize, tenant: &TenantId, session: &SessionId) -> Result<u64> {
+        let now = forge_core::id::now_ms();
+        let lease_ms = i64::try_from(self.options.lease.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let cached = self
+            .claims
+            .get(&shard)
+            .and_then(|m| m.get(session))
+            .copied();
+        let mode = match cached {
+            Some(f)
+                if now.saturating_mul(2)
+                    < f.expires_ms.saturating_mul(2).saturating_sub(lease_ms) =>
+            {
+                return Ok(f.epoch)
+            }
+            Some(f) => ClaimMode::Renew(f.epoch),
+            None => ClaimMode::TakeOver,
+        };
+        let request = ClaimRequest::new(self.consumer.as_str(), now)
+            .mode(mode)
+            .lease_ms(lease_ms);
+        let claim = match self.store.claim(tenant, session, &request).await {
+            Ok(claim) => claim,
+            Err(e) => {
+                if e.kind() == ErrorKind::Fenced {
+                    if let Some(m) = self.claims.get_mut(&shard) {
+                        m.remove(session);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        self.claims.entry(shard).or_default().insert(
+            session.clone(),
+            Fence {
+                epoch: claim.epoch,
+                expires_ms: claim.expires_ms,
+            },
+        );
+        Ok(claim.epoch)
     }
 
     /// Logs entries of `stream` trimmed before they were applied (`what`: the entry id
@@ -180,7 +260,11 @@ impl ProjectorWorker {
     /// Applies the sync events of `entries` (skipping what the store already has) and
     /// returns what could not be applied: entries whose body is gone, and events the
     /// store refused. Any other store error fails the batch (nothing is ACKed).
-    async fn apply(&mut self, entries: &[StreamId]) -> Result<Vec<DeadLetter>> {
+    ///
+    /// Each session is claimed first ([`ProjectorWorker::fence`]) and its events carry
+    /// the claim's epoch; what the store has is read under the claim, so it counts what
+    /// an earlier holder wrote.
+    async fn apply(&mut self, shard: usize, entries: &[StreamId]) -> Result<Vec<DeadLetter>> {
         let mut dead = Vec::new();
         let mut pairs: Vec<(Envelope<SyncEvent>, &StreamId)> = Vec::new();
         for entry in entries {
@@ -200,11 +284,22 @@ impl ProjectorWorker {
                         tenant: env.tenant.clone(),
                         session_id: env.session_id.clone(),
                         seq: env.seq,
+                        epoch: None,
                         event: event.clone(),
                     },
                     entry,
                 ));
             }
+        }
+        let mut epochs: HashMap<SessionId, u64> = HashMap::new();
+        for (env, _) in &pairs {
+            if !epochs.contains_key(&env.session_id) {
+                let epoch = self.fence(shard, &env.tenant, &env.session_id).await?;
+                epochs.insert(env.session_id.clone(), epoch);
+            }
+        }
+        for (env, _) in &mut pairs {
+            env.epoch = epochs.get(&env.session_id).copied();
         }
         // Skip what the store already has: at or below its recorded seq.
         let mut stored: HashMap<SessionId, u64> = HashMap::new();

@@ -12,10 +12,15 @@
 //!   that when a worker joins, so N workers share K shards. A dead worker's leases
 //!   expire and the others take its shards over, claiming what it left pending. A
 //!   session's events are in one shard, so its order stays the stream order.
-//!   The lease is not a fence: a worker paused for longer than its lease between
-//!   that last check and its write (a stopped VM, a debugger) could still write an
-//!   older batch after the new holder wrote newer events of the same sessions. Keep
-//!   the lease well above the longest store write (the default is 5 s).
+//! - Fenced: before it first writes a session of a shard it holds, a worker claims the
+//!   session in the target store ([`Store::claim`], taking it over, as the holder named
+//!   by its consumer name) and stamps the claim's epoch on every event of the session
+//!   it applies. A worker that takes a shard over thereby takes over its sessions'
+//!   epochs, so a worker paused for longer than its lease (a stopped VM, a debugger)
+//!   between its lease check and its write has its late batch refused by the store
+//!   ([`Error::Fenced`]) instead of writing older events over the new holder's. On that
+//!   refusal it stops writing the shard, forgets its claims there and goes back to
+//!   checking its lease; it forgets them too whenever it loses or releases a shard.
 //! - Idempotent: an event whose `seq` is not above the seq the store recorded for its
 //!   session was already applied and is skipped, so redelivery changes nothing.
 //! - Reconnecting: a round that fails with a retryable error (Redis or the target store
@@ -47,13 +52,13 @@
 mod dead;
 mod round;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use forge_core::{Error, Result, Store, TenantId};
+use forge_core::{ClaimRequest, Error, Result, SessionId, Store, TenantId};
 use redis::Script;
 
 use crate::config::RedisOptions;
@@ -128,7 +133,18 @@ pub struct ProjectorWorker {
     group_ready: bool,
     /// The shards whose lease this worker holds.
     held: BTreeSet<usize>,
+    /// The claims this worker holds in the target store, per shard and session: kept
+    /// while it holds the shard, forgotten when it loses or releases it.
+    claims: HashMap<usize, HashMap<SessionId, Fence>>,
     stats: WorkerStats,
+}
+
+/// A claim of a session in the target store: the epoch its events carry, and when its
+/// lease runs out (Unix ms; renewed past its middle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fence {
+    epoch: u64,
+    expires_ms: i64,
 }
 
 impl fmt::Debug for ProjectorWorker {
@@ -179,6 +195,10 @@ impl ProjectorWorker {
                 "worker group and consumer names must not be empty",
             ));
         }
+        // The consumer name is the holder of the worker's claims in the target store.
+        ClaimRequest::new(consumer, 0)
+            .validate()
+            .map_err(|e| Error::invalid(format!("worker consumer name {consumer:?}: {e}")))?;
         let server = opts.server_label();
         let at = |e| forge_core::retry::at_server(e, &server, None);
         let (mut conn, keys) = opts.connect().await.map_err(at)?;
@@ -197,6 +217,7 @@ impl ProjectorWorker {
             scripts: Scripts::new(),
             group_ready: false,
             held: BTreeSet::new(),
+            claims: HashMap::new(),
             stats: WorkerStats::default(),
         })
     }

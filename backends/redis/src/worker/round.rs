@@ -100,13 +100,20 @@ impl ProjectorWorker {
                 entries = entries.len(),
             );
             let key = self.stream(shard);
-            self.apply_and_ack(&key, &entries).instrument(span).await?;
-            handled += entries.len();
+            if self
+                .apply_and_ack(shard, &key, &entries)
+                .instrument(span)
+                .await?
+            {
+                handled += entries.len();
+            }
         }
         Ok(handled)
     }
 
-    fn lost(&mut self, shard: usize) {
+    /// Forgets `shard` and the claims this worker made for its sessions.
+    pub(super) fn lost(&mut self, shard: usize) {
+        self.claims.remove(&shard);
         if self.held.remove(&shard) {
             tracing::info!(
                 tenant = %self.tenant,
@@ -143,6 +150,7 @@ impl ProjectorWorker {
             let Some(shard) = self.held.pop_last() else {
                 break;
             };
+            self.claims.remove(&shard);
             let () = self
                 .scripts
                 .release

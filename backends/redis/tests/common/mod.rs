@@ -190,6 +190,7 @@ pub fn env(tenant: &TenantId, seq: u64, event: SyncEvent) -> Envelope<SyncEvent>
         tenant: tenant.clone(),
         session_id: event.session_id().clone(),
         seq,
+        epoch: None,
         event,
     }
 }

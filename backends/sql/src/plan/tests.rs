@@ -28,6 +28,7 @@ fn env(seq: u64, event: SyncEvent) -> Envelope<SyncEvent> {
         tenant: tenant(),
         session_id: event.session_id().clone(),
         seq,
+        epoch: None,
         event,
     }
 }
@@ -84,6 +85,7 @@ fn stored(sessions: &[(&str, u64)], messages: &[(&str, &str)]) -> Loaded {
             .map(|(s, m)| (tenant(), SessionId::from(*s), MessageId::from(*m)))
             .collect(),
         part_messages: HashMap::new(),
+        fences: HashMap::new(),
     }
 }
 
@@ -225,4 +227,59 @@ fn the_first_failing_event_decides_and_removals_of_absent_rows_are_no_ops() {
         .simulate(&stored(&[], &[]))
         .unwrap();
     assert!(plan.tenants.is_empty(), "{plan:?}");
+}
+
+#[test]
+fn every_events_session_needs_its_fence_and_the_first_refused_event_decides() {
+    let mut mismatched = put_session("other", 3);
+    mismatched.session_id = "x".into();
+    let batch = [
+        put_session("s", 1).with_epoch(Some(10)),
+        put_session("t", 2),
+        mismatched,
+    ];
+    let b = Batch::prepare(&batch);
+    let needs = b.needs();
+    let fenced: Vec<_> = needs.fences[&tenant()]
+        .iter()
+        .map(SessionId::as_str)
+        .collect();
+    // The invalid event's session is looked up too: its fence is checked like any other.
+    assert_eq!(fenced, ["s", "t", "x"]);
+    assert!(!needs.sessions[&tenant()].contains(&SessionId::from("x")));
+
+    let claim = |epoch| Claim {
+        epoch,
+        holder: "w".into(),
+        expires_ms: 0,
+    };
+    let mut loaded = stored(&[], &[]);
+    // Epoch 10 against a record at 9: numbers, not strings ("10" < "9").
+    loaded
+        .fences
+        .entry(tenant())
+        .or_default()
+        .insert("s".into(), claim(9));
+    let err = b.check_fences(&loaded).unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { session, epoch: Some(10), current: 9, .. } if session == "s"),
+        "{err}"
+    );
+    loaded
+        .fences
+        .get_mut(&tenant())
+        .unwrap()
+        .insert("s".into(), claim(10));
+    b.check_fences(&loaded).unwrap();
+    // A claimed session refuses an unfenced event.
+    loaded
+        .fences
+        .get_mut(&tenant())
+        .unwrap()
+        .insert("x".into(), claim(1));
+    let err = b.check_fences(&loaded).unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { session, epoch: None, current: 1, .. } if session == "x"),
+        "{err}"
+    );
 }

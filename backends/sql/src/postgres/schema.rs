@@ -18,7 +18,7 @@ use super::config::PostgresOptions;
 use crate::error::postgres as map;
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Serializes migrations of every forge-store schema of the database (an advisory lock
 /// key; any constant unlikely to be used by others).
@@ -89,6 +89,26 @@ ALTER TABLE sessions ADD COLUMN checksum bigint;
 ALTER TABLE messages ADD COLUMN checksum bigint;
 ALTER TABLE parts ADD COLUMN checksum bigint;
 ",
+    // Version 4: fence records (`crate::fence`), apart from the sessions they fence,
+    // under the same tenant policy. A schema upgraded to it has none: no session was
+    // ever claimed.
+    r#"
+CREATE TABLE fences (
+    tenant      text COLLATE "C" NOT NULL,
+    session_id  bytea  NOT NULL,
+    epoch       bigint NOT NULL,
+    holder      text   NOT NULL,
+    expires_ms  bigint NOT NULL,
+    PRIMARY KEY (tenant, session_id)
+);
+
+ALTER TABLE fences ENABLE ROW LEVEL SECURITY;
+ALTER TABLE fences FORCE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON fences
+    USING (tenant = current_setting('forge.tenant', true))
+    WITH CHECK (tenant = current_setting('forge.tenant', true));
+"#,
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -228,7 +248,7 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
         }
         sqlx::raw_sql(AssertSqlSafe(format!(
             "GRANT USAGE ON SCHEMA {schema} TO {role};
-             GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, parts TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, parts, fences TO {role};
              GRANT SELECT ON forge_meta TO {role};"
         )))
         .execute(&mut *tx)

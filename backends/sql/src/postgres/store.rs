@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_core::{Result, TenantId};
+use forge_core::{Result, SessionId, TenantId};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, Postgres, Row, Transaction};
 
@@ -21,8 +22,9 @@ use crate::stats::{Counters, Tally, WriteStats};
 /// Every transaction, read or write, first sets `forge.tenant` (transaction-local) and
 /// row-level security admits only that tenant's rows, on top of the queries' own
 /// `tenant = …` filters. Connections run as a non-superuser application role when the
-/// URL's user would bypass row-level security. Each `apply` is one transaction; batches
-/// touching the same session are serialized by a transaction-scoped advisory lock.
+/// URL's user would bypass row-level security. Each `apply` is one transaction; batches,
+/// claims and releases touching the same session are serialized by a transaction-scoped
+/// advisory lock.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
@@ -195,6 +197,26 @@ impl Backend for PostgresStore {
             Ok(tx) => Ok(tx),
             Err(e) => Err(self.acquire_failed(e).await),
         }
+    }
+
+    /// As a batch: `READ COMMITTED`, each statement after the session lock sees what the
+    /// lock's previous holder committed.
+    const BEGIN_FENCE: &'static str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+    async fn fence_conn(&self) -> Result<PoolConnection<Postgres>> {
+        match self.pool.acquire().await {
+            Ok(conn) => Ok(conn),
+            Err(e) => Err(self.acquire_failed(e).await),
+        }
+    }
+
+    async fn lock_fence(
+        &self,
+        conn: &mut PgConnection,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<()> {
+        lock::lock_fence(conn, &self.options.schema, tenant, session).await
     }
 
     async fn before_load(

@@ -11,7 +11,7 @@ use forge_core::Result;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration `n` (index `n - 1`) brings a database from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -59,6 +59,18 @@ CREATE INDEX parts_by_id ON parts (tenant, session, id);
 ALTER TABLE sessions ADD COLUMN checksum INTEGER;
 ALTER TABLE messages ADD COLUMN checksum INTEGER;
 ALTER TABLE parts ADD COLUMN checksum INTEGER;
+",
+    // Version 4: fence records (`crate::fence`), apart from the sessions they fence.
+    // A database upgraded to it has none: no session was ever claimed.
+    r"
+CREATE TABLE fences (
+    tenant      TEXT    NOT NULL,
+    session_id  BLOB    NOT NULL,
+    epoch       INTEGER NOT NULL,
+    holder      TEXT    NOT NULL,
+    expires_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, session_id)
+) STRICT, WITHOUT ROWID;
 ",
 ];
 

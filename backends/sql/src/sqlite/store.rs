@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use forge_core::{Error, Result, TenantId};
+use forge_core::{Error, Result, SessionId, TenantId};
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{Connection, Row, Sqlite, Transaction};
+use sqlx::{Connection, Row, SqlSafeStr, Sqlite, SqliteConnection, Transaction};
 
-use super::config::{Check, SqliteOptions};
+use super::config::{Check, SqliteOptions, Synchronous};
 use super::{files, schema};
 use crate::dialect::{impl_store, Backend, Reader};
 use crate::error::sqlite as map;
@@ -182,6 +183,27 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// The writer connection.
+    ///
+    /// A `COMMIT` that failed (a full disk) leaves SQLite without a transaction, which
+    /// it rolled back by itself, while sqlx still counts one open on the connection and
+    /// refuses every later `BEGIN` on it: such a connection is closed here, and the pool
+    /// opens a fresh one.
+    async fn writer_conn(&self) -> Result<PoolConnection<Sqlite>> {
+        let conn = self.writer.acquire().await.map_err(map)?;
+        if !conn.is_in_transaction() {
+            return Ok(conn);
+        }
+        tracing::warn!(
+            file = %self.options.path.display(),
+            "replacing the writer connection left in a failed transaction"
+        );
+        // The close error is of the connection being dropped; the next acquire opens
+        // a new one or reports what is wrong.
+        let _ = conn.close().await;
+        self.writer.acquire().await.map_err(map)
+    }
+
     /// Closes both pools, waiting for connections in use to be returned.
     pub async fn close(&self) {
         self.readers.close().await;
@@ -353,25 +375,59 @@ impl Backend for SqliteStore {
 
     /// `BEGIN IMMEDIATE` takes the write lock at once: a batch never has to upgrade a
     /// read lock halfway, which another process could refuse (`SQLITE_BUSY`).
-    ///
-    /// A `COMMIT` that failed (a full disk) leaves SQLite without a transaction, which
-    /// it rolled back by itself, while sqlx still counts one open on the connection and
-    /// refuses every later `BEGIN` on it: such a connection is closed here, and the pool
-    /// opens a fresh one.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
-        let conn = self.writer.acquire().await.map_err(map)?;
-        if conn.is_in_transaction() {
+        let conn = self.writer_conn().await?;
+        Transaction::begin(conn, Some(SqlSafeStr::into_sql_str("BEGIN IMMEDIATE")))
+            .await
+            .map_err(map)
+    }
+
+    /// The write lock, as for a batch: claims, releases and batches of every handle on
+    /// the file run one at a time, and each reads what the previous one committed.
+    const BEGIN_FENCE: &'static str = "BEGIN IMMEDIATE";
+
+    /// The writer connection; with `synchronous=normal`, switched to `FULL` until
+    /// [`Backend::fence_conn_done`], so that a claim is on disk when it returns (in WAL
+    /// mode `NORMAL` syncs only at checkpoints: a claim lost in a power cut would let
+    /// epochs go back).
+    async fn fence_conn(&self) -> Result<PoolConnection<Sqlite>> {
+        let mut conn = self.writer_conn().await?;
+        if self.options.synchronous != Synchronous::Full {
+            sqlx::query("PRAGMA synchronous = FULL")
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(conn)
+    }
+
+    /// Nothing to do: `BEGIN IMMEDIATE` already holds the file's write lock.
+    async fn lock_fence(
+        &self,
+        _conn: &mut SqliteConnection,
+        _tenant: &TenantId,
+        _session: &SessionId,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Puts `synchronous` back as configured; a connection where that fails is closed
+    /// (the pool opens a fresh one with the configured settings).
+    async fn fence_conn_done(&self, mut conn: PoolConnection<Sqlite>) {
+        if self.options.synchronous == Synchronous::Full {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA synchronous = NORMAL")
+            .execute(&mut *conn)
+            .await
+        {
             tracing::warn!(
                 file = %self.options.path.display(),
-                "replacing the writer connection left in a failed transaction"
+                error = %e,
+                "could not restore the writer's synchronous setting; replacing the connection"
             );
-            // The close error is of the connection being dropped; the next acquire opens
-            // a new one or reports what is wrong.
             let _ = conn.close().await;
-        } else {
-            drop(conn);
         }
-        self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(map)
     }
 
     fn name_place(&self, err: Error) -> Error {

@@ -5,6 +5,7 @@
 
 #![allow(dead_code, unused_imports)] // each test crate uses its own subset
 
+pub mod fencing;
 pub mod scenarios;
 pub mod w1;
 

@@ -83,7 +83,7 @@ pub(crate) async fn count_rows(
             .unwrap();
     }
     let mut out = Vec::new();
-    for table in ["sessions", "messages", "parts"] {
+    for table in ["sessions", "messages", "parts", "fences"] {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT tenant::text, count(*) FROM {table} GROUP BY tenant ORDER BY tenant"
         )))
