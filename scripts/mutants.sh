@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Mutation testing of the store backends, with the conformance suite as the test.
 #
-# Usage: scripts/mutants.sh [memory|redb|sqlite|all] [extra cargo-mutants args…]
+# Usage: scripts/mutants.sh AREA [extra cargo-mutants args…]
+#   AREA: memory, redb, sqlite (a backend's store modules under the conformance suite),
+#         fence, journal, sql-write, group, sse (the areas docs/conformance.md scores),
+#         all
 #   e.g. scripts/mutants.sh redb --shard 0/4
 #
 # Each mutant (a small change cargo-mutants makes to a store module: a return value
 # replaced, an operator flipped, a condition negated) is built and the backend's
 # conformance tests are run against it. A mutant the suite does not catch is a bug the
 # suite would let through, unless the change is equivalent (no observable difference).
-# Results go to target/mutants/<backend>/mutants.out (caught.txt, missed.txt,
-# timeout.txt, unviable.txt); the summary and every survivor's verdict are kept in
-# docs/conformance.md ("Mutation score").
+# Results go to target/mutants/<area>/mutants.out (caught.txt, missed.txt,
+# timeout.txt, unviable.txt, outcomes.json). `--keep` as the first argument after the
+# area copies the run's outcomes.json to docs/mutants/<area>/outcomes.json, which
+# scripts/mutation-scores.py turns into the scores in docs/conformance.md ("Mutation
+# score"), with the verdicts of survivors from docs/mutants/verdicts.tsv.
 #
 # Needs `cargo install cargo-mutants`. Slow: several minutes per mutant on 2 cores, so
 # this runs on demand, never in CI. FORGE_PROPTEST_CASES applies as usual.
@@ -24,6 +29,11 @@ fi
 
 what="${1:-all}"
 shift || true
+keep=0
+if [ "${1:-}" = "--keep" ]; then
+  keep=1
+  shift
+fi
 
 run() {
   local name="$1"
@@ -43,6 +53,11 @@ run() {
   for kind in caught missed timeout unviable; do
     printf '%-9s %s\n' "$kind" "$(wc -l <"$out/$kind.txt" 2>/dev/null || echo 0)"
   done
+  if [ "$keep" = 1 ]; then
+    mkdir -p "docs/mutants/$name"
+    cp "$out/outcomes.json" "docs/mutants/$name/outcomes.json"
+    echo "kept: docs/mutants/$name/outcomes.json"
+  fi
 }
 
 memory() {
@@ -64,17 +79,55 @@ sqlite() {
     --cargo-test-arg=sqlite:: "$@"
 }
 
+# The fencing rules, under the suite's fencing property on the memory backend. (Each
+# backend's own fencing code is in its area: redb's write.rs, the SQL write path.)
+fence() {
+  run fence -f core/src/fence.rs \
+    --test-package forge-conformance --cargo-test-arg=--test=memory \
+    --cargo-test-arg=fencing "$@"
+}
+
+# redb's journal and the value codec, under redb's own tests and its suite.
+journal() {
+  run journal -f backends/redb/src/journal.rs -f core/src/codec.rs \
+    --test-package forge-redb "$@"
+}
+
+# The SQL write plan and the migrations, under the SQL crate's tests on SQLite.
+sql_write() {
+  run sql-write -f backends/sql/src/plan.rs -f backends/sql/src/write.rs \
+    -f backends/sql/src/sqlite/schema.rs -f backends/sql/src/schema.rs \
+    --test-package forge-sql --cargo-test-arg=--test=sqlite \
+    --cargo-test-arg=--test=conformance "$@"
+}
+
+# The group-commit projector, under forge-core's tests.
+group() {
+  run group -f 'core/src/group/*.rs' --test-package forge-core "$@"
+}
+
+# The SSE resume (`Last-Event-ID`, gaps, reload), under the server's event tests.
+sse() {
+  run sse -f server/src/events.rs --test-package forge-server \
+    --cargo-test-arg=--test=events "$@"
+}
+
 case "$what" in
   memory) memory "$@" ;;
   redb) redb "$@" ;;
   sqlite) sqlite "$@" ;;
+  fence) fence "$@" ;;
+  journal) journal "$@" ;;
+  sql-write) sql_write "$@" ;;
+  group) group "$@" ;;
+  sse) sse "$@" ;;
   all)
-    memory "$@"
-    redb "$@"
-    sqlite "$@"
+    for area in memory redb sqlite fence journal sql_write group sse; do
+      "$area" "$@"
+    done
     ;;
   *)
-    echo "usage: $0 [memory|redb|sqlite|all] [cargo-mutants args…]" >&2
+    echo "usage: $0 AREA [--keep] [cargo-mutants args…]; AREA: memory redb sqlite fence journal sql-write group sse all" >&2
     exit 2
     ;;
 esac

@@ -22,6 +22,10 @@ pub enum Rejection {
     /// `Error::Conflict` (`Error::NotFound` is accepted too: the message is not found in
     /// the part's session).
     Conflict,
+    /// A batch with an event carried in an envelope of another session:
+    /// `Error::InvalidInput` (`NotFound` and `Conflict` are accepted too: a store that
+    /// checks event by event may meet another refused event of the batch first).
+    Invalid,
 }
 
 impl Rejection {
@@ -31,6 +35,10 @@ impl Rejection {
         match self {
             Rejection::NotFound => matches!(error, E::NotFound { .. }),
             Rejection::Conflict => matches!(error, E::NotFound { .. } | E::Conflict { .. }),
+            Rejection::Invalid => matches!(
+                error,
+                E::InvalidInput(_) | E::NotFound { .. } | E::Conflict { .. }
+            ),
         }
     }
 }
@@ -74,6 +82,9 @@ impl ReferenceStore {
     /// # Errors
     /// The rejection of the first event that cannot be applied; the store is unchanged.
     pub fn apply(&mut self, batch: &[Envelope<SyncEvent>]) -> Result<(), Rejection> {
+        if batch.iter().any(|e| e.event.session_id() != &e.session_id) {
+            return Err(Rejection::Invalid);
+        }
         let mut next = self.clone();
         for e in batch {
             next.apply_one(e)?;

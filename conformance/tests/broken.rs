@@ -291,6 +291,8 @@ caught_tests! {
         caught(Wrapper::Store(StoreBug::LockedUnderConcurrency)) => Concurrency, &["database is locked"];
     write_discipline_catches_a_write_behind_store:
         caught(Wrapper::Store(StoreBug::WriteBehind)) => WriteDiscipline, &["not visible", "did not find it in the store"];
+    upsert_catches_a_store_that_files_events_by_their_own_session:
+        caught(Wrapper::Store(StoreBug::TrustsTheEvent)) => Upsert, &["accepted a batch the contract rejects (Invalid)", "the tenant has", "the session has", "expected:"];
     upsert_catches_open_items_judged_by_state_alone:
         caught(Wrapper::Store(StoreBug::OpennessFromStateOnly)) => Upsert, UPSERT_MISMATCH;
     fencing_catches_a_store_that_ignores_the_epoch:

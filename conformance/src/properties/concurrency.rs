@@ -47,6 +47,10 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
 
 const SHARED: &str = "ses_shared";
 const HOT: &str = "msg_hot";
+/// The part every writer moves between the two [`RACE`] messages of the shared session.
+const RACED: &str = "prt_raced";
+/// The messages the raced part moves between.
+const RACE: [&str; 2] = ["msg_race_0", "msg_race_1"];
 
 fn own(i: u8) -> SessionId {
     SessionId::from(format!("ses_w{i}"))
@@ -135,6 +139,21 @@ async fn writer(
         .map_err(ctx_err(format!(
             "writer {i} round {j}: its part of the hot message"
         )))?;
+        // Every writer moves one part between two messages at once: batches of one
+        // session racing to move the same row.
+        let to = MessageId::from(RACE[usize::from((i + j) % 2)]);
+        let seq = shared_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        put(
+            &shared,
+            seq,
+            vec![SyncEvent::PartUpdated {
+                part: model::part(&shared, &to, &PartId::from(RACED), PartKind::Text, j),
+            }],
+        )
+        .await
+        .map_err(ctx_err(format!(
+            "writer {i} round {j}: moving the raced part to {to}"
+        )))?;
         store
             .messages(&tenant, &shared, None, 10)
             .await
@@ -166,10 +185,24 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                         info: model::message(&shared, &HOT.into(), MessageKind::User, 0),
                     },
                 ),
+                env(
+                    &tenant,
+                    3,
+                    SyncEvent::MessageUpdated {
+                        info: model::message(&shared, &RACE[0].into(), MessageKind::User, 0),
+                    },
+                ),
+                env(
+                    &tenant,
+                    4,
+                    SyncEvent::MessageUpdated {
+                        info: model::message(&shared, &RACE[1].into(), MessageKind::User, 0),
+                    },
+                ),
             ])
             .await
             .map_err(ctx_err("creating the shared session"))?;
-        let shared_seq = Arc::new(AtomicU64::new(2));
+        let shared_seq = Arc::new(AtomicU64::new(4));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let made: Vec<Arc<Mutex<Vec<MessageId>>>> =
             (0..case.writers).map(|_| Arc::default()).collect();
@@ -219,7 +252,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             .await
             .map_err(ctx_err("read_all(shared)"))?;
         ctx.stats.history(all.len());
-        let want = usize::from(case.writers) * usize::from(case.rounds) + 1;
+        let want = usize::from(case.writers) * usize::from(case.rounds) + 1 + RACE.len();
         if all.len() != want {
             return Err(format!(
                 "the shared session holds {} messages, {want} were written: updates were lost",
@@ -228,6 +261,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         }
         let mut generated: Vec<MessageId> = made.iter().flat_map(|m| m.lock().clone()).collect();
         generated.push(HOT.into());
+        generated.extend(RACE.iter().map(|&m| MessageId::from(m)));
         generated.sort();
         let stored: Vec<MessageId> = all.iter().map(|m| m.info.id.clone()).collect();
         if stored != generated {
@@ -242,6 +276,22 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             if mine.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(format!("writer {i}'s generated ids do not ascend"));
             }
+        }
+        let raced: Vec<&MessageId> = all
+            .iter()
+            .flat_map(|m| {
+                m.parts
+                    .iter()
+                    .filter(|p| p.id.as_str() == RACED)
+                    .map(|p| &p.message_id)
+            })
+            .collect();
+        if raced.len() != 1 {
+            return Err(format!(
+                "the part every writer moved between two messages at once is held by {} \
+                 messages ({raced:?}): racing moves of one part must leave it in exactly one",
+                raced.len()
+            ));
         }
         let hot = store
             .message(&tenant, &shared, &HOT.into())

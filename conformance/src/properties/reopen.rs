@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::turn::Turn;
 use super::{crash, upsert};
-use crate::harness::{ctx_err, env, envs, same, CaseRun, Ctx};
+use crate::harness::{ctx_err, env, same, CaseRun, Ctx};
 use crate::reference::{sorted, ReferenceStore};
 use crate::report::Outcome;
 use crate::strategies::model::T0;
@@ -237,8 +237,7 @@ async fn write_history(
     history: &upsert::Case,
 ) -> Result<(), String> {
     for (n, batch) in history.batches.iter().enumerate() {
-        let events = batch.ops.iter().map(upsert::Op::event).collect();
-        let envs = envs(tenant, u64::from(batch.seq), events);
+        let envs = batch.envelopes(tenant);
         let expected = model.apply(&envs);
         let actual = store.apply(&envs).await;
         if expected.is_ok() != actual.is_ok() {

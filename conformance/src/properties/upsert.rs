@@ -76,6 +76,10 @@ pub struct Batch {
     /// Thousands of rows more, after `ops` (large cases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bulk: Option<Bulk>,
+    /// The op (index modulo the ops) whose envelope names the other session: the batch
+    /// must be refused with `InvalidInput` and leave nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misroute: Option<u8>,
 }
 
 /// Thousands of rows in one batch: `sessions` more sessions of the tenant, and
@@ -124,6 +128,21 @@ impl Bulk {
 }
 
 impl Batch {
+    /// The batch's envelopes in `tenant`, numbered from its `seq`, one of them misrouted
+    /// when the batch says so.
+    pub fn envelopes(&self, tenant: &TenantId) -> Vec<forge_core::Envelope<SyncEvent>> {
+        let mut envs = envs(tenant, u64::from(self.seq), self.events());
+        if let Some(i) = self.misroute.filter(|_| !self.ops.is_empty()) {
+            let env = &mut envs[usize::from(i) % self.ops.len()];
+            env.session_id = if env.session_id == sid(0) {
+                sid(1)
+            } else {
+                sid(0)
+            };
+        }
+        envs
+    }
+
     /// The batch's events.
     pub fn events(&self) -> Vec<SyncEvent> {
         let mut out: Vec<SyncEvent> = self.ops.iter().map(Op::event).collect();
@@ -290,28 +309,36 @@ pub fn case(transactions: bool) -> impl Strategy<Value = Case> {
         3 => vec(op(), 0..=3),
         2 => chain(),
     ];
-    let batch = (0u16..400, ops);
+    let batch = (
+        0u16..400,
+        ops,
+        proptest::option::weighted(0.05, any::<u8>()),
+    );
     vec(batch, 1..20).prop_map(move |batches| Case {
         batches: batches
             .into_iter()
-            .flat_map(|(seq, ops)| split(transactions, seq, ops))
+            .flat_map(|(seq, ops, misroute)| split(transactions, seq, ops, misroute))
             .collect(),
     })
 }
 
-fn split(transactions: bool, seq: u16, ops: Vec<Op>) -> Vec<Batch> {
+fn split(transactions: bool, seq: u16, ops: Vec<Op>, misroute: Option<u8>) -> Vec<Batch> {
     if transactions {
         vec![Batch {
             seq,
             ops,
             bulk: None,
+            misroute,
         }]
     } else {
+        let wrong = misroute.map(|i| usize::from(i) % ops.len().max(1));
         ops.into_iter()
-            .map(|op| Batch {
+            .enumerate()
+            .map(|(k, op)| Batch {
                 seq,
                 ops: vec![op],
                 bulk: None,
+                misroute: (wrong == Some(k)).then_some(0),
             })
             .collect()
     }
@@ -338,12 +365,14 @@ pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
                     messages,
                     fail,
                 }),
+                misroute: None,
             };
             let mut batches = vec![bulk(true), bulk(false)];
             batches.extend(tail.into_iter().map(|(seq, ops)| Batch {
                 seq,
                 ops,
                 bulk: None,
+                misroute: None,
             }));
             Case { batches }
         })
@@ -374,7 +403,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let tenant = b.tenant();
         let mut model = ReferenceStore::new();
         for (n, batch) in case.batches.iter().enumerate() {
-            let envs = envs(&tenant, u64::from(batch.seq), batch.events());
+            let envs = batch.envelopes(&tenant);
             let expected = model.apply(&envs);
             let actual = b.store.apply(&envs).await;
             let at = match &batch.bulk {

@@ -46,6 +46,9 @@ pub enum StoreBug {
     /// or reasoning without an end (also a text without any time), every tool `pending`
     /// or `running` (also one waiting for approval).
     OpennessFromStateOnly,
+    /// `apply` files each event under the session the event names, whatever session its
+    /// envelope names (where the event's session is read from its JSON).
+    TrustsTheEvent,
     /// Claims grant epochs, but `apply` never looks at a batch's epoch.
     IgnoresEpoch,
     /// `apply` checks the epoch right, then writes a round trip later: a claim granted
@@ -382,6 +385,16 @@ impl Forward for BrokenStore {
                 self.inner.apply(&leaked).await
             }
             StoreBug::DropsUnknownFields => self.inner.apply(&drop_unknown(batch)).await,
+            StoreBug::TrustsTheEvent => {
+                let refiled: Vec<_> = batch
+                    .iter()
+                    .map(|e| Envelope {
+                        session_id: e.event.session_id().clone(),
+                        ..e.clone()
+                    })
+                    .collect();
+                self.inner.apply(&refiled).await
+            }
             StoreBug::LockedUnderConcurrency => {
                 let Ok(_guard) = self.busy.try_lock() else {
                     return Err(Error::backend("broken", true, "database is locked"));
