@@ -1,11 +1,13 @@
 //! Writers claim the sessions they write: `replay` into a session a running `serve`
-//! holds fails at once naming it, `--wait` waits for it, `--take-over` takes it (and
-//! the server's next write to it is a 409 naming the new holder); a command that ends
-//! releases what it held, so the next one need not wait.
+//! holds (an upload still streaming) fails at once naming it, `--wait` waits for it,
+//! `--take-over` takes it (and the upload's next write is a 409 naming the new holder);
+//! an upload or a command that ends releases what it held, so the next one need not
+//! wait.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -65,6 +67,33 @@ fn a_session_a_server_holds_is_refused_waited_for_or_taken_over() {
     };
     let (status, body) = upload(format!("{USER}\n{}", text_answer("from the server")));
     assert_eq!(status, 200, "{body}");
+    // The upload ended: the server let go of the session.
+    let out = env.run(&["sessions"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+
+    // An upload still streaming holds the session: its body is chunked and left open.
+    let addr = base.trim_start_matches("http://").to_owned();
+    let mut open = TcpStream::connect(&addr).expect("connect to the server");
+    let head = format!(
+        "POST /session/ses_held/stream HTTP/1.1\r\nHost: {addr}\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    let chunk = |w: &mut TcpStream, text: &str| {
+        write!(w, "{:x}\r\n{text}\r\n", text.len()).expect("send a chunk");
+        w.flush().expect("flush");
+    };
+    open.write_all(head.as_bytes()).expect("send the head");
+    chunk(
+        &mut open,
+        &format!("{USER}\n{{\"type\":\"text-start\",\"id\":\"t\"}}\n"),
+    );
+    // The server has claimed the session once the user message is stored (the open
+    // answer waits for its first terminal boundary).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while env.history("ses_held").len() < 3 {
+        assert!(Instant::now() < deadline, "the open upload wrote nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     let turn = env.file(
         "turn.jsonl",
@@ -95,18 +124,26 @@ fn a_session_a_server_holds_is_refused_waited_for_or_taken_over() {
     assert!(err.contains("held by serve@"), "{err}");
     assert!(started.elapsed() >= Duration::from_millis(700));
 
-    // --take-over takes it: the server's next write is refused, naming the taker.
+    // --take-over takes it: the open upload's next write is refused, naming the taker.
     let out = replay(&["--take-over"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
-    let (status, body) = upload(format!("{USER}\n{}", text_answer("late")));
-    assert_eq!(status, 409, "{body}");
-    assert!(body.contains("replay@"), "{body}");
+    chunk(
+        &mut open,
+        "{\"type\":\"text-delta\",\"id\":\"t\",\"text\":\"late\"}\n{\"type\":\"text-end\",\"id\":\"t\"}\n{\"type\":\"finish\"}\n",
+    );
+    open.write_all(b"0\r\n\r\n").expect("end the body");
+    let mut answer = String::new();
+    open.read_to_string(&mut answer).expect("the answer");
+    assert!(answer.starts_with("HTTP/1.1 409"), "{answer}");
+    assert!(answer.contains("replay@"), "{answer}");
 
     // The replay released its claim when it ended: the next replay need not wait.
     let out = replay(&[]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let history = env.history("ses_held");
-    assert_eq!(history.len(), 6, "{history:?}");
+    // Two answered turns of the uploads and replays, and the open upload's user
+    // message with its answer left open by the refusal.
+    assert!(history.len() >= 6, "{history:?}");
 
     let pid = server.id().to_string();
     let killed = Command::new("kill").args(["-TERM", &pid]).status();

@@ -463,9 +463,10 @@ impl Scopes {
     }
 
     /// Releases `scope`'s claim when nothing else of this process uses it (no other
-    /// clone of it is alive), so another process may claim the session at once; the
-    /// scope is forgotten and the next [`Scopes::get`] claims again. Does nothing while
-    /// another writer of this process holds a clone.
+    /// clone of it is alive), so another process may claim the session at once. The
+    /// scope stays known: the next [`Scopes::get`] renews the same claim when no one
+    /// claimed the session meanwhile (no store or bus read), and claims anew otherwise.
+    /// Does nothing while another writer of this process holds a clone.
     ///
     /// # Errors
     /// The store's error.
@@ -473,9 +474,9 @@ impl Scopes {
         let Some(epoch) = scope.epoch() else {
             return Ok(());
         };
-        let key = (scope.tenant.clone(), scope.session_id.clone());
         {
-            let mut map = self.map.lock();
+            let map = self.map.lock();
+            let key = (scope.tenant.clone(), scope.session_id.clone());
             let cached = map
                 .get(&key)
                 .is_some_and(|s| Arc::ptr_eq(&s.state, &scope.state));
@@ -483,9 +484,13 @@ impl Scopes {
             if !cached || Arc::strong_count(&scope.state) > 2 {
                 return Ok(());
             }
-            map.remove(&key);
         }
-        store.release(&scope.tenant, &scope.session_id, epoch).await
+        store
+            .release(&scope.tenant, &scope.session_id, epoch)
+            .await?;
+        // Its lease is over: the next use renews it first.
+        scope.state.expires_ms.store(0, Ordering::Release);
+        Ok(())
     }
 
     /// Releases every claim handed out and forgets the scopes.

@@ -95,12 +95,12 @@ async fn of_concurrent_creators_in_two_processes_one_succeeds() {
 async fn a_held_session_names_its_holder_until_it_is_released_on_close() {
     let store = Arc::new(MemoryStore::new());
     let tenant = TenantId::default();
-    let first = writer(&store, "replay@test:1", OnHeld::Fail);
-    let report = first
-        .replay_str(&tenant, TURN, ReplayOptions::titled("t"))
+    let first = writer(&store, "serve@test:1", OnHeld::Fail);
+    let sid = SessionId::from("ses_held");
+    first
+        .create_session(&tenant, session("ses_held"))
         .await
         .unwrap();
-    let sid = report.session.unwrap();
 
     let second = writer(&store, "replay@test:2", OnHeld::Fail);
     let opts = ReplayOptions::default().session(sid.clone());
@@ -110,7 +110,7 @@ async fn a_held_session_names_its_holder_until_it_is_released_on_close() {
         .unwrap_err();
     assert_eq!(err.error.kind(), ErrorKind::Held, "{}", err.error);
     assert!(
-        err.error.to_string().contains("replay@test:1"),
+        err.error.to_string().contains("serve@test:1"),
         "{}",
         err.error
     );
@@ -119,7 +119,14 @@ async fn a_held_session_names_its_holder_until_it_is_released_on_close() {
     let claim = store.claimed(&tenant, &sid).await.unwrap().unwrap();
     assert_eq!(claim.expires_ms, 0, "close released the claim: {claim:?}");
     second.replay_str(&tenant, TURN, opts).await.unwrap();
-    assert_eq!(second.history_all(&tenant, &sid).await.unwrap().len(), 4);
+    assert_eq!(second.history_all(&tenant, &sid).await.unwrap().len(), 2);
+    // A replay lets go of its session when it ends: the next writer need not wait.
+    let claim = store.claimed(&tenant, &sid).await.unwrap().unwrap();
+    assert_eq!(
+        (claim.holder.as_str(), claim.expires_ms),
+        ("replay@test:2", 0),
+        "{claim:?}"
+    );
 }
 
 #[tokio::test]
@@ -148,13 +155,18 @@ async fn a_waiting_writer_gets_the_session_once_its_holder_closes() {
     assert_eq!(claim.holder, "import@test:2");
 
     // Waiting is bounded: a holder that stays is reported after the wait.
+    let stays = writer(&store, "serve@test:4", OnHeld::Fail);
+    stays
+        .create_session(&tenant, session("ses_stays"))
+        .await
+        .unwrap();
     let third = writer(
         &store,
         "import@test:3",
         OnHeld::Wait(Duration::from_millis(300)),
     );
     let started = std::time::Instant::now();
-    let opts = ReplayOptions::default().session(sid);
+    let opts = ReplayOptions::default().session(SessionId::from("ses_stays"));
     let err = third.replay_str(&tenant, TURN, opts).await.unwrap_err();
     assert_eq!(err.error.kind(), ErrorKind::Held, "{}", err.error);
     assert!(started.elapsed() >= Duration::from_millis(300));

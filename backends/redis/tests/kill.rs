@@ -60,8 +60,14 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
     let tenant = TenantId::new("t1").unwrap();
     let sid: SessionId = "ses_kill".into();
 
-    // Replica B subscribes before A exists: from seq 1, it must see everything.
-    let b = engine(url).await;
+    // Replica B subscribes before A exists: from seq 1, it must see everything. It
+    // recovers what A left while A's claim still runs, so it takes the session over.
+    let b = {
+        let e = engine(url).await;
+        let policy =
+            forge_core::ClaimPolicy::holder("replica-b").on_held(forge_core::OnHeld::TakeOver);
+        forge_core::Engine::direct_claiming(e.store, e.bus, policy)
+    };
     let mut sub = b
         .bus
         .subscribe(&tenant, Topic::Session(sid.clone()), Some(1))
@@ -191,8 +197,9 @@ async fn a_killed_replica_is_recovered_by_another_from_the_stream() {
 
     let single = MemoryStore::new();
     let replay = b.bus.replay(&tenant, &sid, 1).await.unwrap();
-    for env in &common::sync_events(&replay.events) {
-        single.apply(std::slice::from_ref(env)).await.unwrap();
+    // Into a store of its own, which no writer claimed: unfenced.
+    for env in common::sync_events(&replay.events) {
+        single.apply(&[env.with_epoch(None)]).await.unwrap();
     }
     let single_all = forge_core::read_all(&single, &tenant, &sid, 100)
         .await

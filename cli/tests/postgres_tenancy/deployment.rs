@@ -45,7 +45,8 @@ impl Deployment {
             format!(
                 "GRANT USAGE ON SCHEMA \"{s}\" TO \"{l}\";
                  GRANT SELECT, INSERT, UPDATE, DELETE
-                     ON \"{s}\".sessions, \"{s}\".messages, \"{s}\".parts TO \"{l}\";
+                     ON \"{s}\".sessions, \"{s}\".messages, \"{s}\".parts, \"{s}\".fences
+                     TO \"{l}\";
                  GRANT SELECT ON \"{s}\".forge_meta TO \"{l}\";"
             )
         } else {
