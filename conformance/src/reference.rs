@@ -255,3 +255,52 @@ pub fn sorted(mut open: OpenItems) -> OpenItems {
     });
     open
 }
+
+/// The fencing rules as the contract states them (docs/design.md §6), written apart from
+/// `forge_core::fence`, so that the suite checks that code too instead of trusting it.
+pub mod fencing {
+    use forge_core::{Claim, ClaimMode, ClaimRequest, ErrorKind};
+
+    /// What a claim over the record `current` gives: the record to store, or the kind of
+    /// its refusal.
+    pub fn claim(current: Option<&Claim>, req: &ClaimRequest) -> Result<Claim, ErrorKind> {
+        let granted = |epoch| Claim {
+            epoch,
+            holder: req.holder.clone(),
+            expires_ms: req.now_ms + req.lease_ms,
+        };
+        let last = current.map_or(0, |c| c.epoch);
+        match req.mode {
+            ClaimMode::Renew(e) if current.is_some() && e == last => Ok(granted(e)),
+            ClaimMode::Renew(_) => Err(ErrorKind::Fenced),
+            ClaimMode::Free => match current {
+                // Another holder whose lease has not run out keeps the session.
+                Some(c) if c.holder != req.holder && req.now_ms < c.expires_ms => {
+                    Err(ErrorKind::Held)
+                }
+                _ => Ok(granted(last + 1)),
+            },
+            ClaimMode::TakeOver => Ok(granted(last + 1)),
+        }
+    }
+
+    /// The record after releasing `epoch`: its lease ended when `epoch` is current.
+    pub fn release(current: Option<&Claim>, epoch: u64) -> Option<Claim> {
+        let mut c = current?.clone();
+        if c.epoch != epoch {
+            return Some(c);
+        }
+        c.expires_ms = 0;
+        Some(c)
+    }
+
+    /// Whether a write with `epoch` (`None`: unfenced) lands over the record `current`.
+    pub fn write(current: Option<&Claim>, epoch: Option<u64>) -> Result<(), ErrorKind> {
+        let current = current.map(|c| c.epoch);
+        if current == epoch {
+            Ok(())
+        } else {
+            Err(ErrorKind::Fenced)
+        }
+    }
+}

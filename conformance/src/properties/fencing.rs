@@ -5,7 +5,8 @@
 //! they were granted last, stale or not), write without an epoch, delete the session and
 //! let a simulated clock run, in a generated order; the session starts at a generated
 //! epoch (up to 105, so epochs cross 9 → 10 and 99 → 100). Every call's outcome must be
-//! what [`fence::decide`] and [`fence::check`] give over a model of the record (the epoch
+//! what the rules give over a model of the record ([`crate::reference::fencing`], written
+//! apart from `forge_core::fence`, so that code is checked too) (the epoch
 //! granted, the holder, the lease, `Held`, `Fenced`), a refused batch must write nothing,
 //! and at the end the stored record and messages must equal the model's. The same session
 //! id in another tenant is claimed too: it starts at epoch 1 and is never fenced by the
@@ -27,7 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use forge_core::fence::{self, Claim, ClaimMode, ClaimRequest};
+use forge_core::fence::{Claim, ClaimMode, ClaimRequest};
 use forge_core::{
     read_all, Envelope, ErrorKind, MessageId, PartId, SessionId, Store, SyncEvent, TenantId,
 };
@@ -36,6 +37,7 @@ use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{ctx_err, CaseRun, Ctx};
+use crate::reference::fencing as rules;
 use crate::strategies::model::{self, MessageKind, PartKind};
 use crate::Property;
 
@@ -193,24 +195,23 @@ struct Model {
 /// same kind.
 fn same_outcome<T: PartialEq + std::fmt::Debug>(
     what: &str,
-    want: &forge_core::Result<T>,
+    want: &Result<T, ErrorKind>,
     got: &forge_core::Result<T>,
 ) -> Result<(), String> {
     match (want, got) {
         (Ok(a), Ok(b)) if a == b => Ok(()),
-        (Err(a), Err(b)) if a.kind() == b.kind() => Ok(()),
+        (Err(a), Err(b)) if *a == b.kind() => Ok(()),
         _ => Err(format!(
             "{what}: the rules give {}, the store gave {}",
-            show(want),
-            show(got)
+            match want {
+                Ok(v) => format!("Ok({v:?})"),
+                Err(k) => format!("{k} error"),
+            },
+            match got {
+                Ok(v) => format!("Ok({v:?})"),
+                Err(e) => format!("{} error ({e})", e.kind()),
+            }
         )),
-    }
-}
-
-fn show<T: std::fmt::Debug>(r: &forge_core::Result<T>) -> String {
-    match r {
-        Ok(v) => format!("Ok({v:?})"),
-        Err(e) => format!("{} error ({e})", e.kind()),
     }
 }
 
@@ -230,7 +231,7 @@ async fn script(store: &dyn Store, tenant: &TenantId, case: &Case) -> Result<(),
             .claim(tenant, &session, &request)
             .await
             .map_err(ctx_err(format!("warm-up claim {i}")))?;
-        let want = fence::decide(&session, m.record.as_ref(), &request)
+        let want = rules::claim(m.record.as_ref(), &request)
             .map_err(|e| format!("the rules refuse warm-up claim {i}: {e}"))?;
         same_outcome(&format!("warm-up claim {i}"), &Ok(want.clone()), &Ok(got))?;
         m.record = Some(want);
@@ -248,7 +249,7 @@ async fn script(store: &dyn Store, tenant: &TenantId, case: &Case) -> Result<(),
                 let request = ClaimRequest::new(holder(who), m.now)
                     .mode(mode)
                     .lease_ms(lease);
-                let want = fence::decide(&session, m.record.as_ref(), &request);
+                let want = rules::claim(m.record.as_ref(), &request);
                 let got = store.claim(tenant, &session, &request).await;
                 same_outcome(&at, &want, &got)?;
                 if let Ok(c) = want {
@@ -263,7 +264,7 @@ async fn script(store: &dyn Store, tenant: &TenantId, case: &Case) -> Result<(),
                 let request = ClaimRequest::new(holder(who), m.now)
                     .mode(ClaimMode::Renew(epoch))
                     .lease_ms(lease);
-                let want = fence::decide(&session, m.record.as_ref(), &request);
+                let want = rules::claim(m.record.as_ref(), &request);
                 let got = store.claim(tenant, &session, &request).await;
                 same_outcome(&at, &want, &got)?;
                 if let Ok(c) = want {
@@ -278,9 +279,7 @@ async fn script(store: &dyn Store, tenant: &TenantId, case: &Case) -> Result<(),
                     .release(tenant, &session, epoch)
                     .await
                     .map_err(ctx_err(&at))?;
-                if let Some(r) = fence::released(m.record.as_ref(), epoch) {
-                    m.record = Some(r);
-                }
+                m.record = rules::release(m.record.as_ref(), epoch);
             }
             Step::Write { .. } | Step::Unfenced | Step::Delete { .. } => {
                 let epoch = match *step {
@@ -304,7 +303,7 @@ async fn script(store: &dyn Store, tenant: &TenantId, case: &Case) -> Result<(),
                 };
                 let len = events.len() as u64;
                 let b = batch(tenant, &session, m.seq + 1, epoch, events);
-                let want = fence::check(&session, m.record.as_ref(), epoch);
+                let want = rules::write(m.record.as_ref(), epoch);
                 let got = store.apply(&b).await;
                 same_outcome(&at, &want, &got)?;
                 if want.is_ok() {
