@@ -21,6 +21,10 @@
 //! batch never lands after the claim that fenced it); stored seqs are distinct and the
 //! session's seq is the highest; every claim got its own epoch.
 //!
+//! Before both, claims at the edges of a request's domain (holder names of 1 and 256
+//! bytes granted; empty, 257 bytes, a control character, a lease of 0 ms, a renewal of
+//! epoch 0 refused with `InvalidInput`, changing nothing).
+//!
 //! It catches a backend that ignores the epoch, one that checks it outside the batch's
 //! transaction (a claim slips between the check and the write), and one that compares
 //! epochs as strings (`"9" < "10"` is false).
@@ -593,10 +597,74 @@ async fn race(store: &Arc<dyn Store>, tenant: &TenantId, case: &Case) -> Result<
     Ok(())
 }
 
+/// Claims at the edges of a request's domain: a holder name of 1 and of 256 bytes is
+/// granted; an empty one, one of 257 bytes, one with a control character, a lease under
+/// 1 ms and a renewal of epoch 0 are refused with `InvalidInput` and change nothing.
+async fn limits(store: &dyn Store, tenant: &TenantId) -> Result<(), String> {
+    let session = SessionId::from("ses_fenced_limits");
+    let max = forge_core::fence::MAX_HOLDER_LEN;
+    for (n, holder) in ["h".to_owned(), "é".repeat(max / 2)]
+        .into_iter()
+        .enumerate()
+    {
+        let request = ClaimRequest::new(holder.clone(), T0).mode(ClaimMode::TakeOver);
+        let got = store.claim(tenant, &session, &request).await;
+        let want = Ok(Claim {
+            epoch: n as u64 + 1,
+            holder,
+            expires_ms: T0 + request.lease_ms,
+        });
+        same_outcome(
+            &format!("a claim by a holder of {} bytes", request.holder.len()),
+            &want,
+            &got,
+        )?;
+    }
+    let before = store
+        .claimed(tenant, &session)
+        .await
+        .map_err(ctx_err("claimed"))?;
+    let bad = [
+        ("an empty holder name", ClaimRequest::new("", T0)),
+        (
+            "a holder name of 257 bytes",
+            ClaimRequest::new("x".repeat(max + 1), T0),
+        ),
+        (
+            "a holder name with a newline",
+            ClaimRequest::new("a\nb", T0),
+        ),
+        ("a lease of 0 ms", ClaimRequest::new("h", T0).lease_ms(0)),
+        (
+            "a renewal of epoch 0",
+            ClaimRequest::new("h", T0).mode(ClaimMode::Renew(0)),
+        ),
+    ];
+    for (what, request) in bad {
+        let request = match request.mode {
+            ClaimMode::Free => request.mode(ClaimMode::TakeOver),
+            _ => request,
+        };
+        let got = store.claim(tenant, &session, &request).await;
+        same_outcome::<Claim>(what, &Err(ErrorKind::InvalidInput), &got)?;
+    }
+    let after = store
+        .claimed(tenant, &session)
+        .await
+        .map_err(ctx_err("claimed"))?;
+    if after != before {
+        return Err(format!(
+            "refused claims changed the fence record: {before:?} → {after:?}"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
         let tenant = b.tenant();
+        limits(b.store.as_ref(), &tenant).await?;
         script(b.store.as_ref(), &tenant, case).await?;
         let other = b.tenant();
         other_tenant(b.store.as_ref(), &tenant, &other).await?;
