@@ -3,7 +3,8 @@
 //!
 //! **A script, against the rules.** Writers claim, renew, release, write (with the epoch
 //! they were granted last, stale or not), write without an epoch, delete the session and
-//! let a simulated clock run, in a generated order; the session starts at a generated
+//! let a simulated clock run (also to the very instant a lease ends), in a generated
+//! order; the session starts at a generated
 //! epoch (up to 105, so epochs cross 9 → 10 and 99 → 100). Every call's outcome must be
 //! what the rules give over a model of the record ([`crate::reference::fencing`], written
 //! apart from `forge_core::fence`, so that code is checked too) (the epoch
@@ -82,6 +83,8 @@ pub enum Step {
         /// By this many ms.
         ms: u16,
     },
+    /// The clock moves to the instant the current lease ends (it no longer holds then).
+    Expire,
 }
 
 /// A case: the script and the race.
@@ -111,6 +114,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Unfenced),
         1 => who.prop_map(|who| Step::Delete { who }),
         2 => (1u16..400).prop_map(|ms| Step::Tick { ms }),
+        1 => Just(Step::Expire),
     ]
 }
 
@@ -325,6 +329,11 @@ async fn script(store: &dyn Store, tenant: &TenantId, case: &Case) -> Result<(),
                 }
             }
             Step::Tick { ms } => m.now += i64::from(ms),
+            Step::Expire => {
+                if let Some(r) = &m.record {
+                    m.now = m.now.max(r.expires_ms);
+                }
+            }
         }
         // What a refused batch must not have written shows at once.
         let stored = stored_messages(store, tenant, &session).await?;
