@@ -606,17 +606,18 @@ async fn race(store: &Arc<dyn Store>, tenant: &TenantId, case: &Case) -> Result<
     Ok(())
 }
 
-/// Claims at the edges of a request's domain: a holder name of 1 and of 256 bytes is
-/// granted; an empty one, one of 257 bytes, one with a control character, a lease under
+/// Claims at the edges of a request's domain: a holder name of 1 byte with a lease of
+/// 1 ms and one of 256 bytes are granted; an empty one, one of 257 bytes, one with a control character, a lease under
 /// 1 ms and a renewal of epoch 0 are refused with `InvalidInput` and change nothing.
 async fn limits(store: &dyn Store, tenant: &TenantId) -> Result<(), String> {
     let session = SessionId::from("ses_fenced_limits");
     let max = forge_core::fence::MAX_HOLDER_LEN;
-    for (n, holder) in ["h".to_owned(), "é".repeat(max / 2)]
-        .into_iter()
-        .enumerate()
-    {
-        let request = ClaimRequest::new(holder.clone(), T0).mode(ClaimMode::TakeOver);
+    // The shortest holder name with the shortest lease, then the longest name.
+    let good = [("h".to_owned(), 1), ("é".repeat(max / 2), 30_000)];
+    for (n, (holder, lease_ms)) in good.into_iter().enumerate() {
+        let request = ClaimRequest::new(holder.clone(), T0)
+            .mode(ClaimMode::TakeOver)
+            .lease_ms(lease_ms);
         let got = store.claim(tenant, &session, &request).await;
         let want = Ok(Claim {
             epoch: n as u64 + 1,
