@@ -128,6 +128,17 @@ impl Scope {
         .with_epoch(self.epoch())
     }
 
+    /// A bus-only event (a delta, a status) of this scope with the next seq. It carries
+    /// no epoch: no store checks it, and the bus bytes stay as they were.
+    pub fn bus_event(&self, event: Event) -> BusEvent {
+        BusEvent::new(Envelope::new(
+            self.tenant.clone(),
+            self.session_id.clone(),
+            self.next_seq(),
+            event,
+        ))
+    }
+
     /// Whether the lease is past its middle at `now_ms`, so a writer renews it.
     fn due(&self, now_ms: i64) -> bool {
         self.epoch().is_some()
@@ -567,14 +578,9 @@ impl Projector for DirectProjector {
     }
 
     fn emit(&self, scope: &Scope, event: Event) -> Result<u64> {
-        let env = Envelope::new(
-            scope.tenant.clone(),
-            scope.session_id.clone(),
-            scope.next_seq(),
-            event,
-        );
-        let seq = env.seq;
-        self.bus.publish(BusEvent::new(env))?;
+        let published = scope.bus_event(event);
+        let seq = published.seq;
+        self.bus.publish(published)?;
         Ok(seq)
     }
 

@@ -46,7 +46,7 @@ use parking_lot::Mutex;
 
 use crate::bus::Bus;
 use crate::error::{ErrorKind, Result};
-use crate::event::{BusEvent, Envelope, Event, SyncEvent};
+use crate::event::{BusEvent, Event, SyncEvent};
 use crate::id::SessionId;
 use crate::projector::{ClaimPolicy, Projector, Scope, Scopes};
 use crate::store::Store;
@@ -251,14 +251,9 @@ impl Projector for GroupCommitProjector {
         if let Some(e) = o.take_failure() {
             return Err(e);
         }
-        let env = Envelope::new(
-            scope.tenant.clone(),
-            scope.session_id.clone(),
-            scope.next_seq(),
-            event,
-        );
-        let seq = env.seq;
-        self.publish_or_hold(o, BusEvent::new(env))?;
+        let published = scope.bus_event(event);
+        let seq = published.seq;
+        self.publish_or_hold(o, published)?;
         Ok(seq)
     }
 
