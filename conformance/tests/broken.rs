@@ -276,6 +276,17 @@ fn upsert_catches_a_part_keyed_per_message_that_stays_when_moved() {
     );
 }
 
+#[test]
+fn concurrency_catches_racing_moves_that_each_delete_the_copy_they_looked_up() {
+    // Alone, this store moves parts right (the upsert property passes on it); only
+    // moves of one part racing each other leave two copies.
+    caught(
+        Wrapper::Store(StoreBug::MovesFromAStaleLookup),
+        Property::Concurrency,
+        &["racing moves of one part must leave it in exactly one"],
+    );
+}
+
 caught_tests! {
     pagination_catches_pages_that_skip_their_first_item:
         caught(Wrapper::Store(StoreBug::SkipsFirstOfLaterPages)) => Pagination, &["paging yielded", "page"];

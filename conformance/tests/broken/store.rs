@@ -42,6 +42,11 @@ pub enum StoreBug {
     /// Parts are keyed per message: a part upserted under another message of its
     /// session is added there and also stays under the old one.
     PartKeyedPerMessage,
+    /// Parts are keyed per message, and a part upsert removes the copy under the message
+    /// a lookup one round trip before the write found: alone it moves parts right, but
+    /// two moves of one part racing each other both find the same old message, and the
+    /// copy the first one wrote stays beside the second's.
+    MovesFromAStaleLookup,
     /// `open_items` calls every part open whose state says it may still change: text
     /// or reasoning without an end (also a text without any time), every tool `pending`
     /// or `running` (also one waiting for approval).
@@ -76,8 +81,11 @@ pub struct BrokenStore {
     inner: Arc<MemoryStore>,
     bug: StoreBug,
     ghosts: Mutex<HashMap<(TenantId, SessionId, MessageId), Vec<Part>>>,
-    /// Copies a part left under its old message (`PartKeyedPerMessage`).
+    /// Copies a part left under its old message (`PartKeyedPerMessage`,
+    /// `MovesFromAStaleLookup`).
     stale: Mutex<BTreeMap<(TenantId, SessionId, MessageId, PartId), Part>>,
+    /// The newest copy of each part (`MovesFromAStaleLookup`).
+    newest: Mutex<HashMap<(TenantId, SessionId, PartId), Part>>,
     busy: tokio::sync::Mutex<()>,
     /// The fence records of the fence bugs (the wrapped store sees unfenced batches).
     fences: Mutex<HashMap<(TenantId, SessionId), Claim>>,
@@ -90,6 +98,7 @@ impl BrokenStore {
             bug,
             ghosts: Mutex::new(HashMap::new()),
             stale: Mutex::new(BTreeMap::new()),
+            newest: Mutex::new(HashMap::new()),
             busy: tokio::sync::Mutex::new(()),
             fences: Mutex::new(HashMap::new()),
         }
@@ -251,9 +260,84 @@ impl BrokenStore {
         Ok(())
     }
 
+    /// Applies `batch` as a store keyed by (session, message, part) that looks up where
+    /// a part is, then (a round trip later) writes it under its new message and deletes
+    /// the copy under the message it looked up.
+    async fn moves_from_stale_lookup(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let key = |e: &Envelope<SyncEvent>, p: &PartId| {
+            (e.tenant.clone(), e.session_id.clone(), p.clone())
+        };
+        let looked: HashMap<_, MessageId> = {
+            let newest = self.newest.lock();
+            batch
+                .iter()
+                .filter_map(|e| match &e.event {
+                    SyncEvent::PartUpdated { part } => newest
+                        .get(&key(e, &part.id))
+                        .map(|p| (key(e, &part.id), p.message_id.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let _write = self.busy.lock().await;
+        self.inner.apply(batch).await?;
+        let (mut stale, mut newest) = (self.stale.lock(), self.newest.lock());
+        for e in batch {
+            let (t, s) = (e.tenant.clone(), e.session_id.clone());
+            match &e.event {
+                SyncEvent::PartUpdated { part } => {
+                    let k = key(e, &part.id);
+                    let looked = looked.get(&k);
+                    if let Some(l) = looked.filter(|l| **l != part.message_id) {
+                        stale.remove(&(t.clone(), s.clone(), l.clone(), part.id.clone()));
+                    }
+                    if let Some(old) = newest.insert(k, part.clone()) {
+                        if old.message_id != part.message_id && looked != Some(&old.message_id) {
+                            stale.insert(
+                                (t.clone(), s.clone(), old.message_id.clone(), old.id.clone()),
+                                old,
+                            );
+                        }
+                    }
+                    stale.remove(&(t, s, part.message_id.clone(), part.id.clone()));
+                }
+                SyncEvent::PartRemoved {
+                    message_id,
+                    part_id,
+                    ..
+                } => {
+                    let k = key(e, part_id);
+                    if newest.get(&k).is_some_and(|p| &p.message_id == message_id) {
+                        newest.remove(&k);
+                    }
+                    stale.remove(&(t, s, message_id.clone(), part_id.clone()));
+                }
+                SyncEvent::MessageRemoved { message_id, .. } => {
+                    newest.retain(|k, p| !(k.0 == t && k.1 == s && &p.message_id == message_id));
+                    stale.retain(|k, _| !(k.0 == t && k.1 == s && &k.2 == message_id));
+                }
+                SyncEvent::SessionDeleted { .. } => {
+                    newest.retain(|k, _| !(k.0 == t && k.1 == s));
+                    stale.retain(|k, _| !(k.0 == t && k.1 == s));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the bug keeps copies of parts under messages that no longer hold them.
+    fn keeps_copies(&self) -> bool {
+        matches!(
+            self.bug,
+            StoreBug::PartKeyedPerMessage | StoreBug::MovesFromAStaleLookup
+        )
+    }
+
     /// `m` with the stale copies kept under it.
     fn with_stale(&self, t: &TenantId, mut m: MessageWithParts) -> MessageWithParts {
-        if self.bug != StoreBug::PartKeyedPerMessage {
+        if !self.keeps_copies() {
             return m;
         }
         let stale = self.stale.lock();
@@ -411,6 +495,7 @@ impl Forward for BrokenStore {
                 Ok(())
             }
             StoreBug::PartKeyedPerMessage => self.keyed_per_message(batch).await,
+            StoreBug::MovesFromAStaleLookup => self.moves_from_stale_lookup(batch).await,
             StoreBug::NotAtomic => {
                 for e in batch {
                     self.inner.apply(std::slice::from_ref(e)).await?;
@@ -457,7 +542,7 @@ impl Forward for BrokenStore {
             StoreBug::SkipsFirstOfLaterPages if before.is_some() => {
                 page.messages.pop();
             }
-            StoreBug::PartKeyedPerMessage => {
+            StoreBug::PartKeyedPerMessage | StoreBug::MovesFromAStaleLookup => {
                 page.messages = std::mem::take(&mut page.messages)
                     .into_iter()
                     .map(|m| self.with_stale(tenant, m))
@@ -514,7 +599,7 @@ impl Forward for BrokenStore {
                 }
             }
         }
-        if self.bug == StoreBug::PartKeyedPerMessage {
+        if self.keeps_copies() {
             let stale = self.stale.lock();
             open.parts.extend(
                 stale
