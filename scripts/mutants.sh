@@ -13,12 +13,17 @@
 # suite would let through, unless the change is equivalent (no observable difference).
 # Results go to target/mutants/<area>/mutants.out (caught.txt, missed.txt,
 # timeout.txt, unviable.txt, outcomes.json). `--keep` as the first argument after the
-# area copies the run's outcomes.json to docs/mutants/<area>/outcomes.json, which
+# area copies the run's outcomes.json to docs/mutants/<area>/outcomes.json (with
+# `--shard K/N`, to outcomes-shard-K-of-N.json: a long area can be run in parts), which
 # scripts/mutation-scores.py turns into the scores in docs/conformance.md ("Mutation
 # score"), with the verdicts of survivors from docs/mutants/verdicts.tsv.
 #
-# Needs `cargo install cargo-mutants`. Slow: several minutes per mutant on 2 cores, so
-# this runs on demand, never in CI. FORGE_PROPTEST_CASES applies as usual.
+# Each area names the test targets it runs with `--cargo-arg`, so a mutant's build
+# builds only those; the build directory starts from a copy of ./target.
+#
+# Needs `cargo install cargo-mutants`. Slow: half a minute to several minutes per
+# mutant on 2 cores, so this runs on demand, never in CI. FORGE_PROPTEST_CASES applies
+# as usual.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,7 +47,8 @@ run() {
   mkdir -p "target/mutants/$name"
   # The baseline would run the mutated package's own tests, not the suite: skip it
   # (the suite passing on an unmutated tree is what CI shows).
-  cargo mutants --no-shuffle --baseline=skip --output "target/mutants/$name" "$@" || {
+  cargo mutants --no-shuffle --baseline=skip --copy-target=true \
+    --output "target/mutants/$name" "$@" || {
     # cargo-mutants exits 2 when mutants were missed, 3 on timeouts: both are results.
     local rc=$?
     if [ "$rc" -ne 2 ] && [ "$rc" -ne 3 ]; then
@@ -54,9 +60,22 @@ run() {
     printf '%-9s %s\n' "$kind" "$(wc -l <"$out/$kind.txt" 2>/dev/null || echo 0)"
   done
   if [ "$keep" = 1 ]; then
+    local file=outcomes.json shard="" prev=""
+    for arg in "$@"; do
+      case "$arg" in
+        --shard=*) shard="${arg#--shard=}" ;;
+      esac
+      if [ "$prev" = --shard ]; then
+        shard="$arg"
+      fi
+      prev="$arg"
+    done
+    if [ -n "$shard" ]; then
+      file="outcomes-shard-${shard%/*}-of-${shard#*/}.json"
+    fi
     mkdir -p "docs/mutants/$name"
-    cp "$out/outcomes.json" "docs/mutants/$name/outcomes.json"
-    echo "kept: docs/mutants/$name/outcomes.json"
+    cp "$out/outcomes.json" "docs/mutants/$name/$file"
+    echo "kept: docs/mutants/$name/$file"
   fi
 }
 
@@ -90,26 +109,31 @@ fence() {
 # redb's journal and the value codec, under redb's own tests and its suite.
 journal() {
   run journal -f backends/redb/src/journal.rs -f core/src/codec.rs \
-    --test-package forge-redb "$@"
+    --test-package forge-redb --cargo-arg=--lib --cargo-arg=--test=journal \
+    --cargo-arg=--test=damage --cargo-arg=--test=store --cargo-arg=--test=file \
+    --cargo-arg=--test=conformance "$@"
 }
 
 # The SQL write plan and the migrations, under the SQL crate's tests on SQLite.
 sql_write() {
   run sql-write -f backends/sql/src/plan.rs -f backends/sql/src/write.rs \
     -f backends/sql/src/sqlite/schema.rs -f backends/sql/src/schema.rs \
-    --test-package forge-sql --cargo-test-arg=--test=sqlite \
-    --cargo-test-arg=--test=conformance "$@"
+    --test-package forge-sql --cargo-arg=--lib --cargo-arg=--test=sqlite \
+    --cargo-arg=--test=conformance "$@"
 }
 
-# The group-commit projector, under forge-core's tests.
+# The group-commit projector, under forge-core's tests that drive it (its unit tests,
+# the group-commit and failure tests, fencing and logging).
 group() {
-  run group -f 'core/src/group/*.rs' --test-package forge-core "$@"
+  run group -f 'core/src/group/*.rs' --test-package forge-core \
+    --cargo-arg=--lib --cargo-arg=--test=group_commit --cargo-arg=--test=group_failures \
+    --cargo-arg=--test=fencing --cargo-arg=--test=logging "$@"
 }
 
 # The SSE resume (`Last-Event-ID`, gaps, reload), under the server's event tests.
 sse() {
   run sse -f server/src/events.rs --test-package forge-server \
-    --cargo-test-arg=--test=events "$@"
+    --cargo-arg=--test=events "$@"
 }
 
 case "$what" in

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Mutation scores from cargo-mutants' own outcome files.
 
-Reads docs/mutants/<area>/outcomes.json (kept by `scripts/mutants.sh AREA --keep`) and
+Reads docs/mutants/<area>/outcomes.json (kept by `scripts/mutants.sh AREA --keep`; an
+area run in shards keeps outcomes-shard-K-of-N.json files instead, read together) and
 docs/mutants/verdicts.tsv (one line per surviving mutant: its name as cargo-mutants
 prints it, a verdict — `equivalent`, `outside` (outside what the area's tests are for),
 `killed` (a test added since catches it) or `open` — and a one-line reason), and prints
@@ -51,11 +52,17 @@ def mutant_name(outcome):
     return f'{m.get("file")}:{span.get("line")}:{span.get("column")}: replace {m.get("function", {}).get("function_name", "?")} with {m.get("replacement")}'
 
 
+def outcome_files(area_dir):
+    return sorted(area_dir.glob("outcomes*.json"))
+
+
 def summarize(area, known):
-    data = json.loads((MUTANTS / area / "outcomes.json").read_text(encoding="utf-8"))
+    outcomes = []
+    for path in outcome_files(MUTANTS / area):
+        outcomes.extend(json.loads(path.read_text(encoding="utf-8")).get("outcomes", []))
     counts = {"caught": 0, "missed": 0, "timeout": 0, "unviable": 0}
     survivors = []
-    for o in data.get("outcomes", []):
+    for o in outcomes:
         name = mutant_name(o)
         if name is None:
             continue
@@ -81,7 +88,7 @@ def summarize(area, known):
 
 def table():
     known = verdicts()
-    areas = sorted(p.name for p in MUTANTS.iterdir() if (p / "outcomes.json").exists()) if MUTANTS.exists() else []
+    areas = sorted(p.name for p in MUTANTS.iterdir() if outcome_files(p)) if MUTANTS.exists() else []
     if not areas:
         return "No mutation run is kept yet (`scripts/mutants.sh AREA --keep`).\n"
     lines = [

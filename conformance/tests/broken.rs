@@ -288,6 +288,13 @@ fn concurrency_catches_racing_moves_that_each_delete_the_copy_they_looked_up() {
 }
 
 caught_tests! {
+    upsert_catches_ids_keyed_by_their_first_255_bytes:
+        caught(Wrapper::Store(StoreBug::TruncatesIds)) => Upsert, UPSERT_MISMATCH;
+    upsert_catches_ids_keyed_case_insensitively:
+        caught(Wrapper::Store(StoreBug::FoldsIdCase)) => Upsert, UPSERT_MISMATCH;
+}
+
+caught_tests! {
     pagination_catches_pages_that_skip_their_first_item:
         caught(Wrapper::Store(StoreBug::SkipsFirstOfLaterPages)) => Pagination, &["paging yielded", "page"];
     tenant_isolation_catches_a_tenant_leak:

@@ -235,9 +235,10 @@ async fn write_history(
     tenant: &TenantId,
     model: &mut ReferenceStore,
     history: &upsert::Case,
+    ids: upsert::Ids,
 ) -> Result<(), String> {
     for (n, batch) in history.batches.iter().enumerate() {
-        let envs = batch.envelopes(tenant);
+        let envs = batch.envelopes(tenant, ids);
         let expected = model.apply(&envs);
         let actual = store.apply(&envs).await;
         if expected.is_ok() != actual.is_ok() {
@@ -264,7 +265,14 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let b = ctx.backend().await?;
         let (hist, turn_tenant) = (b.tenant(), b.tenant());
         let mut model = ReferenceStore::new();
-        write_history(b.store.as_ref(), &hist, &mut model, &case.history).await?;
+        write_history(
+            b.store.as_ref(),
+            &hist,
+            &mut model,
+            &case.history,
+            case.history.ids,
+        )
+        .await?;
         let bus = b.bus_or_local();
         let session = crashed_turn(&b.store, &bus, turn_tenant.clone(), events).await?;
         bus.flush().await.map_err(ctx_err("flushing the bus"))?;
@@ -297,19 +305,38 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
 
         // Removals and overwrites of what the first life wrote, then a second restart:
         // nothing removed comes back, no index keeps what its row lost.
-        write_history(b.store.as_ref(), &hist, &mut model, &case.after).await?;
-        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
-            .await
-            .map_err(|e| format!("after reopen and more batches: {e}"))?;
+        write_history(
+            b.store.as_ref(),
+            &hist,
+            &mut model,
+            &case.after,
+            case.history.ids,
+        )
+        .await?;
+        upsert::compare(
+            b.store.as_ref(),
+            &hist,
+            case.history.ids,
+            &model,
+            &ctx.stats,
+        )
+        .await
+        .map_err(|e| format!("after reopen and more batches: {e}"))?;
         let Some(reopened) = ctx.reopen(b).await? else {
             return Err(format!("skipped: {}", cannot(ctx)));
         };
         let b = reopened.backend;
         drop(bus);
         let bus = b.bus_or_local();
-        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
-            .await
-            .map_err(|e| format!("after a second reopen, following more batches: {e}"))?;
+        upsert::compare(
+            b.store.as_ref(),
+            &hist,
+            case.history.ids,
+            &model,
+            &ctx.stats,
+        )
+        .await
+        .map_err(|e| format!("after a second reopen, following more batches: {e}"))?;
 
         // Seqs continue: every scope starts at or above everything handed out before.
         let projector = DirectProjector::new(Arc::clone(&b.store), Arc::clone(&bus));
@@ -340,9 +367,15 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         }
 
         // The store kept everything.
-        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
-            .await
-            .map_err(|e| format!("after reopen: {e}"))?;
+        upsert::compare(
+            b.store.as_ref(),
+            &hist,
+            case.history.ids,
+            &model,
+            &ctx.stats,
+        )
+        .await
+        .map_err(|e| format!("after reopen: {e}"))?;
         let after = turn_state(b.store.as_ref(), &turn_tenant, &session).await?;
         same("after reopen, the crashed turn", &before, &after)?;
 
@@ -439,9 +472,15 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 }
             }
         }
-        upsert::compare(b.store.as_ref(), &hist, &model, &ctx.stats)
-            .await
-            .map_err(|e| format!("after reopen and a new commit per session: {e}"))?;
+        upsert::compare(
+            b.store.as_ref(),
+            &hist,
+            case.history.ids,
+            &model,
+            &ctx.stats,
+        )
+        .await
+        .map_err(|e| format!("after reopen and a new commit per session: {e}"))?;
 
         drop(twin_projector);
         drop(projector);

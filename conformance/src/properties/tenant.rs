@@ -295,7 +295,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             hostile(store, &mut model, &ta, h, 1_000 + i as u64).await?;
         }
         for (name, t) in &tenants {
-            compare(store, t, &model, &ctx.stats)
+            compare(store, t, super::upsert::Ids::Plain, &model, &ctx.stats)
                 .await
                 .map_err(|e| format!("tenant {name}: {e}"))?;
             compare_hostile(store, t, &model)

@@ -13,6 +13,13 @@
 //! same pool, and every message its part ids, so a message id lives in both sessions as
 //! two independent messages, and a part upserted under another message of its session
 //! moves there (a part id is unique within its session).
+//!
+//! Each case draws its ids from one family ([`Ids`]): plain ones, or ids at the edges of
+//! the id domain (1 byte; 256 bytes equal but for the last byte, in multi-byte
+//! characters too), ids that are prefixes of one another and hold SQL `LIKE` wildcards,
+//! distinct ids that Unicode normalization or case folding would merge, and ids holding
+//! key separators, quotes and hash-tag braces. Every rule the model checks is checked
+//! under every family.
 
 use forge_core::store::MAX_PAGE_LIMIT;
 use forge_core::{read_all, MessageId, PartId, SessionId, Store, SyncEvent, TenantId};
@@ -100,8 +107,8 @@ pub struct Bulk {
 
 impl Bulk {
     /// The events: `s`, the sessions, then every message followed by its part.
-    pub fn events(&self) -> Vec<SyncEvent> {
-        let sid = sid(self.s);
+    pub fn events(&self, ids: Ids) -> Vec<SyncEvent> {
+        let sid = ids.session(self.s);
         let mut out = vec![SyncEvent::SessionUpdated {
             info: model::session(&sid, 0),
         }];
@@ -120,7 +127,7 @@ impl Bulk {
         }
         if self.fail {
             out.push(SyncEvent::PartUpdated {
-                part: model::part(&sid, &"msg_missing".into(), &pid(0), PartKind::Text, 0),
+                part: model::part(&sid, &"msg_missing".into(), &ids.part(0), PartKind::Text, 0),
             });
         }
         out
@@ -130,24 +137,24 @@ impl Bulk {
 impl Batch {
     /// The batch's envelopes in `tenant`, numbered from its `seq`, one of them misrouted
     /// when the batch says so.
-    pub fn envelopes(&self, tenant: &TenantId) -> Vec<forge_core::Envelope<SyncEvent>> {
-        let mut envs = envs(tenant, u64::from(self.seq), self.events());
+    pub fn envelopes(&self, tenant: &TenantId, ids: Ids) -> Vec<forge_core::Envelope<SyncEvent>> {
+        let mut envs = envs(tenant, u64::from(self.seq), self.events(ids));
         if let Some(i) = self.misroute.filter(|_| !self.ops.is_empty()) {
             let env = &mut envs[usize::from(i) % self.ops.len()];
-            env.session_id = if env.session_id == sid(0) {
-                sid(1)
+            env.session_id = if env.session_id == ids.session(0) {
+                ids.session(1)
             } else {
-                sid(0)
+                ids.session(0)
             };
         }
         envs
     }
 
-    /// The batch's events.
-    pub fn events(&self) -> Vec<SyncEvent> {
-        let mut out: Vec<SyncEvent> = self.ops.iter().map(Op::event).collect();
+    /// The batch's events, with ids of family `ids`.
+    pub fn events(&self, ids: Ids) -> Vec<SyncEvent> {
+        let mut out: Vec<SyncEvent> = self.ops.iter().map(|o| o.event_in(ids)).collect();
         if let Some(b) = &self.bulk {
-            out.extend(b.events());
+            out.extend(b.events(ids));
         }
         out
     }
@@ -158,21 +165,131 @@ impl Batch {
 pub struct Case {
     /// The batches.
     pub batches: Vec<Batch>,
+    /// The family the case's session, message and part ids come from.
+    #[serde(default, skip_serializing_if = "Ids::is_plain")]
+    pub ids: Ids,
 }
 
-fn sid(s: u8) -> SessionId {
-    SessionId::from(format!("ses_{s}"))
+/// A family of ids: session `s`, message `m` and part `p` of the pools are spelled by
+/// [`Ids::session`], [`Ids::message`] and [`Ids::part`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ids {
+    /// `ses_0`, `msg_1`, `prt_2`.
+    #[default]
+    Plain,
+    /// One byte each: the shortest ids there are.
+    Shortest,
+    /// 256 bytes each (the longest allowed), equal but for the last byte: sessions in
+    /// ASCII, messages in 2-byte characters, parts in 4-byte characters.
+    Longest,
+    /// Each id a prefix of the next, padded with SQL `LIKE` wildcards (`m`, `m_`, `m__`;
+    /// `p`, `p%`, `p%%`).
+    Prefixes,
+    /// Distinct ids that normalization or case folding would merge (`é` and `e` + U+0301;
+    /// `Å`, `Å` (U+212B) and `A` + U+030A; `ß`, `ss`, `SS`).
+    Unicode,
+    /// Ids holding key separators, path characters, quotes and Redis hash-tag braces.
+    Separators,
 }
-fn mid(m: u8) -> MessageId {
-    MessageId::from(format!("msg_{m}"))
+
+impl Ids {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` lends it
+    fn is_plain(&self) -> bool {
+        *self == Self::Plain
+    }
+
+    /// Session `s` (0 or 1).
+    pub fn session(self, s: u8) -> SessionId {
+        SessionId::from(self.spell(
+            "ses_",
+            s,
+            ["0", "1", "2"],
+            '-',
+            ["é", "e\u{301}", "E"],
+            ["a:b", "a", "{a}"],
+        ))
+    }
+
+    /// Message `m` (0..3) of every session.
+    pub fn message(self, m: u8) -> MessageId {
+        MessageId::from(self.spell(
+            "msg_",
+            m,
+            ["a", "b", "c"],
+            'é',
+            ["\u{c5}", "\u{212b}", "A\u{30a}"],
+            ["x/y", "x", "x\\y"],
+        ))
+    }
+
+    /// Part `p` (0..3) of every message.
+    pub fn part(self, p: u8) -> PartId {
+        PartId::from(self.spell(
+            "prt_",
+            p,
+            ["x", "y", "z"],
+            '😀',
+            ["ß", "ss", "SS"],
+            ["'", "\"", "..%2F"],
+        ))
+    }
+
+    fn spell(
+        self,
+        plain: &str,
+        i: u8,
+        shortest: [&str; 3],
+        long: char,
+        unicode: [&str; 3],
+        separators: [&str; 3],
+    ) -> String {
+        let i = usize::from(i % 3);
+        match self {
+            Self::Plain => format!("{plain}{i}"),
+            Self::Shortest => shortest[i].to_owned(),
+            Self::Longest => {
+                let mut id: String = std::iter::repeat_n(long, 255 / long.len_utf8()).collect();
+                while id.len() < 255 {
+                    id.push('_');
+                }
+                id.push(char::from(b'0' + i as u8));
+                id
+            }
+            Self::Prefixes => {
+                let (stem, pad) = match plain {
+                    "ses_" => ("s", "_"),
+                    "msg_" => ("m", "_"),
+                    _ => ("p", "%"),
+                };
+                format!("{stem}{}", pad.repeat(i))
+            }
+            Self::Unicode => unicode[i].to_owned(),
+            Self::Separators => separators[i].to_owned(),
+        }
+    }
 }
-fn pid(p: u8) -> PartId {
-    PartId::from(format!("prt_{p}"))
+
+/// Any family; plain ids two times in seven.
+pub fn ids() -> impl Strategy<Value = Ids> {
+    prop_oneof![
+        2 => Just(Ids::Plain),
+        1 => Just(Ids::Shortest),
+        1 => Just(Ids::Longest),
+        1 => Just(Ids::Prefixes),
+        1 => Just(Ids::Unicode),
+        1 => Just(Ids::Separators),
+    ]
 }
 
 impl Op {
     /// The sync event this op stands for.
     pub fn event(&self) -> SyncEvent {
+        self.event_in(Ids::Plain)
+    }
+
+    /// The sync event this op stands for, with ids of family `ids`.
+    pub fn event_in(&self, ids: Ids) -> SyncEvent {
+        let (sid, mid, pid) = (|s| ids.session(s), |m| ids.message(m), |p| ids.part(p));
         match *self {
             Op::PutSession { s, v } => SyncEvent::SessionUpdated {
                 info: model::session(&sid(s), v),
@@ -314,11 +431,12 @@ pub fn case(transactions: bool) -> impl Strategy<Value = Case> {
         ops,
         proptest::option::weighted(0.05, any::<u8>()),
     );
-    vec(batch, 1..20).prop_map(move |batches| Case {
+    (vec(batch, 1..20), ids()).prop_map(move |(batches, ids)| Case {
         batches: batches
             .into_iter()
             .flat_map(|(seq, ops, misroute)| split(transactions, seq, ops, misroute))
             .collect(),
+        ids,
     })
 }
 
@@ -354,8 +472,9 @@ pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
         sizes.listing(),
         sizes.listing(),
         vec((0u16..400, vec(op(), 1..=3)), 1..4),
+        ids(),
     )
-        .prop_map(|(s, sessions, messages, tail)| {
+        .prop_map(|(s, sessions, messages, tail, ids)| {
             let bulk = |fail| Batch {
                 seq: 1,
                 ops: Vec::new(),
@@ -374,7 +493,7 @@ pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
                 bulk: None,
                 misroute: None,
             }));
-            Case { batches }
+            Case { batches, ids }
         })
 }
 
@@ -403,7 +522,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let tenant = b.tenant();
         let mut model = ReferenceStore::new();
         for (n, batch) in case.batches.iter().enumerate() {
-            let envs = batch.envelopes(&tenant);
+            let envs = batch.envelopes(&tenant, case.ids);
             let expected = model.apply(&envs);
             let actual = b.store.apply(&envs).await;
             let at = match &batch.bulk {
@@ -431,19 +550,21 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 }
                 _ => {}
             }
-            compare(b.store.as_ref(), &tenant, &model, &ctx.stats)
+            compare(b.store.as_ref(), &tenant, case.ids, &model, &ctx.stats)
                 .await
-                .map_err(|e| format!("after {at}: {e}"))?;
+                .map_err(|e| format!("after {at} ({:?} ids): {e}", case.ids))?;
         }
         b.cleanup().await;
         Ok(())
     })
 }
 
-/// Everything the store shows of `tenant` equals the model.
+/// Everything the store shows of `tenant` equals the model (the pools' ids read from
+/// family `ids`).
 pub(crate) async fn compare(
     store: &dyn Store,
     tenant: &TenantId,
+    ids: Ids,
     model: &ReferenceStore,
     stats: &Stats,
 ) -> Result<(), String> {
@@ -473,7 +594,7 @@ pub(crate) async fn compare(
     }
     same("sessions()", &want, &sessions)?;
     for s in 0..SESSIONS {
-        let id = sid(s);
+        let id = ids.session(s);
         let want = model.session(tenant, &id);
         same_read(
             &format!("session({id})"),
@@ -496,7 +617,7 @@ pub(crate) async fn compare(
         }
         same(&format!("messages({id})"), &want, &history)?;
         for m in 0..MESSAGES {
-            let mid = mid(m);
+            let mid = ids.message(m);
             let what = format!("message({id}, {mid})");
             let want = model.message(tenant, &id, &mid);
             same_read(&what, &want, "message()", store.message(tenant, &id, &mid)).await?;

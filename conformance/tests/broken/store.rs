@@ -47,6 +47,12 @@ pub enum StoreBug {
     /// two moves of one part racing each other both find the same old message, and the
     /// copy the first one wrote stays beside the second's.
     MovesFromAStaleLookup,
+    /// Ids are keyed by their first 255 bytes (a key column one byte short): ids that
+    /// differ only in their 256th byte are one row, spelled as first written.
+    TruncatesIds,
+    /// Ids are keyed case-insensitively (a key column with a case-insensitive collation):
+    /// `ss` and `SS` are one row, spelled as first written.
+    FoldsIdCase,
     /// `open_items` calls every part open whose state says it may still change: text
     /// or reasoning without an end (also a text without any time), every tool `pending`
     /// or `running` (also one waiting for approval).
@@ -84,6 +90,8 @@ pub struct BrokenStore {
     /// Copies a part left under its old message (`PartKeyedPerMessage`,
     /// `MovesFromAStaleLookup`).
     stale: Mutex<BTreeMap<(TenantId, SessionId, MessageId, PartId), Part>>,
+    /// The first spelling written of each id key (`TruncatesIds`, `FoldsIdCase`).
+    spellings: Mutex<HashMap<String, String>>,
     /// The newest copy of each part (`MovesFromAStaleLookup`).
     newest: Mutex<HashMap<(TenantId, SessionId, PartId), Part>>,
     busy: tokio::sync::Mutex<()>,
@@ -99,6 +107,7 @@ impl BrokenStore {
             ghosts: Mutex::new(HashMap::new()),
             stale: Mutex::new(BTreeMap::new()),
             newest: Mutex::new(HashMap::new()),
+            spellings: Mutex::new(HashMap::new()),
             busy: tokio::sync::Mutex::new(()),
             fences: Mutex::new(HashMap::new()),
         }
@@ -112,6 +121,61 @@ impl BrokenStore {
         } else {
             t
         }
+    }
+
+    /// The key the bug files `id` under.
+    fn id_key(&self, id: &str) -> String {
+        match self.bug {
+            StoreBug::TruncatesIds => id[..id.floor_char_boundary(255)].to_owned(),
+            StoreBug::FoldsIdCase => id.to_lowercase(),
+            _ => id.to_owned(),
+        }
+    }
+
+    /// `id` as the store holds it: the first spelling written with the same key (`id`
+    /// itself, recorded when `write`, if none was).
+    fn spelled(&self, id: &str, write: bool) -> String {
+        let key = self.id_key(id);
+        let mut spellings = self.spellings.lock();
+        match spellings.get(&key) {
+            Some(first) => first.clone(),
+            None => {
+                if write {
+                    spellings.insert(key, id.to_owned());
+                }
+                id.to_owned()
+            }
+        }
+    }
+
+    /// `batch` with every session, message and part id spelled as the store holds it.
+    fn respelled(&self, batch: &[Envelope<SyncEvent>]) -> Result<Vec<Envelope<SyncEvent>>> {
+        fn walk(store: &BrokenStore, v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for (k, v) in map.iter_mut() {
+                        let is_id = matches!(
+                            k.as_str(),
+                            "id" | "sessionID" | "messageID" | "partID" | "parentID"
+                        );
+                        match v {
+                            serde_json::Value::String(id) if is_id => *id = store.spelled(id, true),
+                            _ => walk(store, v),
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter_mut().for_each(|v| walk(store, v)),
+                _ => {}
+            }
+        }
+        batch
+            .iter()
+            .map(|e| {
+                let mut v = serde_json::to_value(e).map_err(|e| Error::invalid(e.to_string()))?;
+                walk(self, &mut v);
+                serde_json::from_value(v).map_err(|e| Error::invalid(e.to_string()))
+            })
+            .collect()
     }
 
     /// Message `id` as the wrapped store holds it (none when it cannot say).
@@ -496,6 +560,9 @@ impl Forward for BrokenStore {
             }
             StoreBug::PartKeyedPerMessage => self.keyed_per_message(batch).await,
             StoreBug::MovesFromAStaleLookup => self.moves_from_stale_lookup(batch).await,
+            StoreBug::TruncatesIds | StoreBug::FoldsIdCase => {
+                self.inner.apply(&self.respelled(batch)?).await
+            }
             StoreBug::NotAtomic => {
                 for e in batch {
                     self.inner.apply(std::slice::from_ref(e)).await?;
@@ -507,7 +574,8 @@ impl Forward for BrokenStore {
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
-        self.inner.session(self.tenant(tenant), id).await
+        let id = SessionId::from(self.spelled(id.as_str(), false));
+        self.inner.session(self.tenant(tenant), &id).await
     }
 
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
@@ -520,9 +588,11 @@ impl Forward for BrokenStore {
         session: &SessionId,
         id: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
+        let session = SessionId::from(self.spelled(session.as_str(), false));
+        let id = MessageId::from(self.spelled(id.as_str(), false));
         Ok(self
             .inner
-            .message(self.tenant(tenant), session, id)
+            .message(self.tenant(tenant), &session, &id)
             .await?
             .map(|m| self.with_stale(tenant, m)))
     }
@@ -534,6 +604,7 @@ impl Forward for BrokenStore {
         before: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page> {
+        let session = &SessionId::from(self.spelled(session.as_str(), false));
         let mut page = self
             .inner
             .messages(self.tenant(tenant), session, before, limit)
@@ -567,6 +638,8 @@ impl Forward for BrokenStore {
         tenant: &TenantId,
         session: Option<&SessionId>,
     ) -> Result<OpenItems> {
+        let session = session.map(|s| SessionId::from(self.spelled(s.as_str(), false)));
+        let session = session.as_ref();
         let mut open = self.inner.open_items(self.tenant(tenant), session).await?;
         if self.bug == StoreBug::HidesTools {
             open.parts.retain(|p| p.kind() != "tool");
