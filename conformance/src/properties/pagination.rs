@@ -4,6 +4,7 @@
 //! around and above the cap (`clamp_limit`): 999, 1,000, 1,001, 5,000, `usize::MAX`, the
 //! default, and a random size between 101 and 1,000.
 
+use forge_core::id::MAX_EXTERNAL_ID_LEN;
 use forge_core::store::{clamp_limit, MAX_PAGE_LIMIT};
 use forge_core::{
     Cursor, MessageId, MessageWithParts, PartId, SessionId, Store, SyncEvent, TenantId,
@@ -30,6 +31,10 @@ pub struct Case {
     /// Messages (one part each) appended to the history before paging (large cases).
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub bulk: u16,
+    /// Ids of the longest length allowed (256 bytes), message ids equal but for their
+    /// last 30 bytes, so every cursor carries a 256-byte id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub long_ids: bool,
 }
 
 /// Above this many messages a case pages with a few sizes instead of every size.
@@ -42,12 +47,19 @@ pub fn case() -> impl Strategy<Value = Case> {
         1 => Just(0u16),
         1 => Just(5_000u16),
     ];
-    (vec(0u8..4, 0..60), page, vec(0u8..4, 0..8)).prop_map(|(parts, page, appends)| Case {
-        parts,
+    (
+        vec(0u8..4, 0..60),
         page,
-        appends,
-        bulk: 0,
-    })
+        vec(0u8..4, 0..8),
+        proptest::bool::weighted(0.25),
+    )
+        .prop_map(|(parts, page, appends, long_ids)| Case {
+            parts,
+            page,
+            appends,
+            bulk: 0,
+            long_ids,
+        })
 }
 
 /// Large cases: thousands of messages, pages around and above the cap.
@@ -57,12 +69,14 @@ pub fn large_case(sizes: Sizes) -> impl Strategy<Value = Case> {
         sizes.listing(),
         large_page(),
         vec(0u8..4, 0..4),
+        proptest::bool::weighted(0.25),
     )
-        .prop_map(|(parts, bulk, page, appends)| Case {
+        .prop_map(|(parts, bulk, page, appends, long_ids)| Case {
             parts,
             page,
             appends,
             bulk,
+            long_ids,
         })
 }
 
@@ -75,9 +89,14 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
 
 /// The `i`-th message: ids shaped as generated ones, `i` ids into one millisecond (the
 /// counter borrows from the next one past 4,096), so they ascend in history order.
-fn message(session: &SessionId, i: usize, parts: u8) -> MessageWithParts {
+fn message(session: &SessionId, i: usize, parts: u8, long: bool) -> MessageWithParts {
     let ms = (T0 as u64) + i as u64 / 4096;
-    let id = MessageId::from(real_id("msg", ms, (i % 4096) as u16, i as u64));
+    let mut id = real_id("msg", ms, (i % 4096) as u16, i as u64);
+    if long {
+        // A common stem, then the generated id: 256 bytes, ascending as the ids do.
+        id = format!("{}{}", "m".repeat(MAX_EXTERNAL_ID_LEN - id.len()), id);
+    }
+    let id = MessageId::from(id);
     let kind = if i.is_multiple_of(2) {
         MessageKind::User
     } else {
@@ -219,7 +238,14 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
     ctx.block(async {
         let b = ctx.backend().await?;
         let tenant = b.tenant();
-        let id = SessionId::from("ses_paging");
+        let id = if case.long_ids {
+            SessionId::from(format!(
+                "ses_paging_{}",
+                "s".repeat(MAX_EXTERNAL_ID_LEN - 11)
+            ))
+        } else {
+            SessionId::from("ses_paging")
+        };
         let mut s = Session {
             store: b.store.as_ref(),
             tenant: tenant.clone(),
@@ -250,7 +276,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             .copied()
             .chain(std::iter::repeat_n(1, usize::from(case.bulk)))
             .enumerate()
-            .map(|(i, k)| message(&id, i, k))
+            .map(|(i, k)| message(&id, i, k, case.long_ids))
             .collect();
         let chunk = if history.len() > SWEEP { 400 } else { 8 };
         for chunk in history.chunks(chunk) {
@@ -276,7 +302,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         let mut next = history.len();
         let mut appended = Vec::new();
         let mut fresh = || {
-            let m = message(&id, next, 1);
+            let m = message(&id, next, 1, case.long_ids);
             next += 1;
             appended.push(m.clone());
             m
