@@ -127,6 +127,25 @@ fn an_abandoned_creation_beside_the_file_is_removed_by_the_next_open() {
 }
 
 #[test]
+fn after_close_the_database_file_alone_holds_everything() {
+    // `Store::close` closes the connections, and the last one folds the WAL into the
+    // file: the file alone, copied after a clean exit (without its `-wal`), holds the
+    // whole history. Copied before the store is dropped, so only `close` can have done it.
+    let rt = runtime();
+    let (dir, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    rt.block_on(async {
+        let store = open(dir.path()).await;
+        apply_all(&store, &sample_history()).await;
+        Store::close(&store).await.unwrap();
+        std::fs::copy(dir.path().join("forge.db"), copy.path().join("forge.db")).unwrap();
+        drop(store);
+        let store = open(copy.path()).await;
+        assert_matches_reference(&store, &sample_history()).await;
+        store.close().await;
+    });
+}
+
+#[test]
 fn history_survives_closing_and_reopening_the_file() {
     with_store(async |dir, store| {
         apply_all(store, &sample_history()).await;
