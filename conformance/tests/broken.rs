@@ -329,6 +329,8 @@ caught_tests! {
         caught_at_scale(Wrapper::TrimmingReplayBus) => BusResume, &["wrong sequence"];
     bus_catches_a_bus_that_reorders_two_events:
         caught(Wrapper::ReorderingBus) => Bus, &["wrong sequence"];
+    bus_catches_subscribers_that_skip_what_they_missed_without_lagged:
+        caught_at_scale(Wrapper::SwallowingLaggedBus) => Bus, &["without an Error::Lagged"];
     bus_catches_a_session_subscriber_that_matches_longer_ids:
         caught(Wrapper::PrefixSubscriberBus) => Bus, &["wrong sequence", "an extra event"];
 }

@@ -29,6 +29,11 @@ use crate::Property;
 const DELIVERY: Duration = Duration::from_secs(5);
 /// How long to wait for events that should not come.
 const QUIET: Duration = Duration::from_millis(30);
+/// Events published to one session while its subscribers read nothing (large cases):
+/// past the in-process bus's buffers of a session (4,096) and of a tenant (16,384).
+const LAG: u64 = 17_000;
+/// How long a subscriber may take to read [`LAG`] events.
+const LAG_DELIVERY: Duration = Duration::from_secs(60);
 
 /// One published event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -418,6 +423,9 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 &seen,
             )?;
         }
+        if case.bulk > 0 {
+            lag(&*bus, &tenant).await?;
+        }
         if !bus.capabilities().durable {
             match bus.replay(&tenant, &sid(0), 1).await {
                 Err(Error::Unsupported(_)) => {}
@@ -432,6 +440,84 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
         }
         Ok(())
     })
+}
+
+/// A session subscriber and a tenant subscriber read nothing while [`LAG`] events of one
+/// session are published; then each must read them in order, skipping some only right
+/// after an [`Error::Lagged`] (a bus may instead buffer them all).
+async fn lag(bus: &dyn Bus, tenant: &TenantId) -> Result<(), String> {
+    let session = SessionId::from("ses_lag");
+    let mut subs = vec![
+        (
+            "a session subscriber that read nothing",
+            bus.subscribe(tenant, Topic::Session(session.clone()), None)
+                .await
+                .map_err(ctx_err("subscribe(session)"))?,
+        ),
+        (
+            "a tenant subscriber that read nothing",
+            bus.subscribe(tenant, Topic::Tenant, None)
+                .await
+                .map_err(ctx_err("subscribe(tenant)"))?,
+        ),
+    ];
+    for n in 1..=LAG {
+        let delta = Event::PartDelta(PartDelta {
+            session_id: session.clone(),
+            message_id: "msg_1".into(),
+            part_id: "prt_1".into(),
+            field: "text".into(),
+            delta: format!("d{n}"),
+        });
+        bus.publish(BusEvent::new(Envelope::new(
+            tenant.clone(),
+            session.clone(),
+            n,
+            delta,
+        )))
+        .map_err(ctx_err("publish"))?;
+    }
+    bus.flush().await.map_err(ctx_err("flush"))?;
+    for (who, sub) in &mut subs {
+        let (mut last, mut lagged) = (0u64, false);
+        let deadline = tokio::time::Instant::now() + LAG_DELIVERY;
+        while last < LAG {
+            match tokio::time::timeout_at(deadline, sub.next()).await {
+                Ok(Some(Ok(e))) if e.session_id != session => {}
+                Ok(Some(Ok(e))) => {
+                    if e.seq <= last {
+                        return Err(format!(
+                            "{who}: seq {} came after seq {last}: repeated or out of order",
+                            e.seq
+                        ));
+                    }
+                    if e.seq != last + 1 && !lagged {
+                        return Err(format!(
+                            "{who}: skipped seqs {}..={} of {LAG} without an Error::Lagged: \
+                             a subscriber that falls behind must be told",
+                            last + 1,
+                            e.seq - 1
+                        ));
+                    }
+                    (last, lagged) = (e.seq, false);
+                }
+                Ok(Some(Err(Error::Lagged { .. }))) => lagged = true,
+                Ok(Some(Err(e))) => return Err(format!("{who}: {} error: {e}", e.kind())),
+                Ok(None) => {
+                    return Err(format!(
+                        "{who}: the subscription ended at seq {last} of {LAG}"
+                    ))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "{who}: read up to seq {last} of {LAG} within {}s",
+                        LAG_DELIVERY.as_secs()
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn check_resume(ctx: &Ctx<'_>, case: &ResumeCase) -> Result<(), String> {

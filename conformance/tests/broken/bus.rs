@@ -36,6 +36,10 @@ pub enum BusBug {
     /// A session subscriber gets the events of every session whose id starts with its
     /// session's id (a channel pattern `session:ID*`).
     SessionTopicByPrefix,
+    /// Subscribers skip what they missed without a word: the in-process bus with its
+    /// `Error::Lagged` items filtered out (a receive loop that `continue`s on a
+    /// broadcast channel's `Lagged`).
+    SwallowsLagged,
 }
 
 /// What [`BusBug::SubscriberQueueDrops1024`] and [`BusBug::ReplayTrimsSilently1024`]
@@ -175,9 +179,9 @@ impl Bus for BrokenBus {
                 }
                 self.inner.publish(event)
             }
-            BusBug::ReplayTrimsSilently1024 | BusBug::SessionTopicByPrefix => {
-                self.inner.publish(event)
-            }
+            BusBug::ReplayTrimsSilently1024
+            | BusBug::SessionTopicByPrefix
+            | BusBug::SwallowsLagged => self.inner.publish(event),
         }
     }
 
@@ -211,6 +215,13 @@ impl Bus for BrokenBus {
                         .as_ref()
                         .map_or(true, |e| e.session_id.as_str().starts_with(&prefix));
                     futures::future::ready(keep)
+                })))
+            }
+            (BusBug::SwallowsLagged, _, _) => {
+                use futures::StreamExt as _;
+                let sub = self.inner.subscribe(tenant, topic, from_seq).await?;
+                Ok(Subscription::new(sub.filter(|e| {
+                    futures::future::ready(!matches!(e, Err(forge_core::Error::Lagged { .. })))
                 })))
             }
             _ => self.inner.subscribe(tenant, topic, from_seq).await,
@@ -249,6 +260,9 @@ pub enum Wrapper {
     /// A `MemoryStore` with a bus whose session subscribers also get the sessions whose
     /// ids extend their session's id.
     PrefixSubscriberBus,
+    /// A `MemoryStore` with a bus whose subscribers skip what they missed without an
+    /// `Error::Lagged`.
+    SwallowingLaggedBus,
     /// A store whose bug shows at scale or with real data, with a durable `LocalBus`.
     Scale(super::scale::ScaleBug),
 }
@@ -299,6 +313,9 @@ impl BackendFactory for Broken {
             }
             Wrapper::PrefixSubscriberBus => {
                 Arc::new(BrokenBus::new(REPLAY, BusBug::SessionTopicByPrefix))
+            }
+            Wrapper::SwallowingLaggedBus => {
+                Arc::new(BrokenBus::new(REPLAY, BusBug::SwallowsLagged))
             }
             Wrapper::DeltaPersistingBus | Wrapper::CheckpointingBus => {
                 let store = self
