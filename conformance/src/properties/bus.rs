@@ -33,7 +33,7 @@ const QUIET: Duration = Duration::from_millis(30);
 /// past the in-process bus's buffers of a session (4,096) and of a tenant (16,384).
 const LAG: u64 = 17_000;
 /// How long a subscriber may take to read [`LAG`] events.
-const LAG_DELIVERY: Duration = Duration::from_secs(60);
+const LAG_DELIVERY: Duration = Duration::from_mins(1);
 
 /// One published event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
