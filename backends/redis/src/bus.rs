@@ -18,6 +18,10 @@
 //! entry by entry and not written twice. Past the deadline the batch is dropped and the
 //! next [`Bus::flush`] reports the error, naming the server; `recover` then republishes
 //! what the store holds and the stream lacks (see `forge_core::recover`).
+//!
+//! Reads (`last_seq`, `replay`, and the reads that start a subscription) are retried
+//! the same way, so a writer claiming a session while the server restarts waits for it
+//! instead of failing its turn.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -136,22 +140,43 @@ impl RedisBus {
         rx.await.map_err(|_| stopped())?
     }
 
+    /// Runs the read `attempt` as [`RedisOptions::retry`] says: a read that fails with a
+    /// retryable error (the server restarting) is tried again, as publishes are.
+    async fn read<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let server = self.opts.server_label();
+        self.opts
+            .retry
+            .run(crate::error::BACKEND, &server, what, attempt)
+            .await
+    }
+
     /// The highest seq retention may have dropped from a session's stream (0: none).
     async fn trimmed_through(&self, key: &str) -> Result<u64> {
-        trimmed_through(&mut self.conn.clone(), key).await
+        self.read("XINFO STREAM", || async {
+            trimmed_through(&mut self.conn.clone(), key).await
+        })
+        .await
     }
 
     /// The last entry id of a stream, or `0-0`.
     async fn last_id(&self, key: &str) -> Result<String> {
-        let reply: StreamRangeReply = redis::cmd("XREVRANGE")
-            .arg(key)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(map)?;
+        let reply: StreamRangeReply = self
+            .read("XREVRANGE", || async {
+                redis::cmd("XREVRANGE")
+                    .arg(key)
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(1)
+                    .query_async(&mut self.conn.clone())
+                    .await
+                    .map_err(map)
+            })
+            .await?;
         Ok(reply
             .ids
             .into_iter()
@@ -497,19 +522,22 @@ impl Bus for RedisBus {
     ) -> Result<Replay> {
         self.wait_queue(false).await?;
         let key = self.keys.session_stream(tenant, session);
-        let mut conn = self.conn.clone();
         let mut events = Vec::new();
         let mut start = stream_id(from_seq.max(1));
         loop {
-            let reply: StreamRangeReply = redis::cmd("XRANGE")
-                .arg(&key)
-                .arg(&start)
-                .arg("+")
-                .arg("COUNT")
-                .arg(READ_COUNT)
-                .query_async(&mut conn)
-                .await
-                .map_err(map)?;
+            let reply: StreamRangeReply = self
+                .read("XRANGE", || async {
+                    redis::cmd("XRANGE")
+                        .arg(&key)
+                        .arg(&start)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(READ_COUNT)
+                        .query_async(&mut self.conn.clone())
+                        .await
+                        .map_err(map)
+                })
+                .await?;
             let n = reply.ids.len();
             for entry in &reply.ids {
                 events.push(decode_entry(entry)?);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{delta, TestPrefix};
 use forge_core::{Bus, BusEvent, Error, SessionId, Subscription, TenantId, Topic};
 use forge_redis::RedisBus;
+use forge_testkit::servers::{Redis, RedisStop};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// Events published in the resume test.
@@ -246,4 +247,47 @@ async fn a_subscriber_overtaken_by_retention_gets_lagged_then_continues() {
     for want in first..=2000 {
         assert_eq!(next(&mut sub).await.seq, want);
     }
+}
+
+#[test]
+fn reads_ride_out_a_server_restart() {
+    let test = "reads_ride_out_a_server_restart";
+    let Some(mut server) = Redis::start(6394, "always", test) else {
+        return;
+    };
+    let url = format!("{}?prefix=restart", server.url());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let tenant = TenantId::new("t1").unwrap();
+    let session = SessionId::from("ses_restart");
+    let bus = rt.block_on(async {
+        let bus = RedisBus::connect(&url).await.expect("bus");
+        for seq in 1..=3 {
+            bus.publish(delta(&tenant, &session, seq)).expect("publish");
+        }
+        bus.flush().await.expect("flush");
+        bus
+    });
+    // Down, and back 1 s later while the reads below are waiting.
+    server.stop(RedisStop::Kill);
+    let restarted = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        server.start_again();
+        server
+    });
+    rt.block_on(async {
+        assert_eq!(
+            bus.last_seq(&tenant, &session)
+                .await
+                .expect("last_seq across a restart"),
+            Some(3)
+        );
+        let replay = bus.replay(&tenant, &session, 2).await.expect("replay");
+        let seqs: Vec<u64> = replay.events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [2, 3]);
+    });
+    let _server = restarted.join().expect("restart");
 }
