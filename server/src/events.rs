@@ -169,7 +169,17 @@ async fn session_events(
             .map_err(|e| store_error("subscribing to the session", &e))?;
         // Read after subscribing: what is published between the two is not missed.
         let now = st.forge.session(&tenant, &sid).await?.seq;
-        (None, sub, now.max(after))
+        match last {
+            // The store moved past the client's seq before the subscription started:
+            // what came in between is gone from this bus.
+            Some(l) if now != l => {
+                let reason = "the session changed while the stream was resuming, and this \
+                              server's bus keeps no events to resume from"
+                    .to_owned();
+                (Some(reload_event(&sid, now, &reason)), sub, now)
+            }
+            _ => (None, sub, now.max(after)),
+        }
     };
     let head = stream::iter(std::iter::once(connected()).chain(first).map(Ok));
     let tenant_name = tenant.clone();
@@ -213,12 +223,17 @@ async fn reload(
         .await
         .map_err(|e| store_error("subscribing to the session", &e))?;
     let now = st.forge.session(tenant, sid).await?.seq;
-    let event = data(&json!({
+    Ok((Some(reload_event(sid, now, &reason)), sub, now))
+}
+
+/// A `session.reload` event: the client reloads the session, which the store holds at
+/// `seq`, and the stream goes on after it.
+fn reload_event(sid: &SessionId, seq: u64, reason: &str) -> Sse_ {
+    data(&json!({
         "type": "session.reload",
-        "properties": {"sessionID": sid, "seq": now, "reason": reason},
+        "properties": {"sessionID": sid, "seq": seq, "reason": reason},
     }))
-    .id(now.to_string());
-    Ok((Some(event), sub, now))
+    .id(seq.to_string())
 }
 
 /// `GET /event`.

@@ -140,6 +140,77 @@ async fn a_gap_the_bus_no_longer_holds_is_announced_as_a_reload() {
     s.stop().await;
 }
 
+#[tokio::test]
+async fn a_resume_from_the_last_seq_dropped_by_retention_needs_no_reload() {
+    // The bus keeps the newest 8 events of the session: a client that saw everything
+    // through the newest one dropped misses nothing the bus lacks.
+    let mut open = OpenOptions::new();
+    open.replay_per_session = 8;
+    let s = server_with_session(options(), open, "ses_edge").await;
+    let path = "/session/ses_edge/event";
+    let mut sse = SseReader::connected(&s, path, TOKEN_A, None).await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_edge", ndjson(&turn("long", 30, "z")))
+        .await;
+    assert_eq!(status, 200);
+    let ids: Vec<u64> = until_idle(&mut sse)
+        .await
+        .iter()
+        .map(|e| e.id.as_deref().expect("id").parse().expect("seq"))
+        .collect();
+    let (dropped, kept) = ids.split_at(ids.len() - 8);
+    let from = dropped.last().expect("more than 8 events").to_string();
+    let mut again = SseReader::connected(&s, path, TOKEN_A, Some(&from)).await;
+    let mut got = Vec::new();
+    for _ in kept {
+        let e = again.expect().await;
+        assert_ne!(
+            e.kind(),
+            "session.reload",
+            "resumed after seq {from}: {:?}",
+            e.data
+        );
+        got.push(e.id.as_deref().expect("id").parse::<u64>().expect("seq"));
+    }
+    assert_eq!(got, kept);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_live_only_bus_resumes_at_the_stored_seq_and_reloads_from_any_other() {
+    let mut open = OpenOptions::new();
+    open.replay_per_session = 0;
+    let s = server_with_session(options(), open, "ses_live").await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_live", ndjson(&turn("first", 3, "a")))
+        .await;
+    assert_eq!(status, 200);
+    // From a seq before the stored one: the bus keeps nothing to resume from, so the
+    // client is told to reload, with the seq the store holds.
+    let path = "/session/ses_live/event";
+    let mut stale = SseReader::connected(&s, path, TOKEN_A, Some("1")).await;
+    let reload = stale.expect().await;
+    assert_eq!(reload.kind(), "session.reload", "{:?}", reload.data);
+    let seq = reload.data["properties"]["seq"].as_u64().expect("seq");
+    // From the stored seq itself: nothing was missed, the stream goes on live.
+    let at = seq.to_string();
+    let mut sse = SseReader::connected(&s, path, TOKEN_A, Some(&at)).await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_live", ndjson(&turn("second", 2, "b")))
+        .await;
+    assert_eq!(status, 200);
+    let next = until_idle(&mut sse).await;
+    assert!(
+        next.iter().all(|e| e.kind() != "session.reload"
+            && e.id.as_deref().expect("id").parse::<u64>().expect("seq") > seq),
+        "{:?}",
+        next.iter()
+            .map(|e| (e.kind().to_owned(), e.id.clone()))
+            .collect::<Vec<_>>()
+    );
+    s.stop().await;
+}
+
 /// What a client builds from a snapshot and the events after it: messages by id, each
 /// with its parts by id; deltas appended to their part's field.
 #[derive(Default)]
