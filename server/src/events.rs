@@ -268,12 +268,10 @@ async fn tenant_events(
                                 "SSE client of /event dropped: {reason}");
                         return Some((drop_client(reason), (rx, after)));
                     }
-                    Err(broadcast::error::RecvError::Closed) => {
-                        return Some((
-                            drop_client("the tenant's event stream ended".to_owned()),
-                            (rx, after),
-                        ));
-                    }
+                    // The hub stopped listening (its last item told the client to
+                    // reload): the stream ends cleanly, so that item is delivered, and
+                    // the client's reconnect gets a new hub.
+                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
             }
         }

@@ -457,3 +457,31 @@ async fn an_idle_stream_gets_heartbeats() {
     }
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_stream_comes_back_after_its_bus_was_lost() {
+    use forge_testkit::servers::{Redis, RedisStop};
+    let test = "the_tenant_stream_comes_back_after_its_bus_was_lost";
+    let Some(mut redis) = Redis::start(6395, "always", test) else {
+        return;
+    };
+    let forge = forge_store::open(&format!("{}?prefix=hub", redis.url()))
+        .await
+        .expect("open redis");
+    let s = start(forge, options()).await;
+    s.create(TOKEN_A, "ses_before").await;
+    let mut first = SseReader::connected(&s, "/event", TOKEN_A, None).await;
+    // The bus goes away under the tenant's hub: its client is told to reload.
+    redis.stop(RedisStop::Kill);
+    let gap = first.expect().await;
+    assert_eq!(gap.kind(), "server.reload", "{:?}", gap.data);
+    // Then its stream ends cleanly (the reload is delivered, not cut off).
+    assert!(matches!(first.next().await, Ok(None)), "the stream goes on");
+    tokio::task::block_in_place(|| redis.start_again());
+    // The next client gets a hub that follows the bus again, not the one that lost it.
+    let mut second = SseReader::connected(&s, "/event", TOKEN_A, None).await;
+    s.create(TOKEN_A, "ses_after").await;
+    let e = second.expect().await;
+    assert!(e.data.to_string().contains("ses_after"), "{:?}", e.data);
+    s.stop().await;
+}
