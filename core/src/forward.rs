@@ -200,3 +200,67 @@ impl<T: Forward> Store for T {
         Forward::close(self).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{CountingStore, MemoryStore, RetryPolicy, RetryStore};
+
+    /// A store that counts the calls to its `close`.
+    #[derive(Debug, Default)]
+    struct Closes {
+        inner: MemoryStore,
+        closed: AtomicU32,
+    }
+
+    #[async_trait]
+    impl Forward for Closes {
+        fn inner(&self) -> &dyn Store {
+            &self.inner
+        }
+
+        async fn close(&self) -> Result<()> {
+            self.closed.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// A wrapper that changes nothing.
+    #[derive(Debug)]
+    struct Plain(Arc<dyn Store>);
+
+    #[async_trait]
+    impl Forward for Plain {
+        fn inner(&self) -> &dyn Store {
+            &*self.0
+        }
+    }
+
+    #[tokio::test]
+    async fn every_wrapper_forwards_close_to_the_store_it_wraps() {
+        let base = Arc::new(Closes::default());
+        let wrapped: Vec<(&str, Arc<dyn Store>)> = vec![
+            ("a Forward wrapper", Arc::new(Plain(base.clone()))),
+            (
+                "RetryStore",
+                Arc::new(RetryStore::new(
+                    base.clone(),
+                    "server x",
+                    RetryPolicy::default(),
+                )),
+            ),
+            ("CountingStore", Arc::new(CountingStore::new(base.clone()))),
+        ];
+        for (n, (what, store)) in (1..).zip(wrapped) {
+            store.close().await.unwrap();
+            assert_eq!(
+                base.closed.load(Ordering::SeqCst),
+                n,
+                "{what} did not forward close"
+            );
+        }
+    }
+}
