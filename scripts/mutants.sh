@@ -14,9 +14,10 @@
 # Results go to target/mutants/<area>/mutants.out (caught.txt, missed.txt,
 # timeout.txt, unviable.txt, outcomes.json). `--keep` as the first argument after the
 # area copies the run's outcomes.json to docs/mutants/<area>/outcomes.json (with
-# `--shard K/N`, to outcomes-shard-K-of-N.json: a long area can be run in parts), which
-# scripts/mutation-scores.py turns into the scores in docs/conformance.md ("Mutation
-# score"), with the verdicts of survivors from docs/mutants/verdicts.tsv.
+# `--shard K/N`, K from 0 to N-1, to outcomes-shard-K-of-N.json: a long area can be run
+# in parts), which scripts/mutation-scores.py turns into the scores in
+# docs/conformance.md ("Mutation score"), with the verdicts of survivors from
+# docs/mutants/verdicts.tsv.
 #
 # Each area names the test targets it runs with `--cargo-arg`, so a mutant's build
 # builds only those; the build directory starts from a copy of ./target.
