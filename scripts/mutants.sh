@@ -3,7 +3,8 @@
 #
 # Usage: scripts/mutants.sh AREA [extra cargo-mutants args…]
 #   AREA: memory, redb, sqlite (a backend's store modules under the conformance suite),
-#         fence, journal, sql-write, group, sse (the areas docs/conformance.md scores),
+#         fence, fence-redb, fence-sql, journal, sql-write, group, sse (the areas
+#         docs/conformance.md scores),
 #         all
 #   e.g. scripts/mutants.sh redb --shard 0/4
 #
@@ -107,6 +108,20 @@ fence() {
     --cargo-test-arg=fencing "$@"
 }
 
+# Each backend's own fencing code. redb: its fence records, the check in the write
+# transaction and the journal op, under redb's fencing tests and its suite.
+fence_redb() {
+  run fence-redb -f backends/redb/src/write.rs -f backends/redb/src/store.rs \
+    -f backends/redb/src/schema.rs --re 'claim|fence|Fence|release|epoch' \
+    --test-package forge-redb --cargo-arg=--test=fence --cargo-arg=--test=conformance "$@"
+}
+
+# The SQL fencing code, on SQLite: its tests and the suite.
+fence_sql() {
+  run fence-sql -f backends/sql/src/fence.rs --test-package forge-sql \
+    --cargo-arg=--lib --cargo-arg=--test=sqlite --cargo-arg=--test=conformance "$@"
+}
+
 # redb's journal and the value codec, under redb's own tests and its suite.
 journal() {
   run journal -f backends/redb/src/journal.rs -f core/src/codec.rs \
@@ -142,17 +157,19 @@ case "$what" in
   redb) redb "$@" ;;
   sqlite) sqlite "$@" ;;
   fence) fence "$@" ;;
+  fence-redb) fence_redb "$@" ;;
+  fence-sql) fence_sql "$@" ;;
   journal) journal "$@" ;;
   sql-write) sql_write "$@" ;;
   group) group "$@" ;;
   sse) sse "$@" ;;
   all)
-    for area in memory redb sqlite fence journal sql_write group sse; do
+    for area in memory redb sqlite fence fence_redb fence_sql journal sql_write group sse; do
       "$area" "$@"
     done
     ;;
   *)
-    echo "usage: $0 AREA [--keep] [cargo-mutants args…]; AREA: memory redb sqlite fence journal sql-write group sse all" >&2
+    echo "usage: $0 AREA [--keep] [cargo-mutants args…]; AREA: memory redb sqlite fence fence-redb fence-sql journal sql-write group sse all" >&2
     exit 2
     ;;
 esac
