@@ -475,9 +475,9 @@ impl Scopes {
 
     /// Releases `scope`'s claim when nothing else of this process uses it (no other
     /// clone of it is alive), so another process may claim the session at once. The
-    /// scope stays known: the next [`Scopes::get`] renews the same claim when no one
-    /// claimed the session meanwhile (no store or bus read), and claims anew otherwise.
-    /// Does nothing while another writer of this process holds a clone.
+    /// scope is forgotten first, under the lock every hand-out takes, so no writer of
+    /// this process gets it once its release has begun: the next [`Scopes::get`] claims
+    /// anew. Does nothing while another writer of this process holds a clone.
     ///
     /// # Errors
     /// The store's error.
@@ -486,7 +486,7 @@ impl Scopes {
             return Ok(());
         };
         {
-            let map = self.map.lock();
+            let mut map = self.map.lock();
             let key = (scope.tenant.clone(), scope.session_id.clone());
             let cached = map
                 .get(&key)
@@ -495,11 +495,13 @@ impl Scopes {
             if !cached || Arc::strong_count(&scope.state) > 2 {
                 return Ok(());
             }
+            map.remove(&key);
         }
         store
             .release(&scope.tenant, &scope.session_id, epoch)
             .await?;
-        // Its lease is over: the next use renews it first.
+        // Its lease is over: a use of it after this (there should be none) renews it
+        // first, and fails if another writer claimed the session meanwhile.
         scope.state.expires_ms.store(0, Ordering::Release);
         Ok(())
     }

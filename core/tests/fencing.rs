@@ -166,3 +166,66 @@ async fn a_group_commit_writer_taken_over_gets_fenced_and_claims_again() {
     let again = g.scope(&t, &s).await.unwrap();
     assert_eq!((again.epoch(), again.last_seq()), (Some(3), 2));
 }
+
+/// A store whose `release` waits for a go-ahead, as a slow round trip does.
+#[derive(Debug)]
+struct SlowRelease {
+    inner: Arc<MemoryStore>,
+    entered: tokio::sync::Notify,
+    go: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl forge_core::Forward for SlowRelease {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
+    async fn release(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        epoch: u64,
+    ) -> forge_core::Result<()> {
+        self.entered.notify_one();
+        self.go.notified().await;
+        self.inner.release(tenant, session, epoch).await
+    }
+}
+
+#[tokio::test]
+async fn a_scope_asked_for_while_its_release_runs_holds_its_session() {
+    // One request of a process releases the session it finished with while another
+    // request of the same process asks for the session: the second must get a scope
+    // whose claim holds once the release is done, never the one being released.
+    let inner = Arc::new(MemoryStore::new());
+    let slow = Arc::new(SlowRelease {
+        inner: Arc::clone(&inner),
+        entered: tokio::sync::Notify::new(),
+        go: tokio::sync::Notify::new(),
+    });
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let p = Arc::new(DirectProjector::with_claims(
+        Arc::clone(&slow) as Arc<dyn Store>,
+        bus,
+        ClaimPolicy::holder("serve"),
+    ));
+    let (t, s) = (TenantId::default(), SessionId::from("ses_rel"));
+    let first = p.scope(&t, &s).await.unwrap();
+    p.commit(&first, touch("ses_rel", 1)).await.unwrap();
+    let releasing = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move { p.release_scope(first).await })
+    };
+    slow.entered.notified().await;
+    let second = p.scope(&t, &s).await.unwrap();
+    slow.go.notify_one();
+    releasing.await.unwrap().unwrap();
+    let claim = inner.claimed(&t, &s).await.unwrap().unwrap();
+    assert_eq!(Some(claim.epoch), second.epoch(), "{claim:?}");
+    assert!(
+        claim.expires_ms > now_ms(),
+        "the second scope's claim was released: {claim:?}"
+    );
+    p.commit(&second, touch("ses_rel", 2)).await.unwrap();
+}

@@ -358,14 +358,25 @@ async fn write_sessions(
     total: usize,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<ImportedSession>> {
-    let mut plans = Vec::with_capacity(parsed.sessions.len());
+    // Every session is claimed before it is read: what its plan reads (the report's
+    // "replaced", and what a failure restores) is then what the import overwrites, not
+    // what another writer may change before the claim.
+    let mut claimed = Vec::with_capacity(parsed.sessions.len());
     for (sid, info, messages) in parsed.sessions {
-        plans.push(plan(engine, tenant, sid, info, messages).await?);
+        let scope = engine
+            .scope(tenant, &sid)
+            .await
+            .map_err(|e| Error::store(format!("opening session {sid}"), e))?;
+        claimed.push((scope, sid, info, messages));
+    }
+    let mut plans = Vec::with_capacity(claimed.len());
+    for (scope, sid, info, messages) in claimed {
+        plans.push((scope, plan(engine, tenant, sid, info, messages).await?));
     }
     let mut written = 0;
     let mut done = Vec::with_capacity(plans.len());
     let mut undo: Vec<(Scope, Undo)> = Vec::with_capacity(plans.len());
-    for plan in plans {
+    for (scope, plan) in plans {
         let sid = plan.id.clone();
         let report = ImportedSession {
             id: sid.clone(),
@@ -373,13 +384,6 @@ async fn write_sessions(
             messages: plan.messages.len(),
             parts: plan.messages.iter().map(|m| m.parts.len()).sum(),
             replaced: plan.replaced,
-        };
-        let scope = match engine.scope(tenant, &sid).await {
-            Ok(scope) => scope,
-            Err(e) => {
-                let e = Error::store(format!("opening session {sid}"), e);
-                return Err(take_back(engine, undo, e).await);
-            }
         };
         let mut events = Vec::with_capacity(1 + report.messages + report.parts);
         events.extend(plan.info.map(|info| SyncEvent::SessionUpdated { info }));

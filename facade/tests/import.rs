@@ -216,3 +216,50 @@ async fn the_report_counts_what_was_stored_and_what_it_replaced() {
     // An overwritten message keeps a part the import does not list: upserts only.
     assert_eq!(parts, [2, 1]);
 }
+
+/// A writer named `holder` on `store`, as another process on the same database is.
+fn claiming(
+    store: &Arc<forge_store::backend::MemoryStore>,
+    holder: &str,
+    on_held: forge_store::OnHeld,
+) -> Forge {
+    let store: Arc<dyn Store> = store.clone();
+    let policy = forge_store::ClaimPolicy::holder(holder).on_held(on_held);
+    Forge::new(Engine::direct_claiming(
+        store,
+        Arc::new(LocalBus::new()),
+        policy,
+    ))
+}
+
+#[tokio::test]
+async fn an_import_reads_what_it_replaces_only_once_it_holds_the_session() {
+    // Another writer holds the session and writes the import's message while the import
+    // waits for it: the import, once it holds the session, must plan over that message
+    // (it reports it replaced, and would restore it on failure).
+    let store = Arc::new(forge_store::backend::MemoryStore::new());
+    let tenant = TenantId::default();
+    let text = jsonl(&[message("msg_1", "ses_plan", &[("prt_1", "imported")])]);
+    let first = claiming(&store, "serve@test:1", forge_store::OnHeld::Fail);
+    let mut info = forge_store::model::Session::new("held", 1);
+    info.id = SessionId::from("ses_plan");
+    first.create_session(&tenant, info).await.unwrap();
+    let second = claiming(
+        &store,
+        "import@test:2",
+        forge_store::OnHeld::Wait(std::time::Duration::from_secs(10)),
+    );
+    let importing = {
+        let (second, tenant, text) = (second.clone(), tenant.clone(), text.clone());
+        tokio::spawn(async move { second.import_str(&tenant, &text, &|_, _| {}).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    first.import_str(&tenant, &text, &|_, _| {}).await.unwrap();
+    first.close().await.unwrap();
+    let report = importing.await.unwrap().unwrap();
+    assert_eq!(report.sessions.len(), 1);
+    assert_eq!(
+        report.sessions[0].replaced, 1,
+        "the message the holder wrote while the import waited"
+    );
+}
