@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::group::group_options;
 use common::group::{check_published, shapes, Rig, TURN};
@@ -256,4 +257,20 @@ async fn an_engine_with_group_commit_runs_a_turn_on_the_wall_clock() {
         .filter_map(text_of)
         .collect();
     assert_eq!(texts, ["question", "think hard", "Hello, world"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timer_mode_sleeps_out_its_window_on_the_runtime_clock() {
+    // The window is waited out by sleeping on the runtime's clock (paused here, so the
+    // wait is exact): a commit returns one window after it was made. A wait that polled
+    // instead of sleeping would never see the paused clock move.
+    let rig = Rig::new(30, FlushMode::Timer);
+    let scope = rig.session().await;
+    let start = tokio::time::Instant::now();
+    rig.user(&scope, "q").await;
+    let waited = start.elapsed();
+    assert!(
+        (Duration::from_millis(29)..=Duration::from_millis(31)).contains(&waited),
+        "a 30 ms window waited {waited:?}"
+    );
 }

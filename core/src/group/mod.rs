@@ -39,7 +39,7 @@ mod outbox;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
