@@ -8,8 +8,10 @@
 //!
 //! Layout: `<root>/t-<hex tenant>/s-<hex session>.json`, each file holding the session,
 //! its seq, and its messages with their parts; beside it `s-<hex session>.fence`, the
-//! session's fence record (its writers' claims), which outlives the session. Ids are hex-encoded, so no id (`../x`,
-//! `a\0b`, `..`) can name another file; ids too long for a file name are rejected.
+//! session's fence record (its writers' claims), which outlives the session. Ids are
+//! hex-encoded, so no id (`../x`, `a\0b`, `..`) can name another file; a session id
+//! longer than fits one file name (120 bytes) is split into directories of 240 hex
+//! digits each (`s-<hex>/<hex>/<hex>.json`), so every id of up to 256 bytes is stored.
 //! Writes are serialized by a mutex; each batch is applied in memory first and only
 //! written (temp file + rename) when every event of it succeeded, so a failing batch
 //! leaves nothing behind and readers never see a half-written file. It is an example:
@@ -25,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use forge_core::fence::{self, Claim, ClaimRequest};
+use forge_core::id::MAX_EXTERNAL_ID_LEN;
 use forge_core::store::clamp_limit;
 use forge_core::{
     Capabilities, Cursor, Envelope, Error, MessageId, MessageWithParts, OpenItems, Page, Part,
@@ -37,8 +40,9 @@ mod driver;
 pub use driver::{JsonFilesDriver, DRIVER};
 
 const NAME: &str = "json-files";
-/// Longest id, in bytes, that still fits a file name once hex-encoded.
-const MAX_ID_BYTES: usize = 120;
+/// Hex digits of a session id per file or directory name (`s-` + 240 + `.fence` fits
+/// the 255 bytes of a name).
+const NAME_HEX: usize = 240;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct SessionFile {
@@ -129,15 +133,26 @@ impl JsonFilesStore {
     }
 
     fn path(&self, tenant: &TenantId, session: &SessionId) -> Result<PathBuf> {
-        if session.as_str().len() > MAX_ID_BYTES {
+        if session.as_str().len() > MAX_EXTERNAL_ID_LEN {
             return Err(Error::invalid(format!(
-                "session id of {} bytes: this backend stores at most {MAX_ID_BYTES}",
+                "session id of {} bytes: ids are at most {MAX_EXTERNAL_ID_LEN}",
                 session.as_str().len()
             )));
         }
-        Ok(self
-            .tenant_dir(tenant)
-            .join(format!("s-{}.json", hex(session.as_str()))))
+        let hex = hex(session.as_str());
+        let mut path = self.tenant_dir(tenant);
+        let mut rest = hex.as_str();
+        let mut name = String::from("s-");
+        while rest.len() > NAME_HEX {
+            let (head, tail) = rest.split_at(NAME_HEX);
+            name.push_str(head);
+            path.push(std::mem::take(&mut name));
+            rest = tail;
+        }
+        name.push_str(rest);
+        name.push_str(".json");
+        path.push(name);
+        Ok(path)
     }
 
     fn load(path: &Path) -> Result<Option<SessionFile>> {
@@ -188,26 +203,35 @@ impl JsonFilesStore {
     fn session_file(&self, tenant: &TenantId, session: &SessionId) -> Result<Option<SessionFile>> {
         match self.path(tenant, session) {
             Ok(p) => Self::load(&p),
-            // An id this backend cannot store was never stored.
+            // An id no store may hold was never stored.
             Err(_) => Ok(None),
         }
     }
 
     fn all_sessions(&self, tenant: &TenantId) -> Result<Vec<SessionFile>> {
-        let dir = match std::fs::read_dir(self.tenant_dir(tenant)) {
+        let mut out = Vec::new();
+        Self::collect(&self.tenant_dir(tenant), &mut out)?;
+        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+        Ok(out)
+    }
+
+    /// Every session file under `dir`, also in the directories of long ids.
+    fn collect(dir: &Path, out: &mut Vec<SessionFile>) -> Result<()> {
+        let entries = match std::fs::read_dir(dir) {
             Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(io_error(e)),
         };
-        let mut out = Vec::new();
-        for entry in dir {
-            let path = entry.map_err(io_error)?.path();
-            if path.extension().is_some_and(|e| e == "json") {
+        for entry in entries {
+            let entry = entry.map_err(io_error)?;
+            let path = entry.path();
+            if entry.file_type().map_err(io_error)?.is_dir() {
+                Self::collect(&path, out)?;
+            } else if path.extension().is_some_and(|e| e == "json") {
                 out.extend(Self::load(&path)?);
             }
         }
-        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
-        Ok(out)
+        Ok(())
     }
 }
 
