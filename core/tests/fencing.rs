@@ -229,3 +229,40 @@ async fn a_scope_asked_for_while_its_release_runs_holds_its_session() {
     );
     p.commit(&second, touch("ses_rel", 2)).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_group_commit_writer_commits_what_it_holds_then_gives_its_claims_back() {
+    let store = Arc::new(MemoryStore::new());
+    let t = TenantId::default();
+    let (s1, s2) = (SessionId::from("ses_1"), SessionId::from("ses_2"));
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let options = GroupCommitOptions {
+        window: Duration::from_millis(7),
+        ..GroupCommitOptions::default()
+    };
+    let g = GroupCommitProjector::with_claims(
+        Arc::clone(&store) as Arc<dyn Store>,
+        bus,
+        options,
+        ClaimPolicy::holder("group"),
+    );
+    assert_eq!(g.options(), options);
+    assert!(format!("{g:?}").contains("7ms"), "{g:?}");
+    let held = |s: &SessionId| {
+        let (store, t, s) = (Arc::clone(&store), t.clone(), s.clone());
+        async move { store.claimed(&t, &s).await.unwrap().unwrap().expires_ms > now_ms() }
+    };
+    let one = g.scope(&t, &s1).await.unwrap();
+    g.commit(&one, touch("ses_1", 1)).await.unwrap();
+    g.release_scope(one).await.unwrap();
+    assert!(!held(&s1).await, "release_scope gave the claim back");
+    assert_eq!(store.session(&t, &s1).await.unwrap().unwrap().seq, 1);
+    let two = g.scope(&t, &s2).await.unwrap();
+    g.commit(&two, touch("ses_2", 1)).await.unwrap();
+    assert!(held(&s2).await);
+    g.release().await.unwrap();
+    assert!(!held(&s2).await, "release gave every claim back");
+    // The next writer gets the sessions at once.
+    let other = projector(&store, ClaimPolicy::holder("other"));
+    assert_eq!(other.scope(&t, &s2).await.unwrap().epoch(), Some(2));
+}
