@@ -264,7 +264,7 @@ async fn a_group_commit_writer_commits_what_it_holds_then_gives_its_claims_back(
     assert!(!held(&s2).await, "release gave every claim back");
     // Two transactions of one row each, both counted.
     let stats = g.stats();
-    assert_eq!((stats.commits, stats.rows), (2, 2), "{stats:?}");
+    assert_eq!((stats.commits, stats.rows), (2, 2), "transactions and rows");
     // The next writer gets the sessions at once.
     let other = projector(&store, ClaimPolicy::holder("other"));
     assert_eq!(other.scope(&t, &s2).await.unwrap().epoch(), Some(2));
