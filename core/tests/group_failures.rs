@@ -32,12 +32,18 @@ async fn a_failed_session_does_not_sink_its_group() {
         scopes.push(new_session(&projector, &tenant).await);
     }
     projector.sync().await.unwrap();
+    let before = projector.stats();
     refusing.refuse(&scopes[1].session_id);
     for scope in &scopes {
         projector.commit(scope, user_turn(scope)).await.unwrap();
     }
     let err = projector.advance(100).await.unwrap_err();
     assert!(err.to_string().contains(&scopes[1].session_id.to_string()));
+    // The group failed; of the retries, session 0's succeeded: one transaction of its
+    // rows counted.
+    let after = projector.stats();
+    assert_eq!(after.commits, before.commits + 1, "transactions counted");
+    assert!(after.rows > before.rows, "rows counted");
     // Session 0 committed and published; session 1 neither.
     let stored = |i: usize| {
         let memory = memory.clone();
