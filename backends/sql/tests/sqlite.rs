@@ -459,6 +459,31 @@ fn a_batch_under_a_stale_epoch_is_refused_and_writes_nothing() {
 }
 
 #[test]
+fn a_fence_record_of_an_epoch_never_granted_reads_as_corrupted() {
+    // Epochs start at 1: a record of epoch 0 (or below) was not written by a claim.
+    with_store(async |dir, db| {
+        edit_behind(
+            dir,
+            &[
+                "INSERT INTO fences (tenant, session_id, epoch, holder, expires_ms) \
+                 VALUES ('a', X'7365735f30', 0, 'behind', 0)",
+                "INSERT INTO fences (tenant, session_id, epoch, holder, expires_ms) \
+                 VALUES ('a', X'7365735f6d', -1, 'behind', 0)",
+            ],
+        )
+        .await;
+        for session in ["ses_0", "ses_m"] {
+            let err = db
+                .claimed(&tenant("a"), &session.into())
+                .await
+                .expect_err("a record of an epoch never granted");
+            assert_eq!(err.kind(), forge_core::ErrorKind::Corrupted, "{err}");
+            assert!(err.to_string().contains("never granted"), "{err}");
+        }
+    });
+}
+
+#[test]
 fn a_fence_record_survives_its_sessions_deletion_and_a_reopen() {
     with_store(async |dir, db| {
         let s = fencing::claim_write_and_delete(db).await;
