@@ -16,6 +16,7 @@ as caught since.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -54,6 +55,19 @@ def mutant_name(outcome):
 
 def outcome_files(area_dir):
     return sorted(area_dir.glob("outcomes*.json"))
+
+
+def label(area):
+    """The area's name, with the shards run when an area run in shards is incomplete."""
+    shards = [re.fullmatch(r"outcomes-shard-(\d+)-of-(\d+)\.json", p.name) for p in outcome_files(MUTANTS / area)]
+    shards = [m for m in shards if m]
+    if not shards:
+        return area
+    n = int(shards[0].group(2))
+    done = sorted(int(m.group(1)) for m in shards)
+    if len(done) == n:
+        return area
+    return f"{area} (shards {', '.join(map(str, done))} of 0–{n - 1} only)"
 
 
 def summarize(area, known):
@@ -102,7 +116,7 @@ def table():
         run = f"{100 * detected / judged:.0f}% ({detected}/{judged})" if judged else "—"
         now = f"{100 * (detected + killed) / judged:.0f}% ({detected + killed}/{judged})" if judged else "—"
         lines.append(
-            f"| {area} | {total} | {counts['caught']} | {counts['timeout']} | {counts['missed']} | "
+            f"| {label(area)} | {total} | {counts['caught']} | {counts['timeout']} | {counts['missed']} | "
             f"{counts['unviable']} | {excluded} | {run} | {now} |"
         )
         if survivors:
