@@ -49,6 +49,8 @@ const SHARED: &str = "ses_shared";
 const HOT: &str = "msg_hot";
 /// The part every writer moves between the two [`RACE`] messages of the shared session.
 const RACED: &str = "prt_raced";
+/// How long a writer waits for the others before its racing move.
+const MOVE_RENDEZVOUS: std::time::Duration = std::time::Duration::from_millis(200);
 /// The messages the raced part moves between.
 const RACE: [&str; 2] = ["msg_race_0", "msg_race_1"];
 
@@ -63,6 +65,7 @@ async fn writer(
     rounds: u8,
     shared_seq: Arc<AtomicU64>,
     made: Arc<Mutex<Vec<MessageId>>>,
+    moves: Arc<tokio::sync::Barrier>,
 ) -> Result<(), String> {
     let mine = own(i);
     let shared = SessionId::from(SHARED);
@@ -140,7 +143,9 @@ async fn writer(
             "writer {i} round {j}: its part of the hot message"
         )))?;
         // Every writer moves one part between two messages at once: batches of one
-        // session racing to move the same row.
+        // session racing to move the same row. The writers set off together (a writer
+        // that failed is waited for only briefly; its error fails the case).
+        let _ = tokio::time::timeout(MOVE_RENDEZVOUS, moves.wait()).await;
         let to = MessageId::from(RACE[usize::from((i + j) % 2)]);
         let seq = shared_seq.fetch_add(1, Ordering::SeqCst) + 1;
         put(
@@ -203,11 +208,13 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             .await
             .map_err(ctx_err("creating the shared session"))?;
         let shared_seq = Arc::new(AtomicU64::new(4));
+        let moves = Arc::new(tokio::sync::Barrier::new(usize::from(case.writers)));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let made: Vec<Arc<Mutex<Vec<MessageId>>>> =
             (0..case.writers).map(|_| Arc::default()).collect();
         let tasks: Vec<_> = (0..case.writers)
             .map(|i| {
+                let moves = Arc::clone(&moves);
                 let (store, tenant, seq, errors, made) = (
                     Arc::clone(&b.store),
                     tenant.clone(),
@@ -217,7 +224,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
                 );
                 let rounds = case.rounds;
                 tokio::spawn(async move {
-                    if let Err(e) = writer(store, tenant, i, rounds, seq, made).await {
+                    if let Err(e) = writer(store, tenant, i, rounds, seq, made, moves).await {
                         errors.lock().push(e);
                     }
                 })
