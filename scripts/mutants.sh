@@ -3,7 +3,7 @@
 #
 # Usage: scripts/mutants.sh AREA [extra cargo-mutants args…]
 #   AREA: memory, redb, sqlite (a backend's store modules under the conformance suite),
-#         fence, fence-redb, fence-sql, journal, sql-write, group, sse (the areas
+#         fence, fence-redb, fence-sql, journal, codec, sql-write, group, sse (the areas
 #         docs/conformance.md scores),
 #         all
 #   e.g. scripts/mutants.sh redb --shard 0/4
@@ -130,6 +130,12 @@ journal() {
     --cargo-arg=--test=conformance "$@"
 }
 
+# The value codec alone, under forge-core's own unit tests (the codec's are among them):
+# the journal area mutates it too, but runs only redb's tests.
+codec() {
+  run codec -f core/src/codec.rs --test-package forge-core --cargo-arg=--lib "$@"
+}
+
 # The SQL write plan and the migrations, under the SQL crate's tests on SQLite.
 sql_write() {
   run sql-write -f backends/sql/src/plan.rs -f backends/sql/src/write.rs \
@@ -160,16 +166,17 @@ case "$what" in
   fence-redb) fence_redb "$@" ;;
   fence-sql) fence_sql "$@" ;;
   journal) journal "$@" ;;
+  codec) codec "$@" ;;
   sql-write) sql_write "$@" ;;
   group) group "$@" ;;
   sse) sse "$@" ;;
   all)
-    for area in memory redb sqlite fence fence_redb fence_sql journal sql_write group sse; do
+    for area in memory redb sqlite fence fence_redb fence_sql journal codec sql_write group sse; do
       "$area" "$@"
     done
     ;;
   *)
-    echo "usage: $0 AREA [--keep] [cargo-mutants args…]; AREA: memory redb sqlite fence fence-redb fence-sql journal sql-write group sse all" >&2
+    echo "usage: $0 AREA [--keep] [cargo-mutants args…]; AREA: memory redb sqlite fence fence-redb fence-sql journal codec sql-write group sse all" >&2
     exit 2
     ;;
 esac

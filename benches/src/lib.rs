@@ -4,10 +4,13 @@
 //!   times) and W1×N (N sessions at once, interleaved in event time).
 //! - [`run`]: drives a workload through the Processor on one backend, in one mode and
 //!   commit policy, in event time, and measures it.
+//! - [`device`]: what the disk wrote: a filesystem on a loop device made for the run,
+//!   with throwaway Postgres and Redis servers whose data lives there.
 //! - [`probe`]: what each engine physically wrote (process I/O counters, redb's
 //!   counting storage backend, SQLite's writer thread, Postgres WAL, Redis memory/AOF).
 //! - [`report`]: the terminal table, JSON and the SVG charts.
 
+pub mod device;
 pub mod probe;
 pub mod report;
 pub mod run;
@@ -148,6 +151,14 @@ pub struct Measurement {
     /// empty for the backend's defaults.
     #[serde(default)]
     pub options: String,
+    /// The filesystem of the device the run's files were on (`ext4`, `xfs`); `None`
+    /// when the device was not measured.
+    #[serde(default)]
+    pub filesystem: Option<String>,
+    /// Bytes the device wrote over the run: from a sync before the first write to a
+    /// sync after the last, the engine's final checkpoint included.
+    #[serde(default)]
+    pub device_bytes: Option<u64>,
 }
 
 /// The group-commit window of the default path (`Engine::new`, `open()`), ms.
@@ -166,7 +177,25 @@ impl Measurement {
             && self.options.is_empty()
     }
 
-    /// Physical bytes / logical bytes.
+    /// Device bytes / logical bytes.
+    pub fn device_amplification(&self) -> Option<f64> {
+        let bytes = self.device_bytes?;
+        (self.logical_bytes > 0).then(|| bytes as f64 / self.logical_bytes as f64)
+    }
+
+    /// The bytes a report leads with: the device's where measured, else the engine's.
+    pub fn headline_bytes(&self) -> Option<u64> {
+        self.device_bytes
+            .or_else(|| self.physical.as_ref().map(|p| p.bytes))
+    }
+
+    /// [`Measurement::headline_bytes`] / logical bytes.
+    pub fn headline_amplification(&self) -> Option<f64> {
+        let bytes = self.headline_bytes()?;
+        (self.logical_bytes > 0).then(|| bytes as f64 / self.logical_bytes as f64)
+    }
+
+    /// Engine (physical) bytes / logical bytes.
     pub fn amplification(&self) -> Option<f64> {
         let p = self.physical.as_ref()?;
         (self.logical_bytes > 0).then(|| p.bytes as f64 / self.logical_bytes as f64)

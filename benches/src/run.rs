@@ -24,6 +24,7 @@ use forge_core::{
 };
 use parking_lot::Mutex;
 
+use crate::device::Placement;
 use crate::probe::ProcIo;
 use crate::workload::{logical_bytes, merge, Item, Script};
 use crate::{Measurement, Mode, Percentiles, Physical, Policy};
@@ -77,11 +78,39 @@ impl Target {
         self.driver.info().name
     }
 
+    /// Whether the backend keeps files (`File`), talks to a server (`Server`) or keeps
+    /// nothing (`Memory`).
+    pub fn kind(&self) -> Kind {
+        self.driver.info().kind
+    }
+
     /// The URL's options of a file backend (`key=value&…`), for the report.
     pub fn options(&self) -> String {
         match (self.driver.info().kind, parts(&self.url)) {
             (Kind::File, Ok((_, _, query))) => query.to_owned(),
             _ => String::new(),
+        }
+    }
+
+    /// The same backend on the server at `server` (a URL without options): the options
+    /// of this target's URL are kept, but for the namespace (`schema=`, `prefix=`), which
+    /// a throwaway server does not have.
+    ///
+    /// # Errors
+    /// When no driver opens the URL made.
+    pub fn on_server(&self, server: &str) -> Result<Self> {
+        let options: Vec<&str> = self
+            .url
+            .split_once('?')
+            .map(|(_, q)| q)
+            .unwrap_or_default()
+            .split('&')
+            .filter(|kv| !kv.is_empty() && !kv.starts_with("schema=") && !kv.starts_with("prefix="))
+            .collect();
+        if options.is_empty() {
+            Self::new(server)
+        } else {
+            Self::new(&format!("{server}?{}", options.join("&")))
         }
     }
 
@@ -113,13 +142,20 @@ pub struct Run {
     pub latency: bool,
     /// Where files are created.
     pub dir: PathBuf,
+    /// The device the run's files (or its server's data) are on, to measure what it
+    /// wrote; `dir` is on it.
+    pub device: Option<Arc<Placement>>,
 }
 
 impl Run {
     /// What a progress line shows: `W1 redb boundary terminal/10ms T=10`.
     pub fn label(&self) -> String {
+        let on = self
+            .device
+            .as_ref()
+            .map_or_else(String::new, |d| format!(" on {}", d.device().filesystem()));
         format!(
-            "{} {} {} {} T={}",
+            "{} {} {} {} T={}{on}",
             self.workload,
             self.target.name(),
             self.mode.as_str(),
@@ -268,6 +304,12 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         Some(p) => Some(p.start().await?),
         None => None,
     };
+    // After the probe's start (a Postgres probe checkpoints first: what the runs before
+    // left in memory is not this run's).
+    let device_start = match &run.device {
+        Some(d) => Some(d.settle(run.target.name()).await?),
+        None => None,
+    };
     let started = Instant::now();
     let mut deltas = 0u64;
 
@@ -302,6 +344,10 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
     let written = match probe {
         Some(run) => Some(run.finish().await?),
         None => None,
+    };
+    let device_bytes = match (&run.device, device_start) {
+        (Some(d), Some(start)) => Some(d.settle(run.target.name()).await?.saturating_sub(start)),
+        _ => None,
     };
     let (physical, fsyncs) = match written {
         Some(w) => (
@@ -369,5 +415,10 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
         latency_us,
         publish_delay_ms,
         options: run.target.options(),
+        filesystem: run
+            .device
+            .as_ref()
+            .map(|d| d.device().filesystem().name().to_owned()),
+        device_bytes,
     })
 }

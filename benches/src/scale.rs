@@ -274,6 +274,7 @@ fn w1x_run(url: &str, sessions: u32, turns: u32) -> Result<Run> {
         turns,
         latency: false,
         dir: std::env::temp_dir(),
+        device: None,
     })
 }
 

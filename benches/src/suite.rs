@@ -2,9 +2,12 @@
 //! bench` measures, and running it, reporting each step as a [`ProgressEvent`].
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use forge_core::driver::Kind;
 
+use crate::device::{Filesystem, Placement};
 use crate::run::{measure, Run, Target};
 use crate::workload::{w1, w1xn, Script};
 use crate::{Measurement, Mode, Policy};
@@ -34,8 +37,11 @@ pub struct Plan {
     pub input: Option<(String, Vec<Script>)>,
     /// Seed of the generated content.
     pub seed: u64,
-    /// Where files are created.
+    /// Where files are created (and the devices' images).
     pub dir: PathBuf,
+    /// Filesystems to measure every run on, each on a device made for the benchmark
+    /// ([`Placement`]); empty: the engines' counters only.
+    pub devices: Vec<Filesystem>,
 }
 
 impl Plan {
@@ -53,6 +59,7 @@ impl Plan {
             input: None,
             seed: 1,
             dir,
+            devices: Vec::new(),
         }
     }
 
@@ -77,6 +84,7 @@ impl Plan {
             turns,
             latency,
             dir: self.dir.clone(),
+            device: None,
         };
         let single = [
             (Mode::Boundary, Policy::EveryBoundary),
@@ -166,7 +174,35 @@ impl Plan {
         &self,
         mut on_event: impl FnMut(ProgressEvent<'_>),
     ) -> Result<Vec<Measurement>> {
-        let runs = self.runs();
+        let planned = self.runs();
+        let mut runs = Vec::new();
+        // Declared before the runs that hold them: dropped (servers stopped, devices
+        // unmounted) after.
+        let mut placements = Vec::new();
+        // Only a backend with files or a server writes to a device.
+        let writes = self.targets.iter().any(|t| t.kind() != Kind::Memory);
+        if self.devices.is_empty() || !writes {
+            runs = planned;
+        } else {
+            let has = |name: &str| self.targets.iter().any(|t| t.name() == name);
+            for &fs in &self.devices {
+                let (placement, notes) =
+                    Placement::create(fs, &self.dir, has("postgres"), has("redis"))
+                        .await
+                        .with_context(|| format!("making an {fs} device for the benchmark"))?;
+                for note in &notes {
+                    on_event(ProgressEvent::Note { text: note });
+                }
+                let placement = Arc::new(placement);
+                let files = placement.device().path().join("runs");
+                std::fs::create_dir_all(&files)
+                    .with_context(|| format!("creating {}", files.display()))?;
+                for (run, workload) in &planned {
+                    runs.push((on_device(run, &placement, &files)?, workload.clone()));
+                }
+                placements.push(placement);
+            }
+        }
         on_event(ProgressEvent::Planned { total: runs.len() });
         let mut results = Vec::with_capacity(runs.len());
         let mut cache: Option<(Workload, Vec<Script>)> = None;
@@ -193,12 +229,40 @@ impl Plan {
     }
 }
 
-/// What [`Plan::execute_with_progress`] reports, in this order: one `Planned`, then for
-/// each run, by increasing `index`, a `Started` and (when it succeeds) a `Finished`.
-/// A run that fails ends the execution after its `Started`.
+/// `run` with its files, or its server, on `placement`'s device: a file backend's files
+/// under `files`, a server backend on the throwaway server of its kind there. A backend
+/// with neither (memory; a server not started on the device) runs as planned, without a
+/// device figure.
+fn on_device(run: &Run, placement: &Arc<Placement>, files: &std::path::Path) -> Result<Run> {
+    let mut run = run.clone();
+    match run.target.kind() {
+        Kind::File => {
+            run.dir = files.to_path_buf();
+            run.device = Some(Arc::clone(placement));
+        }
+        Kind::Server => {
+            if let Some(server) = placement.server_url(run.target.name()) {
+                run.target = run.target.on_server(&server)?;
+                run.device = Some(Arc::clone(placement));
+            }
+        }
+        _ => {}
+    }
+    Ok(run)
+}
+
+/// What [`Plan::execute_with_progress`] reports, in this order: a `Note` for each device
+/// made and each server on it, one `Planned`, then for each run, by increasing `index`,
+/// a `Started` and (when it succeeds) a `Finished`. A run that fails ends the execution
+/// after its `Started`.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum ProgressEvent<'a> {
+    /// What was set up for the runs: a device, a server on it, or what could not be.
+    Note {
+        /// One line.
+        text: &'a str,
+    },
     /// Sent once, before any run: how many runs the plan has.
     Planned {
         /// Runs to measure, `Plan::runs().len()`.

@@ -47,7 +47,25 @@ mod report {
                 n: 10,
             }),
             options: String::new(),
+            filesystem: None,
+            device_bytes: None,
         }
+    }
+
+    /// [`sample`] as measured on devices: each run on ext4 writes `ext4` times and on
+    /// xfs `xfs` times its engine bytes.
+    fn on_devices(ext4: u64, xfs: u64) -> Vec<Measurement> {
+        let mut out = Vec::new();
+        for (fs, factor) in [("ext4", ext4), ("xfs", xfs)] {
+            for m in sample() {
+                out.push(Measurement {
+                    filesystem: Some(fs.to_owned()),
+                    device_bytes: m.physical.as_ref().map(|p| p.bytes * factor),
+                    ..m
+                });
+            }
+        }
+        out
     }
 
     /// sqlite and redb at T = 10 and 100 in both modes, memory without physical bytes,
@@ -121,7 +139,8 @@ mod report {
         assert!(t.contains("1000×"), "{t}");
         assert!(t.contains("1.77 MB"), "{t}"); // logical bytes of W1 at T = 100
         assert!(t.contains("W1x64"), "{t}");
-        assert!(t.contains("physical (sqlite): sqlite bytes written"), "{t}");
+        assert!(t.contains("engine (sqlite): sqlite bytes written"), "{t}");
+        assert!(t.contains("No device was measured"), "{t}");
         // memory has neither physical bytes nor fsyncs nor WA.
         let memory = t.lines().find(|l| l.starts_with("memory")).unwrap();
         assert!(memory.matches('–').count() >= 3, "{memory}");
@@ -157,7 +176,7 @@ mod report {
         assert!(lines.next().unwrap().starts_with("| backend | mode |"));
         assert!(lines.next().unwrap().starts_with("|---|---|"));
         assert!(md.contains("| 3.41× |"), "{md}");
-        assert!(md.contains("- physical (redb): redb bytes written"), "{md}");
+        assert!(md.contains("- engine (redb): redb bytes written"), "{md}");
     }
 
     #[test]
@@ -257,6 +276,54 @@ mod report {
         assert!(doc.contains("W1x64, T = 10"));
         assert!(doc.contains(BYTES_CHART_TITLE));
         assert!(doc.contains("no single-session W1 run"));
+    }
+
+    #[test]
+    fn device_figures_lead_the_table_json_and_charts() {
+        let ms = on_devices(3, 2);
+        let t = table(&ms);
+        let header = t.lines().next().unwrap();
+        let at = |h: &str| {
+            header
+                .find(h)
+                .unwrap_or_else(|| panic!("{h} missing: {header}"))
+        };
+        assert!(at("device WA") < at("engine WA"), "{header}");
+        // sqlite boundary at 3.41× engine: 10.2× on ext4, 6.82× on xfs.
+        assert!(
+            t.contains("10.2×") && t.contains("6.82×") && t.contains("3.41×"),
+            "{t}"
+        );
+        assert!(!t.contains("No device was measured"), "{t}");
+        // ext4 rows come before xfs rows of the same workload.
+        let ext4 = t.lines().position(|l| l.contains(" ext4 ")).unwrap();
+        let xfs = t.lines().position(|l| l.contains(" xfs ")).unwrap();
+        assert!(ext4 < xfs, "{t}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.json");
+        write_json(&ms, &path).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let first = &value.as_array().unwrap()[0];
+        assert_eq!(first["filesystem"], "ext4", "{first}");
+        let device_wa = first["device_wa"].as_f64().unwrap();
+        assert!((device_wa - 3.0 * 3.41).abs() < 1e-9, "{first}");
+        assert!(first["device_bytes"].as_u64().is_some(), "{first}");
+        assert_eq!(read_json(&path).unwrap(), ms);
+
+        // The charts draw ext4's device bytes: the sqlite boundary bar is 10.2×, and no
+        // bar carries the engine's 3.41× or xfs's 6.82×.
+        let doc = svg(&ms).unwrap();
+        assert!(
+            doc.contains("device bytes, ext4"),
+            "the charts say what they draw"
+        );
+        assert!(doc.contains("10.2×"));
+        assert!(!doc.contains("3.41×") && !doc.contains("6.82×"));
+        // Without device figures, the engines' counters, said so.
+        let doc = svg(&sample()).unwrap();
+        assert!(doc.contains("engine-counted bytes"));
     }
 
     /// Writes the sample charts to `$FORGE_REPORT_SAMPLE` for a look.

@@ -17,6 +17,7 @@ fn run(target: Target, mode: Mode, policy: Policy, dir: &std::path::Path) -> Run
         turns: 1,
         latency: false,
         dir: dir.to_path_buf(),
+        device: None,
     }
 }
 

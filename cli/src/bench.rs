@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use forge_bench::device::{Device, Filesystem};
 use forge_bench::run::Target;
 use forge_bench::suite::{Plan, ProgressEvent};
 use forge_bench::workload::{Item, Script};
@@ -62,6 +63,13 @@ pub struct BenchArgs {
     /// current one, so the disk measured is the one you run on).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Measure what the disk writes: each run's files, and a throwaway Postgres cluster
+    /// and Redis server in place of --postgres / --redis (their URLs' options kept), on
+    /// a filesystem made for the benchmark on a loop device. Comma-separated: ext4,
+    /// xfs; `none` for the engines' own counters only. Default: ext4 where a loop device
+    /// can be made (as root), else none, said in one line.
+    #[arg(long, value_delimiter = ',', value_name = "FS")]
+    device: Option<Vec<String>>,
     /// Write the measurements as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -126,6 +134,7 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
         plan.per_delta_max_turns = m;
     }
     plan.windows.clone_from(&args.windows);
+    plan.devices = devices(args.device.as_deref(), out)?;
     plan.seed = args.seed;
     if let Some(path) = &args.input {
         let text =
@@ -147,8 +156,17 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     )?;
     out.flush()?;
     let bar = progress.bar(runs as u64, "bench");
+    let mut notes = Vec::new();
     let results = plan
         .execute_with_progress(|event| match event {
+            ProgressEvent::Note { text } => {
+                notes.push(text.to_owned());
+                if bar.is_hidden() {
+                    tracing::info!("{text}");
+                } else {
+                    bar.println(text);
+                }
+            }
             ProgressEvent::Planned { total } => bar.set_length(total as u64),
             ProgressEvent::Started { run, .. } => bar.set_message(run.label()),
             ProgressEvent::Finished {
@@ -156,9 +174,14 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
                 run,
                 measurement: m,
             } => {
-                let wa = m
-                    .amplification()
-                    .map_or_else(|| "–".to_owned(), |a| format!("{a:.2}×"));
+                let factor =
+                    |a: Option<f64>| a.map_or_else(|| "–".to_owned(), |a| format!("{a:.2}×"));
+                let wa = match m.device_amplification() {
+                    Some(d) => {
+                        format!("{} (engine {})", factor(Some(d)), factor(m.amplification()))
+                    }
+                    None => factor(m.amplification()),
+                };
                 bar.inc(1);
                 if bar.is_hidden() {
                     tracing::info!("[{}/{runs}] {}: WA {wa}", index + 1, run.label());
@@ -170,6 +193,9 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
         })
         .await?;
     bar.finish_and_clear();
+    for note in &notes {
+        writeln!(out, "{note}")?;
+    }
     write!(out, "{}", forge_bench::report::table(&results))?;
     if let Some(p) = &args.json {
         forge_bench::report::write_json(&results, p)?;
@@ -185,6 +211,37 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
         writeln!(out, "wrote {}", p.display())?;
     }
     Ok(())
+}
+
+/// The filesystems `--device` names (`None`: ext4 where a device can be made here,
+/// said in one line when it cannot).
+fn devices(named: Option<&[String]>, out: &mut dyn Write) -> Result<Vec<Filesystem>> {
+    let Some(named) = named else {
+        return Ok(match Device::unavailable(Filesystem::Ext4) {
+            None => vec![Filesystem::Ext4],
+            Some(why) => {
+                writeln!(
+                    out,
+                    "device: not measured ({why}); the figures are the engines' own counters"
+                )?;
+                Vec::new()
+            }
+        });
+    };
+    let mut out = Vec::new();
+    for name in named.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if name == "none" {
+            continue;
+        }
+        let fs = Filesystem::parse(name).context("--device")?;
+        if let Some(why) = Device::unavailable(fs) {
+            bail!("--device {fs}: cannot make an {fs} device here: {why}");
+        }
+        if !out.contains(&fs) {
+            out.push(fs);
+        }
+    }
+    Ok(out)
 }
 
 /// A replay file as one session's script: `t` gives each line's event time (lines

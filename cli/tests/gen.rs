@@ -111,3 +111,68 @@ fn bench_measures_a_recorded_stream_given_as_input() {
         "{err}"
     );
 }
+
+/// `--device`: the runs' files on a filesystem made for the benchmark, with the
+/// device's bytes beside the engine's; `none` for the engine's counters only; an
+/// unknown filesystem is an error naming it.
+#[test]
+fn bench_measures_the_device_when_asked() {
+    let env = Env::new();
+    let file = env.file("w1.jsonl", &gen(&["w1", "--turns", "1"]));
+    let json = env.dir.path().join("out.json");
+    let bench = |device: &str| {
+        bare(
+            &[
+                "bench",
+                "--backends",
+                "redb",
+                "--input",
+                &file,
+                "--device",
+                device,
+                "--json",
+                json.to_str().unwrap(),
+            ],
+            env.dir.path(),
+        )
+    };
+    let err = failed(&bench("btrfs"));
+    assert!(err.contains("btrfs"), "{err}");
+
+    let out = bench("none");
+    assert!(out.status.success(), "bench failed: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("No device was measured"),
+        "{}",
+        stdout(&out)
+    );
+    let ms: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(ms.iter().all(|m| m["device_bytes"].is_null()), "{ms:?}");
+
+    if let Some(why) =
+        forge_bench::device::Device::unavailable(forge_bench::device::Filesystem::Ext4)
+    {
+        forge_testkit::skip_unless(
+            "FORGE_TEST_REQUIRE_MOUNT",
+            "bench_measures_the_device_when_asked",
+            &why,
+        );
+        return;
+    }
+    let out = bench("ext4");
+    assert!(out.status.success(), "bench failed: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("device: ext4 on /dev/loop"), "{text}");
+    let ms: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(ms.len(), 3);
+    for m in &ms {
+        assert_eq!(m["filesystem"], "ext4", "{m}");
+        let device = m["device_bytes"].as_u64().unwrap();
+        let engine = m["physical"]["bytes"].as_u64().unwrap();
+        assert!(device >= engine, "{m}");
+        assert!(
+            m["device_wa"].as_f64().unwrap() > m["write_amplification"].as_f64().unwrap() * 0.99,
+            "{m}"
+        );
+    }
+}

@@ -24,7 +24,7 @@ pub use table::{markdown, table};
 /// Title of the write-amplification chart; the chosen workload and T follow it.
 pub const WA_CHART_TITLE: &str = "Write amplification by backend";
 /// Title of the physical-bytes chart.
-pub const BYTES_CHART_TITLE: &str = "Physical bytes written vs turns (W1, one session)";
+pub const BYTES_CHART_TITLE: &str = "Bytes written vs turns (W1, one session)";
 
 /// Backends in report order; unknown backends follow, by name.
 const BACKEND_ORDER: [&str; 5] = ["memory", "redb", "sqlite", "postgres", "redis"];
@@ -71,13 +71,14 @@ fn backend_key(backend: &str) -> (usize, &str) {
     (backend_rank(backend), backend)
 }
 
-/// Measurements sorted by workload, backend, T, mode, policy.
+/// Measurements sorted by workload, filesystem, backend, T, mode, policy.
 fn sorted(ms: &[Measurement]) -> Vec<&Measurement> {
     let mut out: Vec<&Measurement> = ms.iter().collect();
     out.sort_by(|a, b| {
         (
             a.sessions,
             &a.workload,
+            &a.filesystem,
             backend_key(&a.backend),
             a.turns,
             series_key(a),
@@ -85,6 +86,7 @@ fn sorted(ms: &[Measurement]) -> Vec<&Measurement> {
             .cmp(&(
                 b.sessions,
                 &b.workload,
+                &b.filesystem,
                 backend_key(&b.backend),
                 b.turns,
                 series_key(b),
@@ -102,6 +104,7 @@ struct JsonRow<'a> {
     #[serde(flatten)]
     measurement: &'a Measurement,
     write_amplification: Option<f64>,
+    device_wa: Option<f64>,
     /// Measured on the default path ([`Measurement::is_default`]).
     default: bool,
     /// Turns per session (the same as `turns`, under the name the docs use).
@@ -110,7 +113,9 @@ struct JsonRow<'a> {
 }
 
 /// Writes the measurements as a pretty JSON array; each object carries the extra
-/// computed fields `write_amplification` (physical / logical, `null` when unknown),
+/// computed fields `write_amplification` (engine bytes / logical, `null` when
+/// unknown), `device_wa` (`device_bytes` / logical, `null` when the device was not
+/// measured),
 /// `default` (measured on the default path) and `T` (turns per session).
 pub fn write_json(ms: &[Measurement], path: &Path) -> anyhow::Result<()> {
     let rows: Vec<JsonRow<'_>> = ms
@@ -118,6 +123,7 @@ pub fn write_json(ms: &[Measurement], path: &Path) -> anyhow::Result<()> {
         .map(|m| JsonRow {
             measurement: m,
             write_amplification: m.amplification(),
+            device_wa: m.device_amplification(),
             default: m.is_default(),
             t: m.turns,
         })

@@ -7,25 +7,28 @@ use super::format::{fmt_count, fmt_factor, fmt_ms, fmt_us, human_bytes, human_ra
 use super::{sorted, EMPTY, NONE};
 use crate::Measurement;
 
-const HEADERS: [&str; 15] = [
+const HEADERS: [&str; 18] = [
     "backend",
     "mode",
     "policy",
     "workload",
+    "fs",
     "T",
     "logical",
+    "device",
+    "device WA",
     "handed",
     "rows",
     "commits",
     "fsyncs",
-    "physical",
-    "WA",
+    "engine",
+    "engine WA",
     "deltas/s",
     "latency p50/p99",
     "publish delay p50/p99",
 ];
 /// Columns before this index are text (left-aligned), the rest numbers.
-const FIRST_NUMERIC: usize = 4;
+const FIRST_NUMERIC: usize = 5;
 
 /// Marks the policy of a run measured on the default path.
 const DEFAULT_MARK: &str = "★";
@@ -42,8 +45,12 @@ fn cells(m: &Measurement) -> Vec<String> {
             format!("{} ({})", m.policy.label(), m.options)
         },
         m.workload.clone(),
+        m.filesystem.clone().unwrap_or_else(|| NONE.to_owned()),
         m.turns.to_string(),
         human_bytes(m.logical_bytes),
+        m.device_bytes.map_or_else(|| NONE.to_owned(), human_bytes),
+        m.device_amplification()
+            .map_or_else(|| NONE.to_owned(), fmt_factor),
         human_bytes(m.handed_bytes),
         fmt_count(m.rows),
         fmt_count(m.commits),
@@ -63,6 +70,29 @@ fn cells(m: &Measurement) -> Vec<String> {
             |p| format!("{} / {}", fmt_ms(p.p50), fmt_ms(p.p99)),
         ),
     ]
+}
+
+/// What the columns measure, one line each (the markdown table writes them as a list).
+fn legend(rows: &[&Measurement]) -> Vec<String> {
+    let mut out = vec![
+        "device = bytes the device under the run's files wrote (sectors of its loop device, \
+         from a sync before the run to a sync after it, the final checkpoint included); \
+         device WA = device / logical bytes."
+            .to_owned(),
+        "engine = what the engine itself counts as written (below); engine WA = engine / \
+         logical bytes; – = not measured."
+            .to_owned(),
+        format!("{DEFAULT_MARK} = the default path (Engine::new / open(): terminal boundaries, 10 ms window, the backend's default options)."),
+    ];
+    if rows.iter().all(|m| m.device_bytes.is_none()) {
+        out.push(
+            "No device was measured: the figures are the engines' own counters only.".to_owned(),
+        );
+    }
+    for (source, backends) in physical_legend(rows) {
+        out.push(format!("engine ({}): {source}", backends.join(", ")));
+    }
+    out
 }
 
 /// One line per distinct physical source: `(sources, backends measured that way)`.
@@ -118,17 +148,16 @@ pub fn table(ms: &[Measurement]) -> String {
     out.push_str(&"-".repeat(total));
     out.push('\n');
     for (i, (m, row)) in rows.iter().zip(&body).enumerate() {
-        if i > 0 && (rows[i - 1].sessions, &rows[i - 1].workload) != (m.sessions, &m.workload) {
+        let group = |m: &Measurement| (m.sessions, m.workload.clone(), m.filesystem.clone());
+        if i > 0 && group(rows[i - 1]) != group(m) {
             out.push('\n');
         }
         out.push_str(&line(row));
         out.push('\n');
     }
     out.push('\n');
-    out.push_str("WA = physical / logical bytes; – = not measured.\n");
-    let _ = writeln!(out, "{DEFAULT_MARK} = the default path (Engine::new / open(): terminal boundaries, 10 ms window, the backend's default options).");
-    for (source, backends) in physical_legend(&rows) {
-        let _ = writeln!(out, "physical ({}): {source}", backends.join(", "));
+    for line in legend(&rows) {
+        let _ = writeln!(out, "{line}");
     }
     out
 }
@@ -153,15 +182,9 @@ pub fn markdown(ms: &[Measurement]) -> String {
         let row: Vec<String> = cells(m).iter().map(|c| md_escape(c)).collect();
         let _ = writeln!(out, "| {} |", row.join(" | "));
     }
-    out.push_str("\nWA = physical / logical bytes; – = not measured.\n\n");
-    let _ = writeln!(out, "- {DEFAULT_MARK} = the default path (`Engine::new` / `open()`: terminal boundaries, 10 ms window, the backend's default options)");
-    for (source, backends) in physical_legend(&rows) {
-        let _ = writeln!(
-            out,
-            "- physical ({}): {}",
-            md_escape(&backends.join(", ")),
-            md_escape(&source)
-        );
+    out.push('\n');
+    for line in legend(&rows) {
+        let _ = writeln!(out, "- {}", md_escape(&line));
     }
     out
 }

@@ -1,4 +1,4 @@
-//! Chart (b): physical bytes against T, log–log, one line per backend × mode/policy,
+//! Chart (b): bytes written against T, log–log, one line per backend × mode/policy,
 //! for single-session W1 runs.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +25,7 @@ struct Line<'a> {
     points: Vec<(f64, f64)>,
 }
 
-/// Chart (b): physical bytes against T, log–log, one line per backend × mode/policy,
+/// Chart (b): bytes written against T, log–log, one line per backend × mode/policy,
 /// for single-session W1 runs.
 pub(super) fn draw_bytes_chart<DB: DrawingBackend>(
     panel: &DrawingArea<DB, Shift>,
@@ -34,10 +34,13 @@ pub(super) fn draw_bytes_chart<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let body = panel.titled(BYTES_CHART_TITLE, (FONT, 22))?;
+    let title = format!("{BYTES_CHART_TITLE} — {}", data.basis.label());
+    let body = panel.titled(&title, (FONT, 22))?;
     let mut lines: BTreeMap<LineKey<'_>, Line<'_>> = BTreeMap::new();
     for m in &data.rows {
-        let Some(p) = &m.physical else { continue };
+        let Some(bytes) = data.basis.bytes(m) else {
+            continue;
+        };
         if m.workload != "W1" || m.sessions != 1 || m.turns == 0 {
             continue;
         }
@@ -52,11 +55,11 @@ where
             .last()
             .is_none_or(|(t, _)| *t < f64::from(m.turns))
         {
-            line.points.push((f64::from(m.turns), p.bytes as f64));
+            line.points.push((f64::from(m.turns), bytes as f64));
         }
     }
     if lines.is_empty() {
-        return draw_note(&body, "no single-session W1 run with physical bytes");
+        return draw_note(&body, "no single-session W1 run with bytes written");
     }
     let (plot, legend) = body.split_horizontally(WIDTH - LEGEND_WIDTH);
     let all = || lines.values().flat_map(|l| &l.points);
@@ -83,7 +86,7 @@ where
     };
     draw_mesh(
         &mut chart.configure_mesh(),
-        ("T (turns, log scale)", "physical bytes written (log scale)"),
+        ("T (turns, log scale)", "bytes written (log scale)"),
         &x_fmt,
         &y_fmt,
     )?;

@@ -34,19 +34,62 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-/// What both charts draw: measurements with physical bytes, and the colour (per
-/// mode/policy) and marker (per backend) assignment shared by the charts.
+/// What both charts draw: measurements with bytes of the chosen [`Basis`], and the
+/// colour (per mode/policy) and marker (per backend) assignment shared by the charts.
 struct Chartable<'a> {
     rows: Vec<&'a Measurement>,
+    basis: Basis,
     series: Vec<SeriesKey>,
     backends: Vec<String>,
 }
 
+/// Which bytes the charts draw: the device's on one filesystem when any run measured
+/// it (the first filesystem in report order), else the engines' own counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Basis {
+    Device(String),
+    Engine,
+}
+
+impl Basis {
+    fn of(ms: &[&Measurement]) -> Self {
+        ms.iter()
+            .filter(|m| m.device_bytes.is_some())
+            .filter_map(|m| m.filesystem.clone())
+            .min()
+            .map_or(Self::Engine, Self::Device)
+    }
+
+    fn bytes(&self, m: &Measurement) -> Option<u64> {
+        match self {
+            Self::Device(fs) => m
+                .device_bytes
+                .filter(|_| m.filesystem.as_deref() == Some(fs.as_str())),
+            Self::Engine => m.physical.as_ref().map(|p| p.bytes),
+        }
+    }
+
+    fn amplification(&self, m: &Measurement) -> Option<f64> {
+        let bytes = self.bytes(m)?;
+        (m.logical_bytes > 0).then(|| bytes as f64 / m.logical_bytes as f64)
+    }
+
+    /// `device bytes (ext4)` / `engine-counted bytes`.
+    fn label(&self) -> String {
+        match self {
+            Self::Device(fs) => format!("device bytes, {fs}"),
+            Self::Engine => "engine-counted bytes".to_owned(),
+        }
+    }
+}
+
 impl<'a> Chartable<'a> {
     fn new(ms: &'a [Measurement]) -> Self {
-        let rows: Vec<&Measurement> = sorted(ms)
+        let all = sorted(ms);
+        let basis = Basis::of(&all);
+        let rows: Vec<&Measurement> = all
             .into_iter()
-            .filter(|m| m.physical.as_ref().is_some_and(|p| p.bytes > 0))
+            .filter(|m| basis.bytes(m).is_some_and(|b| b > 0))
             .collect();
         let series: BTreeSet<SeriesKey> = rows.iter().map(|m| series_key(m)).collect();
         let mut backends: Vec<String> = Vec::new();
@@ -57,6 +100,7 @@ impl<'a> Chartable<'a> {
         }
         Self {
             rows,
+            basis,
             series: series.into_iter().collect(),
             backends,
         }
@@ -77,9 +121,9 @@ impl<'a> Chartable<'a> {
 }
 
 /// The two charts as one SVG document: write amplification per backend and
-/// mode/policy for one workload (a), and physical bytes against T for single-session
-/// W1 runs (b). Measurements without physical bytes are left out; it is an error when
-/// none has them.
+/// mode/policy for one workload (a), and bytes written against T for single-session
+/// W1 runs (b), on the device where measured ([`Basis`]). Measurements without those
+/// bytes are left out; it is an error when none has them.
 pub fn svg(ms: &[Measurement]) -> anyhow::Result<String> {
     if ms.is_empty() {
         bail!("no measurements to chart");

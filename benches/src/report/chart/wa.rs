@@ -12,24 +12,26 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::elements::{
     chart_builder, draw_legend, draw_mesh, draw_note, extent, fmt_tick, log_axis, Swatch,
 };
-use super::{Chartable, FONT, LEGEND_WIDTH, WIDTH};
+use super::{Basis, Chartable, FONT, LEGEND_WIDTH, WIDTH};
 use crate::report::format::fmt_factor;
 use crate::report::{series_key, series_label, SeriesKey, WA_CHART_TITLE};
 use crate::{Measurement, Mode};
 
-/// Runs with a usable write-amplification figure.
-fn with_wa(m: &Measurement) -> Option<f64> {
-    m.amplification().filter(|wa| wa.is_finite() && *wa > 0.0)
+/// A usable write-amplification figure of `m` on `basis`.
+fn with_wa(basis: &Basis, m: &Measurement) -> Option<f64> {
+    basis
+        .amplification(m)
+        .filter(|wa| wa.is_finite() && *wa > 0.0)
 }
 
 /// The workload and T the amplification chart shows: the single-session `W1` if it
 /// was measured, else the workload with the fewest sessions (then by name); within
 /// it, the largest T measured in both modes, else the largest T.
-fn pick_wa_run<'m>(rows: &[&'m Measurement]) -> Option<(&'m str, u32, u32)> {
+fn pick_wa_run<'m>(basis: &Basis, rows: &[&'m Measurement]) -> Option<(&'m str, u32, u32)> {
     let candidates: Vec<&Measurement> = rows
         .iter()
         .copied()
-        .filter(|m| with_wa(m).is_some())
+        .filter(|m| with_wa(basis, m).is_some())
         .collect();
     let (workload, sessions) = candidates
         .iter()
@@ -93,11 +95,14 @@ pub(super) fn draw_wa_chart<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let Some((workload, sessions, turns)) = pick_wa_run(&data.rows) else {
+    let Some((workload, sessions, turns)) = pick_wa_run(&data.basis, &data.rows) else {
         let body = panel.titled(WA_CHART_TITLE, (FONT, 22))?;
         return draw_note(&body, "no run with both physical and logical bytes");
     };
-    let title = format!("{WA_CHART_TITLE} — {workload}, T = {turns} (physical / logical bytes)");
+    let title = format!(
+        "{WA_CHART_TITLE} — {workload}, T = {turns} ({} / logical bytes)",
+        data.basis.label()
+    );
     let body = panel.titled(&title, (FONT, 22))?;
     let (plot, legend) = body.split_horizontally(WIDTH - LEGEND_WIDTH);
 
@@ -105,7 +110,7 @@ where
         .rows
         .iter()
         .filter(|m| m.workload == workload && m.sessions == sessions && m.turns == turns)
-        .filter_map(|m| with_wa(m).map(|wa| (*m, wa)))
+        .filter_map(|m| with_wa(&data.basis, m).map(|wa| (*m, wa)))
         .collect();
     let mut groups: Vec<&str> = Vec::new();
     let mut slots: Vec<SeriesKey> = Vec::new();
