@@ -66,6 +66,11 @@ pub(crate) const PAGE: u64 = 4096;
 /// The largest record recovery accepts (a batch larger than this is refused on write).
 pub(crate) const MAX_RECORD: usize = 1 << 30;
 
+/// Whether a payload of `len` bytes is over [`MAX_RECORD`].
+fn over_limit(len: usize) -> bool {
+    len > MAX_RECORD
+}
+
 /// A record found on open: the offset where it ends, and its payload.
 pub(crate) type Record = (u64, Vec<u8>);
 
@@ -243,7 +248,7 @@ impl Journal {
     /// the write or the sync fails, and from then on (the record may be on disk or not:
     /// opening the store again replays it if it verifies).
     pub(crate) fn append(&mut self, payload: &[u8]) -> Result<u64> {
-        if payload.len() > MAX_RECORD {
+        if over_limit(payload.len()) {
             return Err(Error::invalid(format!(
                 "a batch of {} bytes is over the journal's limit of {MAX_RECORD} bytes",
                 payload.len()
@@ -552,6 +557,25 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_over_the_limit_is_refused_before_anything_is_written() {
+        assert!(!over_limit(MAX_RECORD) && over_limit(MAX_RECORD + 1));
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _) = journal(dir.path(), 1);
+        j.append(b"kept").unwrap();
+        let tail = j.tail();
+        // Zeroed pages from the allocator: nothing is touched until written.
+        let err = j.append(&vec![0u8; MAX_RECORD + 1]).unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert_eq!(j.tail(), tail);
+        j.append(b"next").unwrap();
+        drop(j);
+        assert_eq!(
+            replayed(dir.path(), 1),
+            vec![b"kept".to_vec(), b"next".to_vec()]
+        );
+    }
+
+    #[test]
     fn a_file_that_is_not_a_journal_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("j"), b"hello, world, not a journal").unwrap();
@@ -569,5 +593,9 @@ mod tests {
         j.append(&[2u8; 4000]).unwrap();
         assert_eq!(counters.snapshot().journal_write_bytes, 3 * PAGE);
         assert_eq!(counters.snapshot().journal_syncs, 2);
+        // A small record inside the second page: one page, wherever the page is.
+        assert!(j.tail() + record_len(8) < 2 * PAGE);
+        j.append(&[3u8; 8]).unwrap();
+        assert_eq!(counters.snapshot().journal_write_bytes, 4 * PAGE);
     }
 }

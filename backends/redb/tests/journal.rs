@@ -286,6 +286,46 @@ fn a_journal_moved_away_opens_as_of_the_checkpoint_and_again_after() {
     });
 }
 
+/// A checkpoint comes once the journal holds `checkpoint_bytes` of records, so the
+/// journal file (which never shrinks) stays near that size however much is written;
+/// and a use that only reads writes nothing at all, not even at close.
+#[test]
+fn the_journal_stays_bounded_by_its_checkpoints_and_a_read_only_use_writes_nothing() {
+    const N: u64 = 300;
+    const EVERY: u64 = 4096;
+    let rt = runtime();
+    let (dir, path) = temp_path();
+    let journal = dir.path().join("forge.redb-journal");
+    rt.block_on(async {
+        let options = RedbOptions::from_query(&format!("checkpoint_bytes={EVERY}")).unwrap();
+        let (store, counters) = RedbStore::open_counted(&path, options).unwrap();
+        for i in 0..N {
+            store.apply(&batch(i)).await.unwrap();
+        }
+        let journaled = counters.snapshot().journal_write_bytes;
+        let size = std::fs::metadata(&journal).unwrap().len();
+        // Records of a few hundred bytes each: without checkpoints the file would hold
+        // all of them.
+        assert!(journaled > 25 * EVERY, "{journaled} bytes journaled");
+        assert!(
+            size < 3 * EVERY,
+            "the journal grew to {size} bytes with a checkpoint every {EVERY}"
+        );
+        store.close().await.unwrap();
+
+        let (store, counters) = RedbStore::open_counted(&path, RedbOptions::default()).unwrap();
+        let before = counters.snapshot();
+        assert_same_reads(&expected(N).await, &store).await.unwrap();
+        Store::close(&store).await.unwrap();
+        let wrote = counters.snapshot().since(before);
+        assert_eq!(
+            (wrote.total_write_bytes(), wrote.total_syncs()),
+            (0, 0),
+            "a read-only use wrote: {wrote:?}"
+        );
+    });
+}
+
 /// Opens `path` again once the blocking pool has finished closing the file that a
 /// dropped store held (a retryable "already open" until then).
 async fn reopen(path: &Path, what: &str) -> RedbStore {

@@ -23,15 +23,16 @@ pub async fn pg_connect(url: &str) -> Result<PgConnection> {
             e,
         )
     })?;
-    PgConnection::connect_with(&options.connect)
-        .await
-        .map_err(|e| {
-            probe_error(
-                "postgres",
-                format!("connecting to Postgres at {}", redact(url)),
-                e,
-            )
-        })
+    // A probe's statements (a CHECKPOINT, a warm-up) may be slow on purpose: no
+    // slow-statement warnings.
+    let connect = sqlx::ConnectOptions::disable_statement_logging(options.connect);
+    PgConnection::connect_with(&connect).await.map_err(|e| {
+        probe_error(
+            "postgres",
+            format!("connecting to Postgres at {}", redact(url)),
+            e,
+        )
+    })
 }
 
 /// The WAL insert position of the server, in bytes from `0/0`. Its growth over a run is
