@@ -4,73 +4,11 @@
 
 mod common;
 
-use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
 use common::group::{group_options, refused_session};
 use common::{ev, user_events, Harness};
 use forge_core::id::now_ms;
 use forge_core::{recover, FlushMode, Projector};
-use parking_lot::Mutex;
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Metadata, Subscriber};
-
-/// What was logged: span names and event messages, in order.
-#[derive(Default)]
-struct Log {
-    spans: Vec<&'static str>,
-    events: Vec<String>,
-}
-
-/// A subscriber that enables everything and records it into a [`Log`].
-#[derive(Clone, Default)]
-struct Recorder {
-    log: Arc<Mutex<Log>>,
-    next: Arc<AtomicU64>,
-}
-
-impl Recorder {
-    fn take(&self) -> Log {
-        std::mem::take(&mut *self.log.lock())
-    }
-}
-
-struct Message(String);
-
-impl Visit for Message {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
-}
-
-impl Subscriber for Recorder {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-
-    fn new_span(&self, span: &Attributes<'_>) -> Id {
-        self.log.lock().spans.push(span.metadata().name());
-        Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-
-    fn event(&self, event: &Event<'_>) {
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        self.log.lock().events.push(message.0);
-    }
-
-    fn enter(&self, _: &Id) {}
-
-    fn exit(&self, _: &Id) {}
-}
+use forge_testkit::logs::Recorder;
 
 #[tokio::test]
 async fn deltas_log_nothing_and_boundaries_log_their_store_batches() {

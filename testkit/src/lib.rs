@@ -2,6 +2,7 @@
 
 pub mod drivers;
 pub mod fixtures;
+pub mod logs;
 pub mod process;
 pub mod servers;
 pub mod services;

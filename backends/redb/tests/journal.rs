@@ -14,6 +14,7 @@ use std::process::Command;
 use common::*;
 use forge_core::{Envelope, MemoryStore, Store, SyncEvent};
 use forge_redb::{RedbOptions, RedbStore};
+use forge_testkit::logs::Recorder;
 
 const CHILD_VAR: &str = "FORGE_REDB_JOURNAL_CHILD";
 
@@ -276,14 +277,46 @@ fn a_journal_moved_away_opens_as_of_the_checkpoint_and_again_after() {
         store.close().await.unwrap();
         std::fs::remove_file(dir.path().join("forge.redb-journal")).unwrap();
         let mem = expected(N).await;
+        let recorder = Recorder::default();
+        let _logs = tracing::subscriber::set_default(recorder.clone());
         for open in ["first", "second", "third"] {
             // Each use only reads, and ends as a command's does (`Store::close`, which
             // checkpoints only a journal holding batches).
             let store = reopen(&path, &format!("the {open} open without the old journal")).await;
             assert_same_reads(&mem, &store).await.unwrap();
             Store::close(&store).await.unwrap();
+            // The first open says that the journal is gone; the later ones find the one
+            // it made.
+            let warned = recorder.take().events.iter().any(|e| e.contains(MISSING));
+            assert_eq!(warned, open == "first", "{open} open: warned {warned}");
         }
     });
+}
+
+/// What opening says when the journal of a database that had batches is missing.
+const MISSING: &str = "the journal is missing";
+
+/// A database whose journal never held a batch loses nothing without it: opening it
+/// says nothing.
+#[test]
+fn a_missing_journal_that_held_nothing_is_not_warned_about() {
+    let rt = runtime();
+    let (dir, path) = temp_path();
+    let recorder = Recorder::default();
+    let _logs = tracing::subscriber::set_default(recorder.clone());
+    rt.block_on(async {
+        let store = RedbStore::open(&path).unwrap();
+        store.close().await.unwrap();
+        std::fs::remove_file(dir.path().join("forge.redb-journal")).unwrap();
+        let store = reopen(&path, "opening without the journal").await;
+        assert!(store
+            .session(&forge_core::TenantId::new("a").unwrap(), &"ses_j".into())
+            .await
+            .unwrap()
+            .is_none());
+    });
+    let events = recorder.take().events;
+    assert!(!events.iter().any(|e| e.contains(MISSING)), "{events:?}");
 }
 
 /// A checkpoint comes once the journal holds `checkpoint_bytes` of records, so the
