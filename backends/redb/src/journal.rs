@@ -409,7 +409,7 @@ fn record_at(bytes: &[u8], at: usize, generation: u64) -> Option<&[u8]> {
     g.copy_from_slice(&header[8..16]);
     let g = u64::from_le_bytes(g);
     let n = len as usize;
-    if g != generation || n > MAX_RECORD {
+    if g != generation || over_limit(n) {
         return None;
     }
     let payload = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + n)?;
@@ -520,6 +520,17 @@ mod tests {
         let path = dir.path().join("j");
         let third = second + record_len(b"second".len());
         let mut bytes = std::fs::read(&path).unwrap();
+        let recorder = forge_testkit::logs::Recorder::default();
+        let _logs = tracing::subscriber::set_default(recorder.clone());
+        let torn = |recorder: &forge_testkit::logs::Recorder| {
+            recorder
+                .take()
+                .events
+                .iter()
+                .any(|e| e.contains("last record does not verify"))
+        };
+        assert_eq!(replayed(dir.path(), 1).len(), 3);
+        assert!(!torn(&recorder), "a whole journal is not torn");
         // The last record flipped: as if its append was cut by a crash.
         let mut last = bytes.clone();
         last[third as usize + RECORD_HEADER + 2] ^= 0x40;
@@ -528,6 +539,7 @@ mod tests {
             replayed(dir.path(), 1),
             vec![b"first".to_vec(), b"second".to_vec()]
         );
+        assert!(torn(&recorder), "a torn last record is warned about");
         // A record before the last flipped: damage, refused rather than dropping the
         // third record.
         bytes[second as usize + RECORD_HEADER + 2] ^= 0x40;
