@@ -9,7 +9,7 @@ use forge_core::driver::Kind;
 
 use crate::device::{Filesystem, Placement};
 use crate::run::{measure, Run, Target};
-use crate::workload::{w1, w1xn, Script};
+use crate::workload::{script, sessions, Content, Script};
 use crate::{Measurement, Mode, Policy};
 
 /// The default group-commit window of the boundary mode, ms (matches
@@ -37,6 +37,8 @@ pub struct Plan {
     pub input: Option<(String, Vec<Script>)>,
     /// Seed of the generated content.
     pub seed: u64,
+    /// The generated workloads: W1 (letters), W2 (real text), or both.
+    pub contents: Vec<Content>,
     /// Where files are created (and the devices' images).
     pub dir: PathBuf,
     /// Filesystems to measure every run on, each on a device made for the benchmark
@@ -45,8 +47,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The full plan (docs/backends.md, "Workload W1"): W1 at T = 10, 100, 1000; W1×64
-    /// and W1×1000; windows 0, 10, 100 ms.
+    /// The full plan (docs/backends.md, "Workload W1"): W1 and W2 at T = 10, 100, 1000;
+    /// W1×64, W1×1000 and the same of W2; windows 0, 10, 100 ms.
     pub fn full(targets: Vec<Target>, dir: PathBuf) -> Self {
         Self {
             targets,
@@ -58,12 +60,13 @@ impl Plan {
             per_delta_max_sessions: 64,
             input: None,
             seed: 1,
+            contents: vec![Content::Letters, Content::Real],
             dir,
             devices: Vec::new(),
         }
     }
 
-    /// A run of a minute or two: W1 at T = 10, W1×64.
+    /// A run of a few minutes: W1 and W2 at T = 10, ×64.
     pub fn quick(targets: Vec<Target>, dir: PathBuf) -> Self {
         Self {
             turns: vec![10],
@@ -104,13 +107,18 @@ impl Plan {
             }
             return out;
         }
-        for &t in &self.turns {
-            for target in &self.targets {
-                for (mode, policy) in single {
-                    if mode == Mode::PerDelta && t > self.per_delta_max_turns {
-                        continue;
+        for &content in &self.contents {
+            for &t in &self.turns {
+                for target in &self.targets {
+                    for (mode, policy) in single {
+                        if mode == Mode::PerDelta && t > self.per_delta_max_turns {
+                            continue;
+                        }
+                        out.push((
+                            run(target, mode, policy, content.name(), t, false),
+                            Workload::Single(content, t),
+                        ));
                     }
-                    out.push((run(target, mode, policy, "W1", t, false), Workload::W1(t)));
                 }
             }
         }
@@ -121,11 +129,15 @@ impl Plan {
             };
             out.push((
                 run(target, Mode::Boundary, policy, "W1-paced", 1, true),
-                Workload::W1(1),
+                Workload::Single(Content::Letters, 1),
             ));
         }
-        for &n in &self.sessions {
-            let name = format!("W1x{n}");
+        for (&content, &n) in self
+            .contents
+            .iter()
+            .flat_map(|c| self.sessions.iter().map(move |n| (c, n)))
+        {
+            let name = format!("{}x{n}", content.name());
             let turns = self.sessions_turns;
             for target in &self.targets {
                 let mut policies: Vec<(Mode, Policy)> =
@@ -141,7 +153,7 @@ impl Plan {
                 for (mode, policy) in policies {
                     out.push((
                         run(target, mode, policy, &name, turns, false),
-                        Workload::W1xN(n, turns),
+                        Workload::Many(content, n, turns),
                     ));
                 }
             }
@@ -290,10 +302,10 @@ pub enum ProgressEvent<'a> {
 /// A workload of the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Workload {
-    /// One session of W1 with this many turns.
-    W1(u32),
-    /// N sessions of W1 with this many turns each.
-    W1xN(u32, u32),
+    /// One session of W1 or W2 with this many turns.
+    Single(Content, u32),
+    /// N sessions of W1 or W2 with this many turns each.
+    Many(Content, u32, u32),
     /// The plan's input file.
     Input,
 }
@@ -302,8 +314,8 @@ impl Workload {
     /// The scripts, one per session.
     pub fn generate(&self, seed: u64) -> Vec<Script> {
         match *self {
-            Self::W1(t) => vec![w1(t, seed)],
-            Self::W1xN(n, t) => w1xn(n, t, seed),
+            Self::Single(c, t) => vec![script(c, t, seed)],
+            Self::Many(c, n, t) => sessions(c, n, t, seed),
             Self::Input => Vec::new(),
         }
     }

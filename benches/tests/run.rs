@@ -5,7 +5,7 @@
 
 use forge_bench::run::{measure, Run, Target};
 use forge_bench::suite::{Plan, ProgressEvent, Workload};
-use forge_bench::workload::{w1, w1xn, W1_TURN_BYTES, W1_TURN_DELTAS};
+use forge_bench::workload::{w1, w1xn, Content, W1_TURN_BYTES, W1_TURN_DELTAS};
 use forge_bench::{Measurement, Mode, Policy};
 
 fn run(target: Target, mode: Mode, policy: Policy, dir: &std::path::Path) -> Run {
@@ -150,7 +150,15 @@ fn the_quick_plan_measures_both_modes_and_skips_per_delta_beyond_its_limit() {
         .filter(|(r, _)| r.mode == Mode::PerDelta)
         .map(|(_, w)| w.clone())
         .collect();
-    assert_eq!(per_delta, [Workload::W1(10), Workload::W1xN(64, 1)]);
+    assert_eq!(
+        per_delta,
+        [
+            Workload::Single(Content::Letters, 10),
+            Workload::Single(Content::Real, 10),
+            Workload::Many(Content::Letters, 64, 1),
+            Workload::Many(Content::Real, 64, 1),
+        ]
+    );
     assert!(runs
         .iter()
         .any(|(r, _)| r.latency && r.workload == "W1-paced"));

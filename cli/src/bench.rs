@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use forge_bench::device::{Device, Filesystem};
 use forge_bench::run::Target;
 use forge_bench::suite::{Plan, ProgressEvent};
-use forge_bench::workload::{Item, Script};
+use forge_bench::workload::{Content, Item, Script};
 
 use forge_store::replay::parse_line;
 
@@ -17,7 +17,7 @@ use crate::progress::Progress;
 /// Options of `forge-store bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// A short run: W1 at T = 10 and W1×64 only.
+    /// A short run: W1 and W2 at T = 10 and ×64 only.
     #[arg(long)]
     quick: bool,
     /// Measure a recorded stream (replay format, `t` fields as event times) instead of
@@ -43,10 +43,10 @@ pub struct BenchArgs {
     /// SQLite URL options for the benchmark's files, e.g. `synchronous=full`.
     #[arg(long, default_value = "", value_name = "KEY=VALUE&…")]
     sqlite_options: String,
-    /// Turn counts of the single-session W1 runs (default 10,100,1000; quick: 10).
+    /// Turn counts of the single-session runs (default 10,100,1000; quick: 10).
     #[arg(long, value_delimiter = ',')]
     turns: Option<Vec<u32>>,
-    /// Session counts of the W1×N runs (default 64,1000; quick: 64).
+    /// Session counts of the W1×N and W2×N runs (default 64,1000; quick: 64).
     #[arg(long, value_delimiter = ',')]
     sessions: Option<Vec<u32>>,
     /// Group-commit windows measured on W1×N, ms.
@@ -59,6 +59,10 @@ pub struct BenchArgs {
     /// Seed of the generated content.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The generated workloads, comma-separated: w1 (random letters), w2 (the same with
+    /// real text, which compresses as real sessions do).
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2")]
+    workloads: Vec<String>,
     /// Directory for the benchmark's files (default: a temporary directory under the
     /// current one, so the disk measured is the one you run on).
     #[arg(long)]
@@ -136,6 +140,17 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     plan.windows.clone_from(&args.windows);
     plan.devices = devices(args.device.as_deref(), out)?;
     plan.seed = args.seed;
+    plan.contents = Vec::new();
+    for name in args.workloads.iter().map(|w| w.trim().to_ascii_lowercase()) {
+        let content = match name.as_str() {
+            "w1" => Content::Letters,
+            "w2" => Content::Real,
+            other => bail!("unknown workload {other:?} in --workloads; use w1, w2"),
+        };
+        if !plan.contents.contains(&content) {
+            plan.contents.push(content);
+        }
+    }
     if let Some(path) = &args.input {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

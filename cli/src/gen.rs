@@ -15,6 +15,10 @@ pub enum Workload {
     /// reasoning, 2,400 B of text in 550 deltas, 3 tool calls (300 B input, 4,000 B
     /// output).
     W1,
+    /// W2: W1's events, sizes and timing with real text (this project's documentation
+    /// as prose, its sources as what the tools read), which compresses as real
+    /// sessions do.
+    W2,
 }
 
 /// `forge-store gen WORKLOAD --turns T [--seed S] [--sessions N]`.
@@ -41,6 +45,7 @@ pub fn run(args: &GenArgs, mut out: &mut dyn Write) -> Result<()> {
     }
     let script = match args.workload {
         Workload::W1 => forge_bench::workload::w1(args.turns, args.seed),
+        Workload::W2 => forge_bench::workload::w2(args.turns, args.seed),
     };
     forge_bench::workload::write_jsonl(&script, &mut out)?;
     Ok(())

@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
+use super::corpus::{Cursor, Kind};
 use super::{Item, Script, Timed};
 
 /// Logical bytes of one W1 turn.
@@ -35,10 +36,41 @@ const TOOL_OUTPUT_BYTES: usize = 4_000;
 /// `{"path":""}`: the input JSON around the letters.
 const TOOL_INPUT_FRAME: &str = r#"{"path":""}"#;
 
+/// What a workload's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Content {
+    /// W1: random lowercase letters, which no engine compresses much.
+    Letters,
+    /// W2: real text (see [`super::corpus`]): prose for the user's messages, the
+    /// reasoning and the text; source files for what the tools read.
+    Real,
+}
+
+impl Content {
+    /// `W1` / `W2`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Letters => "W1",
+            Self::Real => "W2",
+        }
+    }
+}
+
 /// W1 with `turns` turns, its content drawn from `seed`.
 pub fn w1(turns: u32, seed: u64) -> Script {
+    script(Content::Letters, turns, seed)
+}
+
+/// W2: W1's events, sizes and times with real text, drawn from `seed`.
+pub fn w2(turns: u32, seed: u64) -> Script {
+    script(Content::Real, turns, seed)
+}
+
+/// One session of `content` with `turns` turns, drawn from `seed`.
+pub fn script(content: Content, turns: u32, seed: u64) -> Script {
     let mut b = Builder {
         rng: StdRng::seed_from_u64(seed),
+        content,
         t: 0,
         context_bytes: 0,
         items: Vec::with_capacity(turns as usize * 575),
@@ -52,12 +84,17 @@ pub fn w1(turns: u32, seed: u64) -> Script {
 /// `n` sessions of W1 with `turns` turns each, streaming at once: each has its own
 /// content and starts at a random offset in `[0, W1_TURN_MS)`, all drawn from `seed`.
 pub fn w1xn(n: u32, turns: u32, seed: u64) -> Vec<Script> {
+    sessions(Content::Letters, n, turns, seed)
+}
+
+/// [`w1xn`] of `content`.
+pub fn sessions(content: Content, n: u32, turns: u32, seed: u64) -> Vec<Script> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n)
         .map(|_| {
             let session_seed: u64 = rng.random();
             let offset = rng.random_range(0..W1_TURN_MS);
-            let mut script = w1(turns, session_seed);
+            let mut script = script(content, turns, session_seed);
             for item in &mut script.items {
                 item.t_ms = item.t_ms.map(|t| t + offset);
             }
@@ -69,6 +106,7 @@ pub fn w1xn(n: u32, turns: u32, seed: u64) -> Vec<Script> {
 /// Builds one session's items, advancing event time.
 struct Builder {
     rng: StdRng,
+    content: Content,
     t: u64,
     /// Content so far, for plausible input token counts (4 B a token).
     context_bytes: usize,
@@ -96,13 +134,34 @@ impl Builder {
             .collect()
     }
 
+    /// A source of `kind` text for one block or tool (`None` for letters), and the
+    /// path of its file.
+    fn cursor(&mut self, kind: Kind) -> (Option<Cursor>, &'static str) {
+        match self.content {
+            Content::Letters => (None, ""),
+            Content::Real => {
+                let (c, path) = Cursor::random(kind, &mut self.rng);
+                (Some(c), path)
+            }
+        }
+    }
+
+    /// `n` bytes from `cursor`, or letters.
+    fn text(&mut self, cursor: &mut Option<Cursor>, n: usize) -> String {
+        match cursor {
+            Some(c) => c.take(n),
+            None => self.letters(n),
+        }
+    }
+
     fn turn(&mut self, turn: u32) {
         let gap = if self.items.is_empty() {
             0
         } else {
             EVENT_GAP_MS
         };
-        let text = self.letters(400);
+        let (mut prose, _) = self.cursor(Kind::Prose);
+        let text = self.text(&mut prose, 400);
         self.context_bytes += text.len();
         self.push(gap, Item::User(UserItem::text(text)));
         self.push(EVENT_GAP_MS, Item::Assistant(AssistantItem::default()));
@@ -142,8 +201,9 @@ impl Builder {
                 Block::Text => StreamEvent::TextStart { id: id.clone() },
             },
         );
+        let (mut prose, _) = self.cursor(Kind::Prose);
         for _ in 0..bytes / DELTA_BYTES {
-            let text = self.letters(DELTA_BYTES);
+            let text = self.text(&mut prose, DELTA_BYTES);
             let id = id.clone();
             self.event(
                 DELTA_GAP_MS,
@@ -173,7 +233,21 @@ impl Builder {
                 tool_name: tool_name.clone(),
             },
         );
-        let path = self.letters(TOOL_INPUT_BYTES - TOOL_INPUT_FRAME.len());
+        let (mut file, file_path) = self.cursor(Kind::Code);
+        let path_bytes = TOOL_INPUT_BYTES - TOOL_INPUT_FRAME.len();
+        let path = match file {
+            // A real path, then more of them as a reading list would hold, to W1's size.
+            Some(_) => {
+                let mut list = String::new();
+                while list.len() < path_bytes {
+                    list.push_str(file_path);
+                    list.push(' ');
+                }
+                list.truncate(path_bytes);
+                list
+            }
+            None => self.letters(path_bytes),
+        };
         let mut input = JsonMap::new();
         input.insert("path".to_owned(), Value::String(path));
         self.event(
@@ -184,7 +258,7 @@ impl Builder {
                 input: Value::Object(input),
             },
         );
-        let output = self.letters(TOOL_OUTPUT_BYTES);
+        let output = self.text(&mut file, TOOL_OUTPUT_BYTES);
         self.context_bytes += TOOL_INPUT_BYTES + TOOL_OUTPUT_BYTES;
         self.event(
             TOOL_MS,

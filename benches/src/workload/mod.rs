@@ -1,8 +1,11 @@
-//! The W1 workload (docs/backends.md, "Workload W1"), with event times, and W1×N.
+//! The W1 workload (docs/backends.md, "Workload W1"), with event times, and W1×N; W2,
+//! the same with real text.
 //!
-//! A [`Script`] is one session: what it does at each event time. Content is seeded
+//! A [`Script`] is one session: what it does at each event time. W1's content is seeded
 //! random lowercase letters (incompressible enough that no engine is flattered by
-//! compression), so the same seed always gives the same script.
+//! compression); W2's is real prose and source files (`corpus`) at seeded places, for
+//! what compression buys on a real session. The same seed always gives the same
+//! script.
 //!
 //! One W1 turn, in order (the gap before each event in brackets):
 //!
@@ -21,6 +24,7 @@
 //! The next turn starts 50 ms after `finish`. Logical bytes per turn:
 //! 400 + 2,000 + 1,600 + 3 × (300 + 4,000) + 800 = 17,700.
 
+mod corpus;
 mod generate;
 mod jsonl;
 
@@ -28,7 +32,10 @@ use forge_core::turn::UserItem;
 use forge_core::StreamEvent;
 use serde_json::Value;
 
-pub use generate::{w1, w1xn, W1_TURN_BYTES, W1_TURN_DELTAS, W1_TURN_MS, W1_TURN_TOOLS};
+pub use generate::{
+    script, sessions, w1, w1xn, w2, Content, W1_TURN_BYTES, W1_TURN_DELTAS, W1_TURN_MS,
+    W1_TURN_TOOLS,
+};
 pub use jsonl::write_jsonl;
 
 /// What a session does at one moment: the core's item, which a replay file parses into
@@ -128,7 +135,46 @@ mod tests {
                 logical_bytes(&w1(turns, 7)),
                 W1_TURN_BYTES * u64::from(turns)
             );
+            assert_eq!(
+                logical_bytes(&w2(turns, 7)),
+                W1_TURN_BYTES * u64::from(turns)
+            );
         }
+    }
+
+    /// W2 is W1 with other bytes: the same events at the same times, each text of the
+    /// same length, and real text (spaces, punctuation, newlines), not letters.
+    #[test]
+    fn w2_has_w1s_shape_and_real_text() {
+        let (a, b) = (w1(3, 11), w2(3, 11));
+        assert_eq!(a.items.len(), b.items.len());
+        let kind = |t: &Timed| match &t.item {
+            Item::Stream(e) => serde_json::to_value(e).unwrap()["type"].clone(),
+            Item::User(u) => Value::from(format!("user {}", user_bytes(u))),
+            _ => Value::from("other"),
+        };
+        for (x, y) in a.items.iter().zip(&b.items) {
+            assert_eq!((x.t_ms, kind(x)), (y.t_ms, kind(y)));
+            if let (Item::Stream(e), Item::Stream(f)) = (&x.item, &y.item) {
+                assert_eq!(event_bytes(e), event_bytes(f));
+            }
+        }
+        let text: String = b
+            .items
+            .iter()
+            .filter_map(|t| match &t.item {
+                Item::Stream(StreamEvent::ToolResult { output, .. }) => {
+                    output.as_str().map(str::to_owned)
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(
+            text.contains("fn ") && text.contains('\n'),
+            "tools read source files"
+        );
+        assert_ne!(w2(3, 11), w2(3, 12));
+        assert_eq!(w2(3, 11), b);
     }
 
     #[test]
