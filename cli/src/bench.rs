@@ -161,13 +161,19 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     let runs = plan.runs().len();
     writeln!(
         out,
-        "forge-store bench: {runs} runs ({} sessions·turns of W1 content, seed {})",
-        if plan.input.is_some() {
-            "recorded"
-        } else {
-            "generated"
-        },
-        plan.seed
+        "forge-store bench: {runs} runs ({})",
+        match &plan.input {
+            Some((name, _)) => format!("the recorded stream {name}"),
+            None => format!(
+                "generated {}, seed {}",
+                plan.contents
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                plan.seed
+            ),
+        }
     )?;
     out.flush()?;
     let bar = progress.bar(runs as u64, "bench");
