@@ -242,6 +242,22 @@ mod tests {
         assert!(bytes.len() < 1_000, "{} bytes", bytes.len());
         let short = row(16);
         assert_eq!(encode(&short).unwrap()[5], PLAIN);
+        // Long but incompressible (xorshift bytes): zstd would make it longer, so it is
+        // kept as it is, 6 bytes of framing on top.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let noise: Vec<u8> = (0..4_096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()[0]
+            })
+            .collect();
+        let bytes = encode(&noise).unwrap();
+        assert_eq!(bytes[5], PLAIN);
+        let plain = bincode::encode_to_vec(&noise, bincode::config::standard()).unwrap();
+        assert_eq!(bytes.len(), plain.len() + 6);
+        assert_eq!(decode::<Vec<u8>>(&bytes).unwrap(), noise);
     }
 
     #[test]
