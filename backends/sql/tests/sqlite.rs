@@ -519,6 +519,43 @@ fn claims_under_synchronous_normal_leave_the_writer_as_configured() {
 }
 
 #[test]
+fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
+    with_store(async |dir, db| {
+        apply_all(db, &sample_history()).await;
+        db.close().await;
+        // What a release of schema version 2 left: no checksums, no `fences`.
+        edit_behind(
+            dir,
+            &[
+                "DROP TABLE fences",
+                "ALTER TABLE sessions DROP COLUMN checksum",
+                "ALTER TABLE messages DROP COLUMN checksum",
+                "ALTER TABLE parts DROP COLUMN checksum",
+                "UPDATE forge_meta SET value = 2 WHERE key = 'schema_version'",
+            ],
+        )
+        .await;
+
+        // Every row is read back checked: one left without its checksum would be
+        // refused as corrupted.
+        let again = open(dir).await;
+        assert_matches_reference(&again, &sample_history()).await;
+        let mut conn = raw(dir).await;
+        for table in ["sessions", "messages", "parts"] {
+            let (all, missing): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*), count(*) FILTER (WHERE checksum IS NULL) FROM {table}"
+            )))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            assert!(all > 0 && missing == 0, "{table}: {missing} of {all} rows without");
+        }
+        conn.close().await.unwrap();
+        again.close().await;
+    });
+}
+
+#[test]
 fn a_database_of_schema_version_3_opens_without_fence_records_and_fences() {
     with_store(async |dir, db| {
         apply_all(db, &sample_history()).await;
