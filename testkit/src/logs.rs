@@ -15,6 +15,8 @@ pub struct Log {
     pub spans: Vec<&'static str>,
     /// Messages of the events.
     pub events: Vec<String>,
+    /// The events in full: the message, then each other field as ` name=value`.
+    pub records: Vec<String>,
 }
 
 /// A subscriber that enables everything and records it into a [`Log`]; install it with
@@ -36,12 +38,20 @@ impl Recorder {
     }
 }
 
-struct Message(String);
+/// An event's message, and its other fields as ` name=value`.
+#[derive(Default)]
+struct Message {
+    message: String,
+    fields: String,
+}
 
 impl Visit for Message {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if field.name() == "message" {
-            self.0 = format!("{value:?}");
+            self.message = format!("{value:?}");
+        } else {
+            self.fields
+                .push_str(&format!(" {}={value:?}", field.name()));
         }
     }
 }
@@ -61,9 +71,12 @@ impl Subscriber for Recorder {
     fn record_follows_from(&self, _: &Id, _: &Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let mut message = Message(String::new());
+        let mut message = Message::default();
         event.record(&mut message);
-        self.log().events.push(message.0);
+        let mut log = self.log();
+        log.records
+            .push(format!("{}{}", message.message, message.fields));
+        log.events.push(message.message);
     }
 
     fn enter(&self, _: &Id) {}

@@ -538,9 +538,13 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
 
         // Every row is read back checked: one left without its checksum would be
         // refused as corrupted.
+        let recorder = forge_testkit::logs::Recorder::default();
+        let logs = tracing::subscriber::set_default(recorder.clone());
         let again = open(dir).await;
+        drop(logs);
         assert_matches_reference(&again, &sample_history()).await;
         let mut conn = raw(dir).await;
+        let mut filled = 0;
         for table in ["sessions", "messages", "parts"] {
             let (all, missing): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT count(*), count(*) FILTER (WHERE checksum IS NULL) FROM {table}"
@@ -548,8 +552,21 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
             .fetch_one(&mut conn)
             .await
             .unwrap();
-            assert!(all > 0 && missing == 0, "{table}: {missing} of {all} rows without");
+            assert!(
+                all > 0 && missing == 0,
+                "{table}: {missing} of {all} rows without"
+            );
+            filled += all;
         }
+        // The upgrade says how many rows it filled in.
+        let said = format!(" rows={filled}");
+        let records = recorder.take().records;
+        assert!(
+            records
+                .iter()
+                .any(|r| r.starts_with("upgraded from schema version 2") && r.contains(&said)),
+            "{said}: {records:?}"
+        );
         conn.close().await.unwrap();
         again.close().await;
     });
