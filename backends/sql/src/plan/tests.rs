@@ -283,3 +283,82 @@ fn every_events_session_needs_its_fence_and_the_first_refused_event_decides() {
         "{err}"
     );
 }
+
+/// What one batch leaves of part `p` of session `s2`: the messages whose row of it the
+/// plan writes, and those whose row it deletes.
+fn where_p_ends(batch: &[Envelope<SyncEvent>], loaded: &Loaded) -> (Vec<String>, Vec<String>) {
+    let plan = Batch::prepare(batch).simulate(loaded).unwrap();
+    let ops = &plan.tenants[&tenant()];
+    let put = ops
+        .put_parts
+        .iter()
+        .filter(|r| r.id.as_str() == "p")
+        .map(|r| r.message.as_str().to_owned())
+        .collect();
+    let deleted = ops
+        .delete_parts
+        .iter()
+        .filter(|(s, _, p)| s.as_str() == "s2" && p.as_str() == "p")
+        .map(|(_, m, _)| m.as_str().to_owned())
+        .collect();
+    (put, deleted)
+}
+
+/// Another session's changes in the same batch (its delete, a removal of a message of
+/// the same id) do not make the plan forget where a part of this session moved earlier
+/// in the batch: it moves on from there, and is left under one message only.
+#[test]
+fn a_part_moved_twice_around_another_sessions_changes_is_left_under_one_message() {
+    let mut loaded = stored(
+        &[("s1", 1), ("s2", 1)],
+        &[("s1", "m1"), ("s2", "m1"), ("s2", "m2"), ("s2", "m3")],
+    );
+    loaded
+        .part_messages
+        .insert((tenant(), "s2".into(), "p".into()), vec!["m1".into()]);
+    let delete_s1 = env(
+        3,
+        SyncEvent::SessionDeleted {
+            session_id: "s1".into(),
+        },
+    );
+    // m1 → m2, s1 deleted, m2 → m3: the rows under m1 and m2 go.
+    let batch = [
+        put_part("s2", "m2", "p", 2),
+        delete_s1,
+        put_part("s2", "m3", "p", 4),
+    ];
+    let (put, mut deleted) = where_p_ends(&batch, &loaded);
+    deleted.sort();
+    assert_eq!(
+        (put, deleted),
+        (
+            vec!["m3".to_owned()],
+            vec!["m1".to_owned(), "m2".to_owned()]
+        )
+    );
+    // m1 → m2, s1's message of the same id m2 removed, m2 → m3: likewise.
+    let loaded = {
+        let mut l = stored(
+            &[("s1", 1), ("s2", 1)],
+            &[("s1", "m2"), ("s2", "m1"), ("s2", "m2"), ("s2", "m3")],
+        );
+        l.part_messages
+            .insert((tenant(), "s2".into(), "p".into()), vec!["m1".into()]);
+        l
+    };
+    let batch = [
+        put_part("s2", "m2", "p", 2),
+        remove_message("s1", "m2", 3),
+        put_part("s2", "m3", "p", 4),
+    ];
+    let (put, mut deleted) = where_p_ends(&batch, &loaded);
+    deleted.sort();
+    assert_eq!(
+        (put, deleted),
+        (
+            vec!["m3".to_owned()],
+            vec!["m1".to_owned(), "m2".to_owned()]
+        )
+    );
+}
