@@ -65,8 +65,8 @@ pub mod backend {
     pub use forge_core::url::server_label;
     pub use forge_core::{
         Bus, BusCapabilities, Capabilities, CountingStore, DirectProjector, Forward,
-        GroupCommitProjector, LocalBus, MemoryStore, OpenItems, Projector, RetryStore, Scope,
-        Store, Tenancy,
+        GroupCommitProjector, LocalBus, MemoryStore, OpenItems, Projector, Replay, RetryStore,
+        Scope, Store, Tenancy,
     };
 }
 

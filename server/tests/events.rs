@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use forge_server::ServerOptions;
+use forge_store::Bus as _;
 use forge_store::OpenOptions;
 use serde_json::Value;
 
@@ -205,6 +206,120 @@ async fn a_live_only_bus_resumes_at_the_stored_seq_and_reloads_from_any_other() 
             && e.id.as_deref().expect("id").parse::<u64>().expect("seq") > seq),
         "{:?}",
         next.iter()
+            .map(|e| (e.kind().to_owned(), e.id.clone()))
+            .collect::<Vec<_>>()
+    );
+    s.stop().await;
+}
+
+/// A live-only bus whose publishes can be held back and released later: an event
+/// committed before a stream read the store but published after it subscribed.
+#[derive(Debug, Default)]
+struct HoldingBus {
+    inner: forge_store::backend::LocalBus,
+    held: parking_lot::Mutex<Option<Vec<forge_store::BusEvent>>>,
+}
+
+impl HoldingBus {
+    fn hold(&self) {
+        *self.held.lock() = Some(Vec::new());
+    }
+
+    fn release(&self) {
+        let held = self.held.lock().take().unwrap_or_default();
+        for e in held {
+            self.inner.publish(e).expect("publish");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl forge_store::Bus for HoldingBus {
+    fn capabilities(&self) -> forge_store::backend::BusCapabilities {
+        self.inner.capabilities()
+    }
+
+    fn publish(&self, event: forge_store::BusEvent) -> Result<(), forge_store::CoreError> {
+        match &mut *self.held.lock() {
+            Some(held) => {
+                held.push(event);
+                Ok(())
+            }
+            None => self.inner.publish(event),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        tenant: &forge_store::TenantId,
+        topic: forge_store::Topic,
+        from_seq: Option<u64>,
+    ) -> Result<forge_store::Subscription, forge_store::CoreError> {
+        self.inner.subscribe(tenant, topic, from_seq).await
+    }
+
+    async fn replay(
+        &self,
+        tenant: &forge_store::TenantId,
+        session: &forge_store::SessionId,
+        from_seq: u64,
+    ) -> Result<forge_store::backend::Replay, forge_store::CoreError> {
+        self.inner.replay(tenant, session, from_seq).await
+    }
+
+    async fn last_seq(
+        &self,
+        tenant: &forge_store::TenantId,
+        session: &forge_store::SessionId,
+    ) -> Result<Option<u64>, forge_store::CoreError> {
+        self.inner.last_seq(tenant, session).await
+    }
+}
+
+/// On a live-only bus, a stream reads the store's seq after it subscribes; an event at
+/// or below that seq that arrives later (committed before the read, published after
+/// the subscription) is already in what the client reads from the store, and is not
+/// sent again.
+#[tokio::test]
+async fn an_event_the_store_held_when_the_stream_began_is_not_sent_again() {
+    let bus = std::sync::Arc::new(HoldingBus::default());
+    let store = std::sync::Arc::new(forge_store::backend::MemoryStore::new());
+    let engine = forge_store::Engine::direct(store, bus.clone());
+    let s = start(forge_store::Forge::new(engine), options()).await;
+    s.create(TOKEN_A, "ses_late").await;
+    bus.hold();
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_late", ndjson(&turn("first", 3, "a")))
+        .await;
+    assert_eq!(status, 200);
+    let path = "/session/ses_late/event";
+    let mut sse = SseReader::connected(&s, path, TOKEN_A, None).await;
+    // The first turn's events reach the bus only now, after the stream began.
+    bus.release();
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_late", ndjson(&turn("second", 2, "b")))
+        .await;
+    assert_eq!(status, 200);
+    // Up to the idle after the second turn's deltas (the first turn's own status and
+    // idle follow the stored seq, so they do come).
+    let mut events = Vec::new();
+    while !events
+        .iter()
+        .any(|e: &SseEvent| e.kind() == "message.part.delta")
+        || events.last().is_some_and(|e| e.kind() != "session.idle")
+    {
+        events.push(sse.expect().await);
+    }
+    let deltas: Vec<&SseEvent> = events
+        .iter()
+        .filter(|e| e.kind() == "message.part.delta")
+        .collect();
+    assert_eq!(
+        deltas.len(),
+        2,
+        "only the second turn's deltas: {:?}",
+        events
+            .iter()
             .map(|e| (e.kind().to_owned(), e.id.clone()))
             .collect::<Vec<_>>()
     );
