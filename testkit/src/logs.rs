@@ -1,6 +1,6 @@
 //! Recording what was logged, to check a warning or a span in a test.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -50,8 +50,7 @@ impl Visit for Message {
         if field.name() == "message" {
             self.message = format!("{value:?}");
         } else {
-            self.fields
-                .push_str(&format!(" {}={value:?}", field.name()));
+            let _ = write!(self.fields, " {}={value:?}", field.name());
         }
     }
 }

@@ -41,7 +41,7 @@ const TOOL_INPUT_FRAME: &str = r#"{"path":""}"#;
 pub enum Content {
     /// W1: random lowercase letters, which no engine compresses much.
     Letters,
-    /// W2: real text (see [`super::corpus`]): prose for the user's messages, the
+    /// W2: real text (the crate's embedded corpus): prose for the user's messages, the
     /// reasoning and the text; source files for what the tools read.
     Real,
 }

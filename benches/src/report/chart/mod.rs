@@ -122,8 +122,8 @@ impl<'a> Chartable<'a> {
 
 /// The two charts as one SVG document: write amplification per backend and
 /// mode/policy for one workload (a), and bytes written against T for single-session
-/// W1 runs (b), on the device where measured ([`Basis`]). Measurements without those
-/// bytes are left out; it is an error when none has them.
+/// W1 runs (b), on the device where measured (else the engines' counters).
+/// Measurements without those bytes are left out; it is an error when none has them.
 pub fn svg(ms: &[Measurement]) -> anyhow::Result<String> {
     if ms.is_empty() {
         bail!("no measurements to chart");
