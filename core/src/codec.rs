@@ -221,6 +221,14 @@ mod tests {
             assert_eq!(bytes[0], FORMAT_VERSION);
             assert_eq!(decode::<Row>(&bytes).unwrap(), row);
         }
+        // Bare: bincode alone, for a container that frames and checks it itself.
+        let hundred = row(100);
+        let bare = encode_bare(&hundred).unwrap();
+        assert_eq!(
+            bare,
+            bincode::encode_to_vec(&hundred, bincode::config::standard()).unwrap()
+        );
+        assert_eq!(decode_bare::<Row>(&bare).unwrap(), hundred);
         let bytes = encode(&row(10)).unwrap();
         let mut newer = bytes.clone();
         newer[0] = 3;
