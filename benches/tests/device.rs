@@ -9,7 +9,7 @@ use forge_bench::device::{Device, Filesystem, Placement};
 use forge_bench::run::{measure, Run, Target};
 use forge_bench::workload::w1;
 use forge_bench::{Measurement, Mode, Policy};
-use forge_testkit::skip_unless;
+use forge_testkit::{runtime, skip_unless};
 
 const REQUIRE: &str = "FORGE_TEST_REQUIRE_MOUNT";
 const MIB: u64 = 1 << 20;
@@ -23,14 +23,6 @@ fn can_make(fs: Filesystem, test: &str) -> bool {
             false
         }
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Writes `len` bytes to `path`, synced when `sync`.

@@ -15,6 +15,7 @@ use common::*;
 use forge_core::{Envelope, MemoryStore, Store, SyncEvent};
 use forge_redb::{RedbOptions, RedbStore};
 use forge_testkit::logs::Recorder;
+use forge_testkit::runtime;
 
 const CHILD_VAR: &str = "FORGE_REDB_JOURNAL_CHILD";
 
@@ -371,12 +372,4 @@ async fn reopen(path: &Path, what: &str) -> RedbStore {
             Err(e) => panic!("{what}: {e}"),
         }
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
