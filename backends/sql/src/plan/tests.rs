@@ -285,7 +285,7 @@ fn every_events_session_needs_its_fence_and_the_first_refused_event_decides() {
 }
 
 /// What one batch leaves of part `p` of session `s2`: the messages whose row of it the
-/// plan writes, and those whose row it deletes.
+/// plan writes, and those whose row it deletes (sorted).
 fn where_p_ends(batch: &[Envelope<SyncEvent>], loaded: &Loaded) -> (Vec<String>, Vec<String>) {
     let plan = Batch::prepare(batch).simulate(loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
@@ -295,12 +295,13 @@ fn where_p_ends(batch: &[Envelope<SyncEvent>], loaded: &Loaded) -> (Vec<String>,
         .filter(|r| r.id.as_str() == "p")
         .map(|r| r.message.as_str().to_owned())
         .collect();
-    let deleted = ops
+    let mut deleted: Vec<String> = ops
         .delete_parts
         .iter()
         .filter(|(s, _, p)| s.as_str() == "s2" && p.as_str() == "p")
         .map(|(_, m, _)| m.as_str().to_owned())
         .collect();
+    deleted.sort();
     (put, deleted)
 }
 
@@ -309,56 +310,34 @@ fn where_p_ends(batch: &[Envelope<SyncEvent>], loaded: &Loaded) -> (Vec<String>,
 /// in the batch: it moves on from there, and is left under one message only.
 #[test]
 fn a_part_moved_twice_around_another_sessions_changes_is_left_under_one_message() {
-    let mut loaded = stored(
-        &[("s1", 1), ("s2", 1)],
-        &[("s1", "m1"), ("s2", "m1"), ("s2", "m2"), ("s2", "m3")],
-    );
-    loaded
-        .part_messages
-        .insert((tenant(), "s2".into(), "p".into()), vec!["m1".into()]);
     let delete_s1 = env(
         3,
         SyncEvent::SessionDeleted {
             session_id: "s1".into(),
         },
     );
-    // m1 → m2, s1 deleted, m2 → m3: the rows under m1 and m2 go.
-    let batch = [
-        put_part("s2", "m2", "p", 2),
-        delete_s1,
-        put_part("s2", "m3", "p", 4),
-    ];
-    let (put, mut deleted) = where_p_ends(&batch, &loaded);
-    deleted.sort();
-    assert_eq!(
-        (put, deleted),
-        (
-            vec!["m3".to_owned()],
-            vec!["m1".to_owned(), "m2".to_owned()]
-        )
-    );
-    // m1 → m2, s1's message of the same id m2 removed, m2 → m3: likewise.
-    let loaded = {
-        let mut l = stored(
+    // m1 → m2, then s1 deleted, or s1's message of the same id m2 removed, then m2 → m3:
+    // the rows under m1 and m2 go.
+    for (s1_message, between) in [("m1", delete_s1), ("m2", remove_message("s1", "m2", 3))] {
+        let mut loaded = stored(
             &[("s1", 1), ("s2", 1)],
-            &[("s1", "m2"), ("s2", "m1"), ("s2", "m2"), ("s2", "m3")],
+            &[("s1", s1_message), ("s2", "m1"), ("s2", "m2"), ("s2", "m3")],
         );
-        l.part_messages
+        loaded
+            .part_messages
             .insert((tenant(), "s2".into(), "p".into()), vec!["m1".into()]);
-        l
-    };
-    let batch = [
-        put_part("s2", "m2", "p", 2),
-        remove_message("s1", "m2", 3),
-        put_part("s2", "m3", "p", 4),
-    ];
-    let (put, mut deleted) = where_p_ends(&batch, &loaded);
-    deleted.sort();
-    assert_eq!(
-        (put, deleted),
-        (
-            vec!["m3".to_owned()],
-            vec!["m1".to_owned(), "m2".to_owned()]
-        )
-    );
+        let batch = [
+            put_part("s2", "m2", "p", 2),
+            between,
+            put_part("s2", "m3", "p", 4),
+        ];
+        assert_eq!(
+            where_p_ends(&batch, &loaded),
+            (
+                vec!["m3".to_owned()],
+                vec!["m1".to_owned(), "m2".to_owned()]
+            ),
+            "with s1's message {s1_message}"
+        );
+    }
 }
