@@ -518,14 +518,28 @@ fn claims_under_synchronous_normal_leave_the_writer_as_configured() {
     });
 }
 
+/// `db` with the sample history, closed, edited behind its back by `statements` into
+/// what an older release left, and opened again (migrated).
+async fn reopened_as_left_by(
+    dir: &Path,
+    db: &SqliteStore,
+    statements: &[&'static str],
+) -> SqliteStore {
+    apply_all(db, &sample_history()).await;
+    db.close().await;
+    edit_behind(dir, statements).await;
+    open(dir).await
+}
+
 #[test]
 fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
     with_store(async |dir, db| {
-        apply_all(db, &sample_history()).await;
-        db.close().await;
+        let recorder = forge_testkit::logs::Recorder::default();
+        let logs = tracing::subscriber::set_default(recorder.clone());
         // What a release of schema version 2 left: no checksums, no `fences`.
-        edit_behind(
+        let again = reopened_as_left_by(
             dir,
+            db,
             &[
                 "DROP TABLE fences",
                 "ALTER TABLE sessions DROP COLUMN checksum",
@@ -535,13 +549,9 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
             ],
         )
         .await;
-
+        drop(logs);
         // Every row is read back checked: one left without its checksum would be
         // refused as corrupted.
-        let recorder = forge_testkit::logs::Recorder::default();
-        let logs = tracing::subscriber::set_default(recorder.clone());
-        let again = open(dir).await;
-        drop(logs);
         assert_matches_reference(&again, &sample_history()).await;
         let mut conn = raw(dir).await;
         let mut filled = 0;
@@ -575,19 +585,16 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
 #[test]
 fn a_database_of_schema_version_3_opens_without_fence_records_and_fences() {
     with_store(async |dir, db| {
-        apply_all(db, &sample_history()).await;
-        db.close().await;
         // What a release of schema version 3 left: the same tables, no `fences`.
-        edit_behind(
+        let again = reopened_as_left_by(
             dir,
+            db,
             &[
                 "DROP TABLE fences",
                 "UPDATE forge_meta SET value = 3 WHERE key = 'schema_version'",
             ],
         )
         .await;
-
-        let again = open(dir).await;
         let mut conn = raw(dir).await;
         let version: i64 = sqlx::query("SELECT value FROM forge_meta WHERE key = 'schema_version'")
             .fetch_one(&mut conn)
