@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use forge_core::driver::{parts, Driver, InstanceOptions, Instances, Kind, WriteProbe};
+use forge_core::driver::{parts, with_query, Driver, InstanceOptions, Instances, Kind, WriteProbe};
 use forge_core::turn::{Answerer, EventTime, TurnDriver, TurnOptions};
 use forge_core::{
     Bus, CountingStore, DirectProjector, Event, FlushMode, GroupCommitOptions,
@@ -99,28 +99,23 @@ impl Target {
     /// # Errors
     /// When no driver opens the URL made.
     pub fn on_server(&self, server: &str) -> Result<Self> {
-        let options: Vec<&str> = self
-            .url
-            .split_once('?')
-            .map(|(_, q)| q)
-            .unwrap_or_default()
+        let query = parts(&self.url).map_or("", |(_, _, q)| q);
+        let url = query
             .split('&')
-            .filter(|kv| !kv.is_empty() && !kv.starts_with("schema=") && !kv.starts_with("prefix="))
-            .collect();
-        if options.is_empty() {
-            Self::new(server)
-        } else {
-            Self::new(&format!("{server}?{}", options.join("&")))
-        }
+            .filter(|kv| !kv.is_empty() && !names_namespace(kv))
+            .fold(server.to_owned(), |url, kv| with_query(&url, kv));
+        Self::new(&url)
     }
 
     fn in_place(&self) -> bool {
         self.driver.info().kind == Kind::Server
-            && parts(&self.url).is_ok_and(|(_, _, q)| {
-                q.split('&')
-                    .any(|kv| kv.starts_with("schema=") || kv.starts_with("prefix="))
-            })
+            && parts(&self.url).is_ok_and(|(_, _, q)| q.split('&').any(names_namespace))
     }
+}
+
+/// Whether a URL option (`key=value`) names a server's namespace: `schema=`, `prefix=`.
+fn names_namespace(kv: &str) -> bool {
+    kv.starts_with("schema=") || kv.starts_with("prefix=")
 }
 
 /// One run to measure.
@@ -421,4 +416,26 @@ async fn drive(run: &Run, scripts: &[Script], opened: &Opened) -> Result<Measure
             .map(|d| d.device().filesystem().name().to_owned()),
         device_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target moved onto a throwaway server keeps its URL's options but its
+    /// namespace, which that server does not have.
+    #[test]
+    fn on_server_keeps_the_options_but_the_namespace() {
+        let server = "postgres://postgres@127.0.0.1:5999/postgres";
+        let t = Target::new("postgres://u@db.example/app?schema=team_a&max_connections=3").unwrap();
+        assert!(t.in_place());
+        let moved = t.on_server(server).unwrap();
+        assert_eq!(moved.url, format!("{server}?max_connections=3"));
+        assert!(!moved.in_place());
+        let plain = Target::new("redis://cache.example?prefix=p").unwrap();
+        assert_eq!(
+            plain.on_server("redis://127.0.0.1:7").unwrap().url,
+            "redis://127.0.0.1:7"
+        );
+    }
 }

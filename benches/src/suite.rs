@@ -187,16 +187,13 @@ impl Plan {
         mut on_event: impl FnMut(ProgressEvent<'_>),
     ) -> Result<Vec<Measurement>> {
         let planned = self.runs();
-        let mut runs = Vec::new();
-        // Declared before the runs that hold them: dropped (servers stopped, devices
-        // unmounted) after.
-        let mut placements = Vec::new();
         // Only a backend with files or a server writes to a device.
         let writes = self.targets.iter().any(|t| t.kind() != Kind::Memory);
-        if self.devices.is_empty() || !writes {
-            runs = planned;
+        let runs = if self.devices.is_empty() || !writes {
+            planned
         } else {
             let has = |name: &str| self.targets.iter().any(|t| t.name() == name);
+            let mut runs = Vec::new();
             for &fs in &self.devices {
                 let (placement, notes) =
                     Placement::create(fs, &self.dir, has("postgres"), has("redis"))
@@ -205,6 +202,8 @@ impl Plan {
                 for note in &notes {
                     on_event(ProgressEvent::Note { text: note });
                 }
+                // The runs placed on it hold it: its servers stop and it is unmounted
+                // when the last of them is dropped.
                 let placement = Arc::new(placement);
                 let files = placement.device().path().join("runs");
                 std::fs::create_dir_all(&files)
@@ -212,9 +211,9 @@ impl Plan {
                 for (run, workload) in &planned {
                     runs.push((on_device(run, &placement, &files)?, workload.clone()));
                 }
-                placements.push(placement);
             }
-        }
+            runs
+        };
         on_event(ProgressEvent::Planned { total: runs.len() });
         let mut results = Vec::with_capacity(runs.len());
         let mut cache: Option<(Workload, Vec<Script>)> = None;
