@@ -183,18 +183,6 @@ impl Measurement {
         (self.logical_bytes > 0).then(|| bytes as f64 / self.logical_bytes as f64)
     }
 
-    /// The bytes a report leads with: the device's where measured, else the engine's.
-    pub fn headline_bytes(&self) -> Option<u64> {
-        self.device_bytes
-            .or_else(|| self.physical.as_ref().map(|p| p.bytes))
-    }
-
-    /// [`Measurement::headline_bytes`] / logical bytes.
-    pub fn headline_amplification(&self) -> Option<f64> {
-        let bytes = self.headline_bytes()?;
-        (self.logical_bytes > 0).then(|| bytes as f64 / self.logical_bytes as f64)
-    }
-
     /// Engine (physical) bytes / logical bytes.
     pub fn amplification(&self) -> Option<f64> {
         let p = self.physical.as_ref()?;

@@ -8,10 +8,11 @@ use anyhow::{bail, Context, Result};
 use forge_bench::device::{Device, Filesystem};
 use forge_bench::run::Target;
 use forge_bench::suite::{Plan, ProgressEvent};
-use forge_bench::workload::{Content, Item, Script};
+use forge_bench::workload::{Item, Script};
 
 use forge_store::replay::parse_line;
 
+use crate::gen::Workload;
 use crate::progress::Progress;
 
 /// Options of `forge-store bench`.
@@ -61,8 +62,8 @@ pub struct BenchArgs {
     seed: u64,
     /// The generated workloads, comma-separated: w1 (random letters), w2 (the same with
     /// real text, which compresses as real sessions do).
-    #[arg(long, value_delimiter = ',', default_value = "w1,w2")]
-    workloads: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Workload::W1, Workload::W2])]
+    workloads: Vec<Workload>,
     /// Directory for the benchmark's files (default: a temporary directory under the
     /// current one, so the disk measured is the one you run on).
     #[arg(long)]
@@ -141,12 +142,7 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     plan.devices = devices(args.device.as_deref(), out)?;
     plan.seed = args.seed;
     plan.contents = Vec::new();
-    for name in args.workloads.iter().map(|w| w.trim().to_ascii_lowercase()) {
-        let content = match name.as_str() {
-            "w1" => Content::Letters,
-            "w2" => Content::Real,
-            other => bail!("unknown workload {other:?} in --workloads; use w1, w2"),
-        };
+    for content in args.workloads.iter().map(|w| w.content()) {
         if !plan.contents.contains(&content) {
             plan.contents.push(content);
         }

@@ -21,6 +21,16 @@ pub enum Workload {
     W2,
 }
 
+impl Workload {
+    /// What the workload's bytes are.
+    pub fn content(self) -> forge_bench::workload::Content {
+        match self {
+            Self::W1 => forge_bench::workload::Content::Letters,
+            Self::W2 => forge_bench::workload::Content::Real,
+        }
+    }
+}
+
 /// `forge-store gen WORKLOAD --turns T [--seed S] [--sessions N]`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
@@ -43,10 +53,7 @@ pub fn run(args: &GenArgs, mut out: &mut dyn Write) -> Result<()> {
     if args.sessions != 1 {
         bail!("gen writes one session; use bench for W1xN");
     }
-    let script = match args.workload {
-        Workload::W1 => forge_bench::workload::w1(args.turns, args.seed),
-        Workload::W2 => forge_bench::workload::w2(args.turns, args.seed),
-    };
+    let script = forge_bench::workload::script(args.workload.content(), args.turns, args.seed);
     forge_bench::workload::write_jsonl(&script, &mut out)?;
     Ok(())
 }
