@@ -86,14 +86,13 @@ impl fmt::Display for Filesystem {
 /// image deleted when dropped.
 pub struct Device {
     fs: Filesystem,
-    /// `loop3`: its counters are in `/sys/block/loop3/stat`.
+    /// `loop3`: its counters are in `/sys/block/loop3/stat`; empty until attached.
     loop_name: String,
     /// Where it is mounted (readable by every user, so that a server running as its own
     /// user reaches its data directory).
     mount: PathBuf,
     image: PathBuf,
     mounted: bool,
-    attached: bool,
     /// Holds the mount point.
     _mount_parent: tempfile::TempDir,
 }
@@ -152,7 +151,6 @@ impl Device {
             mount,
             image,
             mounted: false,
-            attached: false,
             _mount_parent: mount_parent,
         };
         device.set_up()?;
@@ -172,7 +170,6 @@ impl Device {
             .filter(|n| n.starts_with("loop"))
             .ok_or_else(|| anyhow!("losetup printed {dev:?}, not a /dev/loopN"))?;
         name.clone_into(&mut self.loop_name);
-        self.attached = true;
         std::fs::create_dir(&self.mount)
             .with_context(|| format!("creating {}", self.mount.display()))?;
         set_mode(self.mount.parent().unwrap_or(&self.mount), 0o755)?;
@@ -232,19 +229,18 @@ impl Drop for Device {
         if self.mounted {
             // A server killed a moment ago may still hold a file: retry briefly, then
             // detach lazily so the loop device goes once it is free.
-            let mut done = false;
-            for _ in 0..20 {
-                if run(tool("umount").arg(&self.mount)).is_ok() {
-                    done = true;
-                    break;
+            let unmounted = (0..20).any(|_| {
+                let done = run(tool("umount").arg(&self.mount)).is_ok();
+                if !done {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            if !done {
+                done
+            });
+            if !unmounted {
                 let _ = run(tool("umount").arg("-l").arg(&self.mount));
             }
         }
-        if self.attached {
+        if !self.loop_name.is_empty() {
             let _ = run(tool("losetup")
                 .arg("-d")
                 .arg(format!("/dev/{}", self.loop_name)));
