@@ -42,8 +42,20 @@
 //! as a crash in the middle of their append would (a warning names a dropped tail that
 //! is not all zeros).
 //!
-//! The file is overwritten in place, never truncated: after the first checkpoint its size
-//! stays put, and a sync writes the data pages only.
+//! # Space
+//!
+//! The file is overwritten in place, never truncated, and grows ahead of its records: when
+//! a record would end past the file's end, the file is first extended with written zeros
+//! (doubling from one page, by at most the checkpoint interval at a time, and at most
+//! 1 MiB), and that extension is synced with the record. So only a
+//! record that crosses into a new extension changes the file's size; every other
+//! `fdatasync` writes the record's data pages and no filesystem metadata (a file that
+//! grows at each sync costs ext4 a journal commit of the inode and the block bitmaps every
+//! time, several times the record's own bytes). The zeros are written, not merely
+//! allocated (`fallocate` leaves unwritten extents, whose conversion on first write is
+//! metadata again), and paid once: after the first checkpoint the journal is recycled from
+//! its start and its size stays put. Zeros never verify as a record (their checksum is
+//! not zero), so recovery stops at them as at the end of the file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -63,6 +75,10 @@ const HEADER: u64 = 16;
 const RECORD_HEADER: usize = 16;
 /// The page size the physical byte count assumes: a sync writes whole pages.
 pub(crate) const PAGE: u64 = 4096;
+/// The largest extension of the file at a time, whatever the checkpoint interval.
+const MAX_STEP: u64 = 1 << 20;
+/// Zeros written to extend the file, a slice at a time.
+static ZEROS: [u8; PAGE as usize] = [0; PAGE as usize];
 /// The largest record recovery accepts (a batch larger than this is refused on write).
 pub(crate) const MAX_RECORD: usize = 1 << 30;
 
@@ -90,6 +106,8 @@ pub(crate) struct Journal {
     failed: Option<String>,
     /// The file's length: it only grows.
     size: u64,
+    /// The most the file grows by at once (see "Space" in the module docs).
+    step: u64,
 }
 
 /// The journal's file name for the database at `db`: `<db>-journal`.
@@ -121,13 +139,15 @@ impl Journal {
         generation: u64,
         counters: Option<IoCounters>,
     ) -> Result<(Self, Vec<Record>)> {
-        Self::open_checked(path, generation, 0, counters)
+        Self::open_checked(path, generation, 0, MAX_STEP, counters)
     }
 
     /// As [`Journal::open`], refusing a journal shorter than `min_len` (its length at the
     /// last checkpoint: the file never shrinks) with [`Error::Corrupted`]. A missing
     /// journal is created (moving it away is how a user opens the database as of its
-    /// last checkpoint), with a warning when it held records.
+    /// last checkpoint), with a warning when it held records. The file grows ahead of
+    /// its records by at most `checkpoint_every` bytes at a time (and at most 1 MiB):
+    /// records past that length start a checkpoint, which recycles the file.
     ///
     /// # Errors
     /// As [`Journal::open`].
@@ -135,6 +155,7 @@ impl Journal {
         path: PathBuf,
         generation: u64,
         min_len: u64,
+        checkpoint_every: u64,
         counters: Option<IoCounters>,
     ) -> Result<(Self, Vec<Record>)> {
         let existed = path.exists();
@@ -209,6 +230,9 @@ impl Journal {
             buf: Vec::new(),
             failed: None,
             size: len.max(HEADER),
+            step: checkpoint_every
+                .clamp(PAGE, MAX_STEP)
+                .next_multiple_of(PAGE),
         };
         // New records go after these until a checkpoint restarts the journal.
         journal.tail = records.last().map_or(HEADER, |(end, _)| *end);
@@ -275,22 +299,56 @@ impl Journal {
                 )),
             ));
         }
-        let path = &self.path;
+        let end = at + n as u64;
+        let grown = self.grown(end);
         let written = self
-            .file
-            .seek(SeekFrom::Start(at))
+            .extend(grown)
+            .and_then(|()| self.file.seek(SeekFrom::Start(at)))
             .and_then(|_| self.file.write_all(&self.buf[..n]))
             .map_err(|e| ("write", e))
             .and_then(|()| self.file.sync_data().map_err(|e| ("fdatasync", e)));
         if let Err((what, e)) = written {
             self.failed = Some(format!("{what}: {e}"));
-            return Err(io(path, what, e));
+            return Err(io(&self.path, what, e));
         }
-        self.size = self.size.max(at + n as u64);
+        // The sync wrote the record's pages and the zeros of an extension.
+        let (from, to) = if grown > self.size {
+            (at.min(self.size), grown)
+        } else {
+            (at, end)
+        };
+        self.size = grown;
         if let Some(c) = &self.counters {
-            let end = at + n as u64;
-            let pages = end.div_ceil(PAGE) - at / PAGE;
+            let pages = to.div_ceil(PAGE) - from / PAGE;
             c.add_journal(pages * PAGE);
+        }
+        Ok(())
+    }
+
+    /// The file's length once a record ending at `end` is written: as it is when the
+    /// record fits, else extended to a page boundary past `end`, by doubling up to
+    /// `step` bytes at a time.
+    fn grown(&self, end: u64) -> u64 {
+        if end <= self.size {
+            return self.size;
+        }
+        let ahead = self.size.saturating_mul(2).min(self.size + self.step);
+        end.max(ahead).next_multiple_of(PAGE)
+    }
+
+    /// Writes zeros from the file's end to `to` (nothing when it is there already).
+    fn extend(&mut self, to: u64) -> std::io::Result<()> {
+        let mut at = self.size;
+        if at >= to {
+            return Ok(());
+        }
+        self.file.seek(SeekFrom::Start(at))?;
+        while at < to {
+            // Up to the next page boundary first, then whole pages.
+            let n = (to - at).min(PAGE - at % PAGE);
+            #[allow(clippy::cast_possible_truncation)] // n <= PAGE
+            self.file.write_all(&ZEROS[..n as usize])?;
+            at += n;
         }
         Ok(())
     }
@@ -419,9 +477,10 @@ fn record_at(bytes: &[u8], at: usize, generation: u64) -> Option<&[u8]> {
 /// Whether a record header of `generation` starts at `at` (its record then failed to
 /// verify: a torn or damaged last record).
 fn torn_record_at(bytes: &[u8], at: usize, generation: u64) -> bool {
-    bytes
-        .get(at + 8..at + RECORD_HEADER)
-        .is_some_and(|g| g == generation.to_le_bytes())
+    bytes.get(at..at + RECORD_HEADER).is_some_and(|header| {
+        // All zeros: the file's extension, or a retracted record, never a record.
+        header[8..] == generation.to_le_bytes() && header.iter().any(|&b| b != 0)
+    })
 }
 
 /// Where a scan stopped at a record that does not verify although a later one does:
@@ -592,6 +651,52 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("j"), b"hello, world, not a journal").unwrap();
         assert_refused(dir.path(), 1, "not a forge-store journal");
+    }
+
+    /// The file is extended with zeros ahead of its records, doubling up to the step:
+    /// only an append that crosses the file's end changes its size (and counts the
+    /// zeros it writes), and a journal of generation 0 (a new database) that ends in
+    /// zeros reopens with its records, without a torn-record warning.
+    #[test]
+    fn the_file_grows_ahead_of_its_records_so_most_syncs_leave_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let counters = IoCounters::default();
+        let (mut j, _) =
+            Journal::open_checked(path.clone(), 0, 0, 3 * PAGE, Some(counters.clone())).unwrap();
+        let mut sizes = vec![std::fs::metadata(&path).unwrap().len()];
+        for i in 0..200u8 {
+            let before = (
+                *sizes.last().unwrap(),
+                counters.snapshot().journal_write_bytes,
+            );
+            let at = j.append(&[i | 1; 100]).unwrap();
+            let size = std::fs::metadata(&path).unwrap().len();
+            assert_eq!(size, j.size());
+            assert!(size >= j.tail() && size % PAGE == 0, "{size}");
+            let counted = counters.snapshot().journal_write_bytes - before.1;
+            if size == before.0 {
+                // Inside the file: the record's own pages.
+                assert_eq!(counted, (j.tail().div_ceil(PAGE) - at / PAGE) * PAGE);
+            } else {
+                assert!(j.tail() > before.0, "grew for a record that fit");
+                assert_eq!(
+                    counted,
+                    (size.div_ceil(PAGE) - at.min(before.0) / PAGE) * PAGE
+                );
+                sizes.push(size);
+            }
+        }
+        // 16 + 200 × 120 bytes of records: 4 KiB, doubled twice, then a step of 12 KiB.
+        assert_eq!(sizes, vec![HEADER, PAGE, 2 * PAGE, 4 * PAGE, 7 * PAGE]);
+        assert_eq!(j.tail(), HEADER + 200 * record_len(100));
+        drop(j);
+        let recorder = forge_testkit::logs::Recorder::default();
+        let _logs = tracing::subscriber::set_default(recorder.clone());
+        let replayed = replayed(dir.path(), 0);
+        assert_eq!(replayed.len(), 200);
+        assert_eq!(replayed[199], vec![199u8; 100]);
+        assert_eq!(recorder.take().events, Vec::<String>::new());
     }
 
     #[test]

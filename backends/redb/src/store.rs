@@ -138,7 +138,7 @@ impl RedbStore {
         init_schema(&db, &path)?;
         let journal_path = journal::path_for(&path);
         let journal = if options.journaled() || journal_path.exists() {
-            let j = recover_journal(&db, journal_path, counters)?;
+            let j = recover_journal(&db, journal_path, options.checkpoint_bytes, counters)?;
             // Without the journal, a file it once held is replayed and left behind: its
             // records are of an older generation from now on.
             options.journaled().then(|| Arc::new(Mutex::new(j)))
@@ -508,7 +508,12 @@ fn checkpoint(db: &Database, journal: &mut Journal) -> Result<()> {
 
 /// Opens the journal of `db` and applies the records the database does not hold yet,
 /// then checkpoints.
-fn recover_journal(db: &Database, path: PathBuf, counters: Option<IoCounters>) -> Result<Journal> {
+fn recover_journal(
+    db: &Database,
+    path: PathBuf,
+    checkpoint_every: u64,
+    counters: Option<IoCounters>,
+) -> Result<Journal> {
     let (generation, applied, size) = {
         let txn = db.begin_read().map_err(map)?;
         let meta = txn.open_table(META).map_err(map)?;
@@ -521,7 +526,8 @@ fn recover_journal(db: &Database, path: PathBuf, counters: Option<IoCounters>) -
         )
     };
     let applied = applied.unwrap_or(Journal::START);
-    let (mut journal, records) = Journal::open_checked(path, generation, size, counters)?;
+    let (mut journal, records) =
+        Journal::open_checked(path, generation, size, checkpoint_every, counters)?;
     let pending: Vec<_> = records
         .into_iter()
         .filter(|(end, _)| *end > applied)

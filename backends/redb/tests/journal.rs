@@ -178,23 +178,30 @@ fn a_process_that_dies_between_checkpoints_loses_no_committed_batch() {
 fn a_torn_last_record_ends_the_replay_before_it() {
     const N: u64 = 25;
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    run_child(dir.path(), N, "checkpoint_bytes=1000000000");
-    let journal = dir.path().join("forge.redb-journal");
-    let len = std::fs::metadata(&journal).unwrap().len();
-    // Records are padded to 8 bytes: cutting 9 cuts into the last record's payload.
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&journal)
-        .unwrap();
-    file.set_len(len - 9).unwrap();
-    drop(file);
-    rt.block_on(async {
-        let store = RedbStore::open(dir.path().join("forge.redb")).unwrap();
-        assert_same_reads(&expected(N - 1).await, &store)
-            .await
-            .unwrap();
-    });
+    // The file runs on past its records (zeros written ahead of them): a crash tears
+    // the last record in place (what it wrote of it, the rest zeros) or, on a file cut
+    // short, cuts it.
+    for cut in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        run_child(dir.path(), N, "checkpoint_bytes=1000000000");
+        let journal = dir.path().join("forge.redb-journal");
+        let mut bytes = std::fs::read(&journal).unwrap();
+        // The last record ends with its payload's last non-zero byte (then padding).
+        let last = bytes.iter().rposition(|&b| b != 0).unwrap();
+        assert!(last + 64 < bytes.len(), "no zeros ahead of the records");
+        if cut {
+            bytes.truncate(last);
+        } else {
+            bytes[last - 8..=last].fill(0);
+        }
+        std::fs::write(&journal, &bytes).unwrap();
+        rt.block_on(async {
+            let store = RedbStore::open(dir.path().join("forge.redb")).unwrap();
+            assert_same_reads(&expected(N - 1).await, &store)
+                .await
+                .unwrap_or_else(|e| panic!("cut {cut}: {e:?}"));
+        });
+    }
 }
 
 #[test]
