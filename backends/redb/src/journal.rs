@@ -673,7 +673,7 @@ mod tests {
             let at = j.append(&[i | 1; 100]).unwrap();
             let size = std::fs::metadata(&path).unwrap().len();
             assert_eq!(size, j.size());
-            assert!(size >= j.tail() && size % PAGE == 0, "{size}");
+            assert!(size >= j.tail() && size.is_multiple_of(PAGE), "{size}");
             let counted = counters.snapshot().journal_write_bytes - before.1;
             if size == before.0 {
                 // Inside the file: the record's own pages.
