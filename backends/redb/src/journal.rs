@@ -13,9 +13,18 @@
 //! `<database>-journal`, next to the database file:
 //!
 //! ```text
-//! header   b"FORGEJNL" · u32 format version (1) · u32 checkpoint mark   16 bytes
-//! record   u32 payload length · u32 crc32c · u64 generation · payload, padded to 8
+//! header   b"FORGEJNL" · u32 format version (2) · u32 checkpoint mark   16 bytes
+//! record   u32 payload length · u32 crc32c · u64 generation · payload
 //! ```
+//!
+//! A generation's first record starts right after the header; every later record starts
+//! at the first 4 KiB page boundary after the one before it ends. So a commit writes
+//! only pages no acknowledged record lives in: a record of up to 4 KiB costs one page,
+//! where records packed end to end cost one page more for every record that crosses a
+//! boundary (about half of them, at the sizes a turn writes). Format 1 (older releases)
+//! packs records end to end, each padded to 8 bytes; a format-1 journal is read and
+//! appended to as such, and its header is rewritten as format 2 by the next checkpoint,
+//! which starts the file over.
 //!
 //! The payload is the batch's operations (`write::journal_record`): a marker byte and
 //! bare bincode, each row inside already encoded by the row codec. The crc32c covers
@@ -67,8 +76,10 @@ use crate::counting::IoCounters;
 
 /// The journal's magic bytes.
 const MAGIC: &[u8; 8] = b"FORGEJNL";
-/// The journal format this release writes and reads.
-const FORMAT: u32 = 1;
+/// The journal format this release writes (it also reads [`PACKED`]).
+const FORMAT: u32 = 2;
+/// The format of older releases: records end to end, each padded to 8 bytes.
+const PACKED: u32 = 1;
 /// Header length.
 const HEADER: u64 = 16;
 /// Record header length: length, crc32c, generation.
@@ -108,6 +119,9 @@ pub(crate) struct Journal {
     size: u64,
     /// The most the file grows by at once (see "Space" in the module docs).
     step: u64,
+    /// The format of the records of this generation: [`FORMAT`], or [`PACKED`] until
+    /// the first checkpoint of a journal an older release wrote.
+    format: u32,
 }
 
 /// The journal's file name for the database at `db`: `<db>-journal`.
@@ -185,6 +199,7 @@ impl Journal {
             ));
         }
         let mut records = Vec::new();
+        let mut format = FORMAT;
         if len == 0 {
             let mut header = [0u8; HEADER as usize];
             header[..8].copy_from_slice(MAGIC);
@@ -199,8 +214,8 @@ impl Journal {
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes)
                 .map_err(|e| io(&path, "read", e))?;
-            check_header(&path, &bytes, generation)?;
-            let (found, damaged) = scan(&bytes, generation);
+            format = check_header(&path, &bytes, generation)?;
+            let (found, damaged) = scan(&bytes, generation, format);
             if let Some((bad, later)) = damaged {
                 return Err(Error::corrupted(
                     format!("journal {}", path.display()),
@@ -233,6 +248,7 @@ impl Journal {
             step: checkpoint_every
                 .clamp(PAGE, MAX_STEP)
                 .next_multiple_of(PAGE),
+            format,
         };
         // New records go after these until a checkpoint restarts the journal.
         journal.tail = records.last().map_or(HEADER, |(end, _)| *end);
@@ -281,8 +297,13 @@ impl Journal {
         let at = self.tail;
         self.buf.clear();
         encode_record(&mut self.buf, self.generation, payload);
-        self.write_at(at, self.buf.len())?;
-        self.tail = at + self.buf.len() as u64;
+        // Format 1 pads the record to 8 bytes, format 2 needs no padding.
+        let n = match self.format {
+            PACKED => self.buf.len(),
+            _ => RECORD_HEADER + payload.len(),
+        };
+        self.write_at(at, n)?;
+        self.tail = next_record(self.format, at, payload.len());
         Ok(at)
     }
 
@@ -374,20 +395,38 @@ impl Journal {
     /// next record goes to the start of the file (the old records no longer verify
     /// against the new generation), and the header's checkpoint mark is set to it (one
     /// small write and `fdatasync` per checkpoint). A mark that fails to be written is
-    /// only logged: the mark of the generation before is still valid.
+    /// only logged: the mark of the generation before is still valid. A format-1
+    /// journal's header is rewritten as format 2 here; should that fail, nothing more is
+    /// appended until the store is opened again (the file's format is then unknown).
     pub(crate) fn restart(&mut self, generation: u64) {
         self.generation = generation;
         self.tail = HEADER;
+        let mut header = [0u8; HEADER as usize];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..12].copy_from_slice(&FORMAT.to_le_bytes());
+        header[12..].copy_from_slice(&mark(generation).to_le_bytes());
+        // The mark alone when the format stays.
+        let from = if self.format == FORMAT { MARK_AT } else { 0 };
+        #[allow(clippy::cast_possible_truncation)] // from <= 12
         let written = self
             .file
-            .seek(SeekFrom::Start(MARK_AT))
-            .and_then(|_| self.file.write_all(&mark(generation).to_le_bytes()))
+            .seek(SeekFrom::Start(from))
+            .and_then(|_| self.file.write_all(&header[from as usize..]))
             .and_then(|()| self.file.sync_data());
         match written {
             Ok(()) => {
+                self.format = FORMAT;
                 if let Some(c) = &self.counters {
                     c.add_journal(PAGE);
                 }
+            }
+            Err(e) if self.format != FORMAT => {
+                tracing::error!(
+                    journal = %self.path.display(),
+                    error = %e,
+                    "could not rewrite the journal's header as format {FORMAT}"
+                );
+                self.failed = Some(format!("header: {e}"));
             }
             Err(e) => tracing::warn!(
                 journal = %self.path.display(),
@@ -407,7 +446,8 @@ fn mark(generation: u64) -> u32 {
     generation as u32
 }
 
-fn check_header(path: &Path, bytes: &[u8], generation: u64) -> Result<()> {
+/// The format of the journal whose bytes are `bytes`, once its header is checked.
+fn check_header(path: &Path, bytes: &[u8], generation: u64) -> Result<u32> {
     let at = || format!("journal {}", path.display());
     if bytes.len() < HEADER as usize || &bytes[..8] != MAGIC {
         return Err(Error::corrupted(
@@ -417,9 +457,10 @@ fn check_header(path: &Path, bytes: &[u8], generation: u64) -> Result<()> {
         ));
     }
     let format = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if format != FORMAT {
+    if format != FORMAT && format != PACKED {
         return Err(Error::Unsupported(format!(
-            "{} has journal format {format}; this release reads format {FORMAT}",
+            "{} has journal format {format}; this release reads formats {PACKED} and \
+             {FORMAT}",
             at()
         )));
     }
@@ -433,12 +474,20 @@ fn check_header(path: &Path, bytes: &[u8], generation: u64) -> Result<()> {
             ),
         ));
     }
-    Ok(())
+    Ok(format)
 }
 
-/// The bytes a record of `payload` bytes occupies.
+/// The bytes a record of `payload` bytes occupies in format 1, padded to 8.
 fn record_len(payload: usize) -> u64 {
     (RECORD_HEADER + payload).next_multiple_of(8) as u64
+}
+
+/// Where the record after one of `payload` bytes at `at` starts, in `format`.
+fn next_record(format: u32, at: u64, payload: usize) -> u64 {
+    match format {
+        PACKED => at + record_len(payload),
+        _ => (at + (RECORD_HEADER + payload) as u64).next_multiple_of(PAGE),
+    }
 }
 
 fn checksum(len: u32, generation: u64, payload: &[u8]) -> u32 {
@@ -490,12 +539,14 @@ type Damaged = Option<(usize, usize)>;
 /// The records of `generation` from the first record on, up to the first one that does
 /// not verify: each with the offset where it ends and its payload; and whether a record
 /// of `generation` verifies beyond that point (damage, not a torn last write).
-fn scan(bytes: &[u8], generation: u64) -> (Vec<Record>, Damaged) {
+fn scan(bytes: &[u8], generation: u64, format: u32) -> (Vec<Record>, Damaged) {
     let mut out = Vec::new();
     let mut at = HEADER as usize;
     while let Some(payload) = record_at(bytes, at, generation) {
-        at += record_len(payload.len()) as usize;
-        out.push((at as u64, payload.to_vec()));
+        #[allow(clippy::cast_possible_truncation)] // within `bytes`, or just past it
+        let next = next_record(format, at as u64, payload.len()) as usize;
+        out.push((next as u64, payload.to_vec()));
+        at = next;
     }
     // Records start at multiples of 8; a torn last write leaves nothing of this
     // generation that verifies after it.
@@ -511,10 +562,10 @@ mod tests {
 
     fn journal(dir: &Path, generation: u64) -> (Journal, Vec<Vec<u8>>) {
         let (j, records) = Journal::open(dir.join("j"), generation, None).unwrap();
-        let mut end = HEADER;
+        let mut at = HEADER;
         for (e, payload) in &records {
-            end += record_len(payload.len());
-            assert_eq!(*e, end, "each record's end offset");
+            at = next_record(j.format, at, payload.len());
+            assert_eq!(*e, at, "where the record after each one starts");
         }
         (j, records.into_iter().map(|(_, p)| p).collect())
     }
@@ -577,7 +628,7 @@ mod tests {
         j.append(b"third").unwrap();
         drop(j);
         let path = dir.path().join("j");
-        let third = second + record_len(b"second".len());
+        let third = next_record(FORMAT, second, b"second".len());
         let mut bytes = std::fs::read(&path).unwrap();
         let recorder = forge_testkit::logs::Recorder::default();
         let _logs = tracing::subscriber::set_default(recorder.clone());
@@ -663,23 +714,24 @@ mod tests {
         let path = dir.path().join("j");
         let counters = IoCounters::default();
         let (mut j, _) =
-            Journal::open_checked(path.clone(), 0, 0, 3 * PAGE, Some(counters.clone())).unwrap();
+            Journal::open_checked(path.clone(), 0, 0, 16 * PAGE, Some(counters.clone())).unwrap();
         let mut sizes = vec![std::fs::metadata(&path).unwrap().len()];
-        for i in 0..200u8 {
+        for i in 0..40u8 {
             let before = (
                 *sizes.last().unwrap(),
                 counters.snapshot().journal_write_bytes,
             );
             let at = j.append(&[i | 1; 100]).unwrap();
+            let end = at + RECORD_HEADER as u64 + 100;
             let size = std::fs::metadata(&path).unwrap().len();
             assert_eq!(size, j.size());
             assert!(size >= j.tail() && size.is_multiple_of(PAGE), "{size}");
             let counted = counters.snapshot().journal_write_bytes - before.1;
             if size == before.0 {
-                // Inside the file: the record's own pages.
-                assert_eq!(counted, (j.tail().div_ceil(PAGE) - at / PAGE) * PAGE);
+                // Inside the file: the record's own page.
+                assert_eq!(counted, PAGE);
             } else {
-                assert!(j.tail() > before.0, "grew for a record that fit");
+                assert!(end > before.0, "grew for a record that fit");
                 assert_eq!(
                     counted,
                     (size.div_ceil(PAGE) - at.min(before.0) / PAGE) * PAGE
@@ -687,16 +739,65 @@ mod tests {
                 sizes.push(size);
             }
         }
-        // 16 + 200 × 120 bytes of records: 4 KiB, doubled twice, then a step of 12 KiB.
-        assert_eq!(sizes, vec![HEADER, PAGE, 2 * PAGE, 4 * PAGE, 7 * PAGE]);
-        assert_eq!(j.tail(), HEADER + 200 * record_len(100));
+        // One record a page: 4 KiB, doubled up to the step of 64 KiB, then by the step.
+        let kib = |k: u64| k * 1024;
+        assert_eq!(
+            sizes,
+            [
+                HEADER,
+                kib(4),
+                kib(8),
+                kib(16),
+                kib(32),
+                kib(64),
+                kib(128),
+                kib(192)
+            ]
+        );
+        assert_eq!(j.tail(), 40 * PAGE);
         drop(j);
         let recorder = forge_testkit::logs::Recorder::default();
         let _logs = tracing::subscriber::set_default(recorder.clone());
         let replayed = replayed(dir.path(), 0);
-        assert_eq!(replayed.len(), 200);
-        assert_eq!(replayed[199], vec![199u8; 100]);
+        assert_eq!(replayed.len(), 40);
+        assert_eq!(replayed[39], vec![39u8; 100]);
         assert_eq!(recorder.take().events, Vec::<String>::new());
+    }
+
+    /// A journal in format 1 (records end to end, padded to 8), as older releases wrote
+    /// it: replayed, appended to in its own format, and rewritten as format 2 by the
+    /// next checkpoint.
+    #[test]
+    fn a_format_1_journal_is_read_appended_to_and_upgraded_at_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut bytes = Vec::from(*MAGIC);
+        bytes.extend_from_slice(&PACKED.to_le_bytes());
+        bytes.extend_from_slice(&mark(3).to_le_bytes());
+        for payload in [&b"one"[..], b"two", &[7u8; 5000]] {
+            encode_record(&mut bytes, 4, payload);
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let (mut j, found) = journal(dir.path(), 4);
+        assert_eq!(found.len(), 3);
+        let end = HEADER + record_len(3) * 2 + record_len(5000);
+        assert_eq!(j.tail(), end);
+        assert_eq!(j.append(b"four").unwrap(), end);
+        assert_eq!(j.tail(), end + record_len(4));
+        drop(j);
+        assert_eq!(replayed(dir.path(), 4)[3], b"four");
+
+        let (mut j, _) = journal(dir.path(), 4);
+        j.restart(5);
+        j.append(b"five").unwrap();
+        assert_eq!(j.append(b"six").unwrap(), PAGE);
+        drop(j);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(check_header(&path, &bytes, 5).unwrap(), FORMAT);
+        assert_eq!(
+            replayed(dir.path(), 5),
+            vec![b"five".to_vec(), b"six".to_vec()]
+        );
     }
 
     #[test]
@@ -704,15 +805,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let counters = IoCounters::default();
         let (mut j, _) = Journal::open(dir.path().join("j"), 1, Some(counters.clone())).unwrap();
+        let counted = || counters.snapshot().journal_write_bytes;
+        // The first record shares the header's page; the file grows to that page.
         j.append(&[1u8; 100]).unwrap();
-        assert_eq!(counters.snapshot().journal_write_bytes, PAGE);
-        // 16 + 116 (padded to 120) → the next record starts at 136 and ends past 4096.
-        j.append(&[2u8; 4000]).unwrap();
-        assert_eq!(counters.snapshot().journal_write_bytes, 3 * PAGE);
+        assert_eq!(counted(), PAGE);
+        // The next record starts on the next page, which it fills but for 80 bytes: one
+        // page, the file grown to its end.
+        assert_eq!(j.append(&[2u8; 4000]).unwrap(), PAGE);
+        assert_eq!(counted(), 2 * PAGE);
         assert_eq!(counters.snapshot().journal_syncs, 2);
-        // A small record inside the second page: one page, wherever the page is.
-        assert!(j.tail() + record_len(8) < 2 * PAGE);
-        j.append(&[3u8; 8]).unwrap();
-        assert_eq!(counters.snapshot().journal_write_bytes, 4 * PAGE);
+        // A small record on the third page: that page and the fourth, the file doubled.
+        assert_eq!(j.append(&[3u8; 8]).unwrap(), 2 * PAGE);
+        assert_eq!(counted(), 4 * PAGE);
+        // Inside the file: its page only, wherever the page is; two for a record over
+        // a page boundary.
+        assert_eq!(j.append(&[4u8; 8]).unwrap(), 3 * PAGE);
+        assert_eq!(counted(), 5 * PAGE);
+        j.append(&[5u8; 5000]).unwrap();
+        assert_eq!(counted(), 9 * PAGE, "two pages and two of zeros");
+        j.append(&[6u8; 5000]).unwrap();
+        assert_eq!(counted(), 11 * PAGE);
     }
 }
