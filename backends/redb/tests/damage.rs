@@ -147,18 +147,24 @@ fn crashed_copy(dir: &Path) -> (Vec<u8>, Vec<u8>, Snapshot, u64) {
 
 /// The byte range of the last record of the journal's current generation (the
 /// generation of its first record): records are a 16-byte header (u32 length, u32
-/// crc32c, u64 generation) and the payload, padded to 8.
+/// crc32c, u64 generation) and the payload; in format 2 each record after the first
+/// starts on the next 4 KiB page, in format 1 right after the one before (padded to 8).
 fn last_record(jnl: &[u8]) -> std::ops::Range<usize> {
     let generation = &jnl[24..32];
+    let aligned = jnl[8..12] == 2u32.to_le_bytes();
     let (mut at, mut last) = (16, 16..16);
     while at + 16 <= jnl.len() && &jnl[at + 8..at + 16] == generation {
         let len = u32::from_le_bytes(jnl[at..at + 4].try_into().unwrap()) as usize;
-        let end = (at + 16 + len).next_multiple_of(8);
+        let end = at + 16 + len;
         if end > jnl.len() {
             break;
         }
         last = at..end;
-        at = end;
+        at = if aligned {
+            end.next_multiple_of(4096)
+        } else {
+            end.next_multiple_of(8)
+        };
     }
     last
 }
