@@ -297,12 +297,8 @@ impl Journal {
         let at = self.tail;
         self.buf.clear();
         encode_record(&mut self.buf, self.generation, payload);
-        // Format 1 pads the record to 8 bytes, format 2 needs no padding.
-        let n = match self.format {
-            PACKED => self.buf.len(),
-            _ => RECORD_HEADER + payload.len(),
-        };
-        self.write_at(at, n)?;
+        // Format 1's padding to 8 bytes is never read: only the record is written.
+        self.write_at(at, self.buf.len())?;
         self.tail = next_record(self.format, at, payload.len());
         Ok(at)
     }
@@ -365,8 +361,8 @@ impl Journal {
         }
         self.file.seek(SeekFrom::Start(at))?;
         while at < to {
-            // Up to the next page boundary first, then whole pages.
-            let n = (to - at).min(PAGE - at % PAGE);
+            // Up to the next page boundary first, then whole pages (`to` is a page boundary).
+            let n = PAGE - at % PAGE;
             #[allow(clippy::cast_possible_truncation)] // n <= PAGE
             self.file.write_all(&ZEROS[..n as usize])?;
             at += n;
@@ -503,8 +499,6 @@ fn encode_record(out: &mut Vec<u8>, generation: u64, payload: &[u8]) {
     out.extend_from_slice(&checksum(len, generation, payload).to_le_bytes());
     out.extend_from_slice(&generation.to_le_bytes());
     out.extend_from_slice(payload);
-    let padded = record_len(payload.len()) as usize;
-    out.resize(out.len() - payload.len() - RECORD_HEADER + padded, 0);
 }
 
 /// The record of `generation` at `at`, if one verifies there: its payload.
@@ -776,6 +770,7 @@ mod tests {
         bytes.extend_from_slice(&mark(3).to_le_bytes());
         for payload in [&b"one"[..], b"two", &[7u8; 5000]] {
             encode_record(&mut bytes, 4, payload);
+            bytes.resize(bytes.len().next_multiple_of(8), 0);
         }
         std::fs::write(&path, &bytes).unwrap();
         let (mut j, found) = journal(dir.path(), 4);
