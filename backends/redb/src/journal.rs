@@ -795,6 +795,39 @@ mod tests {
         );
     }
 
+    /// A checkpoint mark that cannot be written is only logged (the mark before stays
+    /// valid and the records' format is unchanged), but a format-1 header that cannot be
+    /// rewritten as format 2 stops the appends: what the header says is then unknown.
+    #[test]
+    fn a_header_that_cannot_be_rewritten_stops_the_appends_a_mark_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let read_only = || File::open(&path).unwrap();
+        let (mut j, _) = journal(dir.path(), 1);
+        j.append(b"one").unwrap();
+        let writable = std::mem::replace(&mut j.file, read_only());
+        j.restart(2);
+        j.file = writable;
+        j.append(b"two").unwrap();
+        drop(j);
+        assert_eq!(replayed(dir.path(), 2), vec![b"two".to_vec()]);
+
+        let mut bytes = Vec::from(*MAGIC);
+        bytes.extend_from_slice(&PACKED.to_le_bytes());
+        bytes.extend_from_slice(&mark(1).to_le_bytes());
+        encode_record(&mut bytes, 1, b"one");
+        std::fs::write(&path, &bytes).unwrap();
+        let (mut j, _) = journal(dir.path(), 1);
+        let writable = std::mem::replace(&mut j.file, read_only());
+        j.restart(2);
+        j.file = writable;
+        let err = j.append(b"two").unwrap_err();
+        assert!(err.to_string().contains("an earlier write failed"), "{err}");
+        drop(j);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(check_header(&path, &bytes, 1).unwrap(), PACKED);
+    }
+
     #[test]
     fn a_sync_counts_the_pages_it_touches() {
         let dir = tempfile::tempdir().unwrap();
