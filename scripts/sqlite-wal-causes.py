@@ -21,17 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def binary():
-    here = os.path.dirname(os.path.abspath(__file__))
-    for kind in ("release", "debug"):
-        p = os.path.join(here, "..", "target", kind, "forge-store")
-        if os.path.exists(p):
-            return p
-    found = shutil.which("forge-store")
-    if not found:
-        sys.exit("forge-store not found: cargo build -p forge-store-cli")
-    return found
+from forgebin import binary
 
 
 def frames(wal):

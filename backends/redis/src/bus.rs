@@ -2,9 +2,10 @@
 //!
 //! One stream per (tenant, session) holds its events with entry id `seq-0`, so replay
 //! and resume by seq are exact range reads. A per-tenant stream carries every event of
-//! the tenant for live tenant subscriptions. `publish` only queues: a background task
-//! drains the queue and writes each drained batch as one script (atomic on the
-//! server), in order.
+//! the tenant, in order, for live tenant subscriptions: a delta there is a reference to
+//! its session stream entry, which holds its text (see `entry` for the formats).
+//! `publish` only queues: a background task drains the queue and writes each drained
+//! batch as one script (atomic on the server), in order.
 //!
 //! Session and tenant streams keep about `maxlen` entries (`MAXLEN ~`). A stream that
 //! projector workers consume (a work stream, or the tenant stream when it is the work
@@ -38,6 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::RedisOptions;
 use crate::conn::Conn;
+use crate::entry::{self, seq_of, Entry};
 use crate::error::map;
 use crate::keys::{shard_of, Keys};
 
@@ -75,25 +77,6 @@ impl fmt::Debug for RedisBus {
 
 fn stream_id(seq: u64) -> String {
     format!("{seq}-0")
-}
-
-/// The seq of an entry id `seq-n`.
-fn seq_of(id: &str) -> Result<u64> {
-    id.split_once('-')
-        .and_then(|(ms, _)| ms.parse().ok())
-        .ok_or_else(|| Error::Codec {
-            message: format!("stream entry id {id:?} is not seq-n"),
-            source: None,
-        })
-}
-
-pub(crate) fn decode_entry(entry: &StreamId) -> Result<BusEvent> {
-    let bytes: Vec<u8> = entry.get("e").ok_or_else(|| Error::Codec {
-        message: format!("stream entry {} has no `e` field", entry.id),
-        source: None,
-    })?;
-    // The event's JSON text is kept with it: an SSE frame passes it on as read.
-    Ok(serde_json::from_slice(&bytes)?)
 }
 
 impl RedisBus {
@@ -184,16 +167,24 @@ impl RedisBus {
             .map_or_else(|| "0-0".to_owned(), |e| e.id))
     }
 
-    async fn follow(&self, key: String, after: String, by_seq: bool) -> Result<Subscription> {
+    async fn follow(
+        &self,
+        key: String,
+        after: String,
+        tenant: &TenantId,
+        session: Option<SessionId>,
+    ) -> Result<Subscription> {
         let conn = self.opts.dedicated(&self.conn).await?;
         let block_ms = self.opts.block.as_millis() as u64;
         let state = Follow {
             conn,
+            keys: self.keys.clone(),
+            tenant: tenant.clone(),
+            session,
             key,
             cursor: after,
             buf: VecDeque::new(),
             block_ms,
-            by_seq,
             done: false,
         };
         Ok(Subscription::new(futures::stream::unfold(
@@ -245,7 +236,20 @@ async fn trimmed_through(conn: &mut impl ConnectionLike, key: &str) -> Result<u6
     } else if length == 0 {
         seq_of(&field("last-generated-id")?)?
     } else {
-        seq_of(&field("recorded-first-entry-id")?)?.saturating_sub(1)
+        // The first entry may be a run of deltas that starts before its id's seq.
+        let first: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(key)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut *conn)
+            .await
+            .map_err(map)?;
+        match first.ids.first() {
+            Some(entry) => entry::first_seq(entry)?.saturating_sub(1),
+            None => seq_of(&field("last-generated-id")?)?,
+        }
     };
     Ok(deleted.max(trimmed))
 }
@@ -253,24 +257,32 @@ async fn trimmed_through(conn: &mut impl ConnectionLike, key: &str) -> Result<u6
 /// The state of one subscription: its own connection and the last id delivered.
 struct Follow {
     conn: Conn,
+    keys: Keys,
+    tenant: TenantId,
+    /// The session of a session stream, whose entry ids are `seq-0`: a jump past
+    /// trimmed entries is reported as [`Error::Lagged`]. `None`: the tenant stream,
+    /// whose delta references are read from their session streams.
+    session: Option<SessionId>,
     key: String,
     cursor: String,
-    buf: VecDeque<BusEvent>,
+    buf: VecDeque<Result<BusEvent>>,
     block_ms: u64,
-    /// Entry ids are `seq-0` (a session stream): a jump past trimmed entries is
-    /// reported as [`Error::Lagged`].
-    by_seq: bool,
     done: bool,
+}
+
+/// An entry of a tenant stream batch: its event, or where to read its deltas (their
+/// session, the last seq, how many).
+enum Slot {
+    Ready(BusEvent),
+    Wanted(SessionId, u64, u64),
 }
 
 impl Follow {
     /// `Some(Err(Lagged))` when retention dropped entries between the cursor and
     /// `first` (only checked when seqs jump, so the common path costs nothing).
     async fn lagged(&mut self, first: Option<&StreamId>) -> Option<Result<BusEvent>> {
-        if !self.by_seq {
-            return None;
-        }
-        let first = seq_of(&first?.id).ok()?;
+        self.session.as_ref()?;
+        let first = entry::first_seq(first?).ok()?;
         let after = seq_of(&self.cursor).ok()?;
         if first <= after + 1 {
             return None;
@@ -284,10 +296,72 @@ impl Follow {
         }
     }
 
+    /// Reads the deltas `slots` refer to from their session streams (one range per
+    /// session, pipelined), queues the batch's events in order, and returns how many
+    /// referenced deltas retention had already dropped.
+    async fn resolve(&mut self, slots: Vec<Slot>) -> Result<u64> {
+        let mut ranges: Vec<(SessionId, u64, u64)> = Vec::new();
+        for slot in &slots {
+            if let Slot::Wanted(session, seq, count) = slot {
+                let from = seq + 1 - count;
+                match ranges.iter_mut().find(|r| &r.0 == session) {
+                    Some(r) => (r.1, r.2) = (r.1.min(from), r.2.max(*seq)),
+                    None => ranges.push((session.clone(), from, *seq)),
+                }
+            }
+        }
+        let mut found: HashMap<(SessionId, u64), BusEvent> = HashMap::new();
+        if !ranges.is_empty() {
+            // The entry holding seq `to` has an id at or after it, and seqs `from ..=
+            // to` are in at most `to - from + 1` entries.
+            let mut pipe = redis::pipe();
+            for (session, from, to) in &ranges {
+                pipe.cmd("XRANGE")
+                    .arg(self.keys.session_stream(&self.tenant, session))
+                    .arg(stream_id(*from))
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(to - from + 1);
+            }
+            let replies: Vec<StreamRangeReply> =
+                pipe.query_async(&mut self.conn).await.map_err(map)?;
+            for ((session, _, _), reply) in ranges.iter().zip(replies) {
+                // The range also holds the session's other events, which this batch
+                // carries whole: only compact deltas are read.
+                for entry in reply.ids.iter().filter(|e| e.map.contains_key("d")) {
+                    match entry::decode(entry, &self.tenant, Some(session))? {
+                        Entry::Event(ev) => {
+                            found.insert((session.clone(), ev.seq), ev);
+                        }
+                        Entry::Run(run) => {
+                            found.extend(run.into_iter().map(|ev| ((session.clone(), ev.seq), ev)));
+                        }
+                        Entry::Ref { .. } => {}
+                    }
+                }
+            }
+        }
+        let mut missed = 0;
+        for slot in slots {
+            match slot {
+                Slot::Ready(ev) => self.buf.push_back(Ok(ev)),
+                Slot::Wanted(session, seq, count) => {
+                    for s in seq + 1 - count..=seq {
+                        match found.remove(&(session.clone(), s)) {
+                            Some(ev) => self.buf.push_back(Ok(ev)),
+                            None => missed += 1,
+                        }
+                    }
+                }
+            }
+        }
+        Ok(missed)
+    }
+
     async fn next(&mut self) -> Option<Result<BusEvent>> {
         loop {
-            if let Some(ev) = self.buf.pop_front() {
-                return Some(Ok(ev));
+            if let Some(item) = self.buf.pop_front() {
+                return Some(item);
             }
             if self.done {
                 return None;
@@ -315,14 +389,48 @@ impl Follow {
                 .flat_map(|k| k.ids)
                 .collect();
             let lag = self.lagged(entries.first()).await;
+            // A session stream's first entry may be a run of deltas that starts at or
+            // before the cursor (a resume from a seq inside it): those are delivered.
+            let delivered = match self.session {
+                Some(_) => seq_of(&self.cursor).unwrap_or(0),
+                None => 0,
+            };
+            let mut slots = Vec::with_capacity(entries.len());
             for entry in entries {
                 self.cursor.clone_from(&entry.id);
-                match decode_entry(&entry) {
-                    Ok(ev) => self.buf.push_back(ev),
+                match entry::decode(&entry, &self.tenant, self.session.as_ref()) {
+                    Ok(Entry::Event(ev)) => slots.push(Slot::Ready(ev)),
+                    Ok(Entry::Run(run)) => slots.extend(
+                        run.into_iter()
+                            .filter(|ev| ev.seq > delivered)
+                            .map(Slot::Ready),
+                    ),
+                    Ok(Entry::Ref {
+                        session,
+                        seq,
+                        count,
+                    }) if self.session.is_none() => slots.push(Slot::Wanted(session, seq, count)),
+                    Ok(Entry::Ref { .. }) => {
+                        self.done = true;
+                        return Some(Err(Error::codec(
+                            format!("session stream {}, entry {}", self.key, entry.id),
+                            "a delta reference, which only a tenant stream holds",
+                        )));
+                    }
                     Err(e) => {
                         self.done = true;
                         return Some(Err(e));
                     }
+                }
+            }
+            match self.resolve(slots).await {
+                // Deltas retention dropped from their session streams before this
+                // subscriber read them: reported once the rest of the batch is out.
+                Ok(missed) if missed > 0 => self.buf.push_back(Err(Error::Lagged { missed })),
+                Ok(_) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
                 }
             }
             if let Some(lag) = lag {
@@ -384,6 +492,83 @@ async fn writer(conn: Conn, keys: Keys, opts: RedisOptions, mut rx: mpsc::Unboun
     }
 }
 
+/// Most deltas in one run (one session stream entry).
+const MAX_RUN: usize = 64;
+/// Most bytes of delta text in one run.
+const MAX_RUN_TEXT: usize = 4096;
+
+/// A batch laid out as stream entries.
+struct Layout<'a> {
+    /// The session stream entries: one event each, or a run of deltas (see
+    /// [`entry::continues`]), each session's in seq order.
+    runs: Vec<Vec<&'a BusEvent>>,
+    /// The tenant stream entries, in publishing order: the run holding them and the
+    /// last event and count of the events they stand for. An event other than a delta
+    /// is one entry; deltas next to each other in the batch that share a run are one
+    /// reference.
+    tenant: Vec<(usize, &'a BusEvent, usize)>,
+}
+
+/// Lays out a batch: each delta joins the run its session has open when it continues
+/// it (the same part, the next seq) and the run has room (at most [`MAX_RUN`] deltas,
+/// [`MAX_RUN_TEXT`] bytes of text, so `maxlen` still bounds a stream's size); any
+/// other event is an entry of its own and ends its session's run. Runs follow each
+/// other in the order of their first events, so each session's entries keep its seq
+/// order. The tenant stream keeps the batch's order exactly.
+fn layout<'a>(batch: &[&'a BusEvent]) -> Layout<'a> {
+    let mut runs: Vec<Vec<&'a BusEvent>> = Vec::with_capacity(batch.len());
+    let mut text: Vec<usize> = Vec::with_capacity(batch.len());
+    let mut tenant: Vec<(usize, &'a BusEvent, usize)> = Vec::with_capacity(batch.len());
+    // The session's open run: its index in `runs`.
+    let mut open: HashMap<&SessionId, usize> = HashMap::new();
+    // The session's highest seq so far in the batch.
+    let mut high: HashMap<&SessionId, u64> = HashMap::new();
+    let len = |ev: &BusEvent| match &ev.event {
+        Event::PartDelta(d) => d.delta.len(),
+        _ => 0,
+    };
+    for &ev in batch {
+        let joined = open.get(&ev.session_id).copied().filter(|&i| {
+            runs[i].len() < MAX_RUN
+                && text[i] + len(ev) <= MAX_RUN_TEXT
+                && runs[i]
+                    .last()
+                    .is_some_and(|last| entry::continues(last, ev))
+        });
+        let run = match joined {
+            Some(i) => {
+                runs[i].push(ev);
+                text[i] += len(ev);
+                i
+            }
+            None => {
+                runs.push(vec![ev]);
+                text.push(len(ev));
+                let i = runs.len() - 1;
+                // A seq at or below one the batch already holds (a bug, or a second
+                // writer) is an entry alone that nothing joins: it fails by itself.
+                let back = high.get(&ev.session_id).is_some_and(|&h| ev.seq <= h);
+                if matches!(ev.event, Event::PartDelta(_)) && !back {
+                    open.insert(&ev.session_id, i);
+                } else {
+                    open.remove(&ev.session_id);
+                }
+                i
+            }
+        };
+        let h = high.entry(&ev.session_id).or_insert(ev.seq);
+        *h = (*h).max(ev.seq);
+        match tenant.last_mut() {
+            Some((i, last, n)) if *i == run && joined.is_some() && entry::continues(last, ev) => {
+                *last = ev;
+                *n += 1;
+            }
+            _ => tenant.push((run, ev, 1)),
+        }
+    }
+    Layout { runs, tenant }
+}
+
 /// Writes `events` with the publish script; `retry`: the batch was sent before and
 /// its answer lost. On a Redis Cluster the script runs once per tenant (a tenant's
 /// keys share one slot), in order of first appearance.
@@ -418,23 +603,38 @@ async fn write(
             .arg(if retry { "1" } else { "0" })
             .arg(opts.work_maxlen.unwrap_or(0))
             .arg(if shards <= 1 { "1" } else { "0" });
-        for ev in &group {
-            // The event's kept JSON when something in this process produced it.
-            let json = serde_json::to_vec(ev)?;
+        let layout = layout(&group);
+        invocation.arg(layout.runs.len());
+        for run in &layout.runs {
+            let (Some(first), Some(last)) = (run.first(), run.last()) else {
+                continue;
+            };
+            // A delta, or a run of them, compact; any other event as its envelope's
+            // JSON (the kept text when something in this process produced it).
+            let encoded = entry::encode_run(run)?;
+            invocation
+                .arg(keys.session_stream(&last.tenant, &last.session_id))
+                .arg(first.seq)
+                .arg(last.seq)
+                .arg(encoded.field)
+                .arg(encoded.value);
+        }
+        for (run, last, count) in &layout.tenant {
             // Work streams carry what projector workers apply: sync events only.
-            let work = if shards > 1 && matches!(ev.event, Event::Sync(_)) {
-                keys.work_stream(&ev.tenant, shard_of(&ev.session_id, shards), shards)
+            let work = if shards > 1 && matches!(last.event, Event::Sync(_)) {
+                keys.work_stream(&last.tenant, shard_of(&last.session_id, shards), shards)
             } else {
                 String::new()
             };
             invocation
-                .arg(keys.session_stream(&ev.tenant, &ev.session_id))
-                .arg(keys.tenant_stream(&ev.tenant))
+                .arg(run + 1)
+                .arg(keys.tenant_stream(&last.tenant))
                 .arg(work)
-                .arg(ev.seq)
-                .arg(json);
+                .arg(last.session_id.as_str())
+                .arg(last.seq)
+                .arg(count);
         }
-        // Every event is tried even when one fails (e.g. a seq at or below the
+        // Every entry is tried even when one fails (e.g. a seq at or below the
         // stream's last id); the failures are reported to the next flush.
         let refused: Vec<String> = invocation.invoke_async(&mut conn).await.map_err(map)?;
         failed.extend(refused);
@@ -446,8 +646,9 @@ async fn write(
             crate::error::BACKEND,
             false,
             format!(
-                "the streams refused {} event(s): {}",
+                "the streams refused {} entr{}: {}",
                 failed.len(),
+                if failed.len() == 1 { "y" } else { "ies" },
                 failed.join("; ")
             ),
         ))
@@ -492,7 +693,7 @@ impl Bus for RedisBus {
                 }
                 let key = self.keys.tenant_stream(tenant);
                 let after = self.last_id(&key).await?;
-                self.follow(key, after, false).await
+                self.follow(key, after, tenant, None).await
             }
             Topic::Session(session) => {
                 let key = self.keys.session_stream(tenant, &session);
@@ -509,7 +710,7 @@ impl Bus for RedisBus {
                         stream_id(from.saturating_sub(1))
                     }
                 };
-                self.follow(key, after, true).await
+                self.follow(key, after, tenant, Some(session)).await
             }
         }
     }
@@ -540,7 +741,19 @@ impl Bus for RedisBus {
                 .await?;
             let n = reply.ids.len();
             for entry in &reply.ids {
-                events.push(decode_entry(entry)?);
+                match entry::decode(entry, tenant, Some(session))? {
+                    Entry::Event(ev) => events.push(ev),
+                    // The first entry may be a run that starts before `from_seq`.
+                    Entry::Run(run) => {
+                        events.extend(run.into_iter().filter(|ev| ev.seq >= from_seq));
+                    }
+                    Entry::Ref { .. } => {
+                        return Err(Error::codec(
+                            format!("session stream {key}, entry {}", entry.id),
+                            "a delta reference, which only a tenant stream holds",
+                        ))
+                    }
+                }
             }
             match reply.ids.last() {
                 Some(last) if n == READ_COUNT => start = format!("({}", last.id),

@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod driver;
 mod durability;
+mod entry;
 mod error;
 mod fence;
 mod keys;

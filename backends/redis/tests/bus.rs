@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{delta, TestPrefix};
+use common::{delta, lone_delta, TestPrefix};
 use forge_core::{Bus, BusEvent, Error, SessionId, Subscription, TenantId, Topic};
 use forge_redis::RedisBus;
 use forge_testkit::servers::{Redis, RedisStop};
@@ -122,7 +122,7 @@ async fn retention_trims_and_replay_reports_truncation() {
     let session = SessionId::from("ses_trim");
     let bus = &s.bus;
     for seq in 1..=2000 {
-        bus.publish(delta(tenant, &session, seq)).unwrap();
+        bus.publish(lone_delta(tenant, &session, seq)).unwrap();
     }
     bus.flush().await.unwrap();
 
@@ -231,7 +231,7 @@ async fn a_subscriber_overtaken_by_retention_gets_lagged_then_continues() {
         .await
         .unwrap();
     for seq in 1..=2000 {
-        bus.publish(delta(tenant, &session, seq)).unwrap();
+        bus.publish(lone_delta(tenant, &session, seq)).unwrap();
     }
     bus.flush().await.unwrap();
     let first = bus.replay(tenant, &session, 1).await.unwrap().events[0].seq;

@@ -12,7 +12,7 @@ use forge_core::{
 use redis::streams::StreamId;
 
 use super::{Fence, ProjectorWorker};
-use crate::bus::decode_entry;
+use crate::entry::{self, Entry};
 use crate::error::map;
 
 /// Why an entry went to the dead-letter stream.
@@ -277,7 +277,10 @@ impl ProjectorWorker {
                 });
                 continue;
             }
-            let env = decode_entry(entry)?;
+            // A tenant stream's delta references carry nothing to apply.
+            let Entry::Event(env) = entry::decode(entry, &self.tenant, None)? else {
+                continue;
+            };
             if let Event::Sync(event) = &env.event {
                 pairs.push((
                     Envelope {

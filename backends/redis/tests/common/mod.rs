@@ -170,6 +170,18 @@ pub fn delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
     forge_testkit::delta(tenant, session, seq, format!("d{seq} "))
 }
 
+/// A delta event for `session` with `seq`, of part `prt_0` or `prt_1` by the seq's
+/// parity: deltas published together never share a run (one stream entry each), so
+/// `maxlen` counts them one by one.
+#[allow(dead_code)]
+pub fn lone_delta(tenant: &TenantId, session: &SessionId, seq: u64) -> BusEvent {
+    let mut env: forge_core::Envelope<forge_core::Event> = (*delta(tenant, session, seq)).clone();
+    if let forge_core::Event::PartDelta(d) = &mut env.event {
+        d.part_id = format!("prt_{}", seq % 2).into();
+    }
+    BusEvent::new(env)
+}
+
 #[allow(unused_imports)]
 pub use forge_testkit::text_of;
 
