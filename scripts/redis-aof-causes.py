@@ -16,7 +16,6 @@ Needs `redis-server` on PATH and the `forge-store` binary (target/{release,debug
 """
 import collections
 import glob
-import json
 import os
 import shutil
 import socket
@@ -25,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from forgebin import binary
+from forgebin import binary, logical_bytes
 
 
 def free_port():
@@ -77,39 +76,6 @@ def key_kind(args):
         rest = parts[idx + 2:]
         return "store " + (rest[0] if rest else "session")
     return "other " + (parts[-1] if parts else key)
-
-
-def json_len(v):
-    return len(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def logical_bytes(path):
-    """The bench's logical bytes: user text, text and reasoning deltas, tool inputs as
-    JSON, and tool outputs (the `output` text of an object output)."""
-    total = 0
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            ev = json.loads(line)
-            kind = ev.get("type")
-            if kind == "user":
-                total += len(ev.get("text", "").encode())
-                total += sum(len(p.get("text", "").encode()) for p in ev.get("parts", [])
-                             if p.get("type") == "text")
-            elif kind in ("text-delta", "reasoning-delta"):
-                total += len(ev.get("text", "").encode())
-            elif kind == "tool-call":
-                total += json_len(ev.get("input"))
-            elif kind == "tool-result":
-                out = ev.get("output")
-                if isinstance(out, str):
-                    total += len(out.encode())
-                elif isinstance(out, dict) and isinstance(out.get("output"), str):
-                    total += len(out["output"].encode())
-                else:
-                    total += json_len(out)
-    return total
 
 
 def main():
