@@ -268,10 +268,20 @@ fn crash_boundary_catches_a_recover_that_appends_to_stored_text() {
 caught_tests! {
     upsert_catches_a_store_that_keeps_the_first_write:
         caught(Wrapper::Store(StoreBug::KeepsFirstWrite)) => Upsert, KEEPS_FIRST;
-    upsert_catches_a_remove_that_does_not_cascade:
-        caught(Wrapper::Store(StoreBug::NoCascade)) => Upsert, UPSERT_MISMATCH;
     upsert_catches_a_failing_batch_that_is_half_applied:
         caught(Wrapper::Store(StoreBug::NotAtomic)) => Upsert, UPSERT_MISMATCH;
+}
+
+#[test]
+fn upsert_catches_a_remove_that_does_not_cascade() {
+    // Only cases that remove a message or session holding rows, then read, reach this
+    // bug: 48 cases of the whole suite missed it once in a CI run (none in 30 runs here).
+    caught_with(
+        &rare_config(Property::Upsert),
+        Wrapper::Store(StoreBug::NoCascade),
+        Property::Upsert,
+        UPSERT_MISMATCH,
+    );
 }
 
 #[test]
