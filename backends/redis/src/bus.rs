@@ -310,7 +310,8 @@ impl Follow {
                 }
             }
         }
-        let mut found: HashMap<(SessionId, u64), BusEvent> = HashMap::new();
+        // By the range's index and the seq: no session id copied per delta.
+        let mut found: HashMap<(usize, u64), BusEvent> = HashMap::new();
         if !ranges.is_empty() {
             // The entry holding seq `to` has an id at or after it, and seqs `from ..=
             // to` are in at most `to - from + 1` entries.
@@ -325,16 +326,16 @@ impl Follow {
             }
             let replies: Vec<StreamRangeReply> =
                 pipe.query_async(&mut self.conn).await.map_err(map)?;
-            for ((session, _, _), reply) in ranges.iter().zip(replies) {
+            for (r, ((session, _, _), reply)) in ranges.iter().zip(replies).enumerate() {
                 // The range also holds the session's other events, which this batch
                 // carries whole: only compact deltas are read.
                 for entry in reply.ids.iter().filter(|e| e.map.contains_key("d")) {
                     match entry::decode(entry, &self.tenant, Some(session))? {
                         Entry::Event(ev) => {
-                            found.insert((session.clone(), ev.seq), ev);
+                            found.insert((r, ev.seq), ev);
                         }
                         Entry::Run(run) => {
-                            found.extend(run.into_iter().map(|ev| ((session.clone(), ev.seq), ev)));
+                            found.extend(run.into_iter().map(|ev| ((r, ev.seq), ev)));
                         }
                         Entry::Ref { .. } => {}
                     }
@@ -346,8 +347,12 @@ impl Follow {
             match slot {
                 Slot::Ready(ev) => self.buf.push_back(Ok(ev)),
                 Slot::Wanted(session, seq, count) => {
+                    let r = ranges
+                        .iter()
+                        .position(|r| r.0 == session)
+                        .unwrap_or(usize::MAX);
                     for s in seq + 1 - count..=seq {
-                        match found.remove(&(session.clone(), s)) {
+                        match found.remove(&(r, s)) {
                             Some(ev) => self.buf.push_back(Ok(ev)),
                             None => missed += 1,
                         }
@@ -559,7 +564,8 @@ fn layout<'a>(batch: &[&'a BusEvent]) -> Layout<'a> {
         let h = high.entry(&ev.session_id).or_insert(ev.seq);
         *h = (*h).max(ev.seq);
         match tenant.last_mut() {
-            Some((i, last, n)) if *i == run && joined.is_some() && entry::continues(last, ev) => {
+            // The batch's previous event is this run's: `ev` follows it in the run.
+            Some((i, last, n)) if *i == run && joined.is_some() => {
                 *last = ev;
                 *n += 1;
             }

@@ -59,21 +59,25 @@ pub(crate) struct Encoded {
 
 /// Encodes an event for its session stream (see the module documentation).
 pub(crate) fn encode(ev: &BusEvent) -> Result<Encoded> {
-    Ok(match &ev.event {
-        Event::PartDelta(d) => {
-            let (m, p, t) = (d.message_id.as_str(), d.part_id.as_str(), &*d.delta);
-            let value = match (&*d.field, ev.epoch) {
-                ("text", None) => serde_json::to_vec(&(m, p, t))?,
-                (f, None) => serde_json::to_vec(&(m, p, t, f))?,
-                (f, Some(e)) => serde_json::to_vec(&(m, p, t, f, e))?,
-            };
-            Encoded { field: "d", value }
-        }
-        _ => Encoded {
+    match &ev.event {
+        Event::PartDelta(d) => compact(d, ev.epoch, &*d.delta),
+        _ => Ok(Encoded {
             field: "e",
             value: serde_json::to_vec(ev)?,
-        },
-    })
+        }),
+    }
+}
+
+/// The `d` field of delta `d` (the first of a run) written by `epoch`, with `text`:
+/// its text, or the run's texts.
+fn compact(d: &PartDelta, epoch: Option<u64>, text: impl serde::Serialize) -> Result<Encoded> {
+    let (m, p, t) = (d.message_id.as_str(), d.part_id.as_str(), text);
+    let value = match (&*d.field, epoch) {
+        ("text", None) => serde_json::to_vec(&(m, p, t))?,
+        (f, None) => serde_json::to_vec(&(m, p, t, f))?,
+        (f, Some(e)) => serde_json::to_vec(&(m, p, t, f, e))?,
+    };
+    Ok(Encoded { field: "d", value })
 }
 
 /// Whether `next` continues the run that ends with `last`: a delta of the same part,
@@ -111,13 +115,7 @@ pub(crate) fn encode_run(run: &[&BusEvent]) -> Result<Encoded> {
             _ => "",
         })
         .collect();
-    let (m, p) = (d.message_id.as_str(), d.part_id.as_str());
-    let value = match (&*d.field, first.epoch) {
-        ("text", None) => serde_json::to_vec(&(m, p, texts))?,
-        (f, None) => serde_json::to_vec(&(m, p, texts, f))?,
-        (f, Some(e)) => serde_json::to_vec(&(m, p, texts, f, e))?,
-    };
-    Ok(Encoded { field: "d", value })
+    compact(d, first.epoch, texts)
 }
 
 /// A compact delta's text: one delta's, or a run's.
@@ -214,7 +212,11 @@ pub(crate) fn decode(
     let c: Compact = serde_json::from_slice(&bytes)?;
     let last = seq_of(&entry.id)?;
     let (message, part): (MessageId, PartId) = (c.message.into(), c.part.into());
-    let field: std::borrow::Cow<'static, str> = c.field.into();
+    // The usual field borrowed, so a run's deltas share it without a copy each.
+    let field: std::borrow::Cow<'static, str> = match c.field.as_str() {
+        "text" => "text".into(),
+        _ => c.field.into(),
+    };
     let delta = |seq: u64, text: String| {
         BusEvent::new(Envelope {
             tenant: tenant.clone(),
