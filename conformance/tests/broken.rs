@@ -101,6 +101,12 @@ fn caught(wrapper: Wrapper, meant: Property, because: &[&str]) {
     caught_with(&config(), wrapper, meant, because);
 }
 
+/// [`caught`] running `meant` alone with [`RARE_CASES`]: for a bug few generated cases
+/// reach, or a race.
+fn caught_rarely(wrapper: Wrapper, meant: Property, because: &[&str]) {
+    caught_with(&rare_config(meant), wrapper, meant, because);
+}
+
 /// [`caught`] with `config`.
 fn caught_with(config: &Config, wrapper: Wrapper, meant: Property, because: &[&str]) {
     let report = forge_conformance::run(&Broken::new(wrapper), config);
@@ -272,55 +278,25 @@ caught_tests! {
         caught(Wrapper::Store(StoreBug::NotAtomic)) => Upsert, UPSERT_MISMATCH;
 }
 
-#[test]
-fn fencing_catches_an_epoch_checked_outside_the_transaction() {
-    // A race between a stale writer and the claim: run alone, with the rare-bug case
-    // count, like the other races of this file.
-    caught_with(
-        &rare_config(Property::Fencing),
-        Wrapper::Store(StoreBug::ChecksEpochOutsideTransaction),
-        Property::Fencing,
-        FENCING_RACE,
-    );
-}
-
-#[test]
-fn upsert_catches_a_remove_that_does_not_cascade() {
+caught_tests! {
+    // A race between a stale writer and the claim.
+    fencing_catches_an_epoch_checked_outside_the_transaction:
+        caught_rarely(Wrapper::Store(StoreBug::ChecksEpochOutsideTransaction)) => Fencing, FENCING_RACE;
     // Only cases that remove a message or session holding rows, then read, reach this
     // bug: 48 cases of the whole suite missed it once in a CI run (none in 30 runs here).
-    caught_with(
-        &rare_config(Property::Upsert),
-        Wrapper::Store(StoreBug::NoCascade),
-        Property::Upsert,
-        UPSERT_MISMATCH,
-    );
-}
-
-#[test]
-fn upsert_catches_a_part_keyed_per_message_that_stays_when_moved() {
-    // Only cases that move a part to another message reach this bug.
-    caught_with(
-        &rare_config(Property::Upsert),
-        Wrapper::Store(StoreBug::PartKeyedPerMessage),
-        Property::Upsert,
-        // A stale copy shows up in a read ("expected:") or in the open items ("2 open
-        // parts listed, 0 and 1 are open"), whichever the case checks first.
-        &["expected:", "are open"],
-    );
-}
-
-#[test]
-fn concurrency_catches_racing_moves_that_each_delete_the_copy_they_looked_up() {
-    // Alone, this store moves parts right (the upsert property passes on it); only
-    // moves of one part racing each other leave two copies. A race: with the whole
-    // suite's 12 concurrency cases it went uncaught once in a CI run, where the other
-    // tests of this file load both cores; the rare-bug case count runs it alone.
-    caught_with(
-        &rare_config(Property::Concurrency),
-        Wrapper::Store(StoreBug::MovesFromAStaleLookup),
-        Property::Concurrency,
-        &["racing moves of one part must leave it in exactly one"],
-    );
+    upsert_catches_a_remove_that_does_not_cascade:
+        caught_rarely(Wrapper::Store(StoreBug::NoCascade)) => Upsert, UPSERT_MISMATCH;
+    // Only cases that move a part to another message reach this bug. A stale copy shows
+    // up in a read ("expected:") or in the open items ("2 open parts listed, 0 and 1 are
+    // open"), whichever the case checks first.
+    upsert_catches_a_part_keyed_per_message_that_stays_when_moved:
+        caught_rarely(Wrapper::Store(StoreBug::PartKeyedPerMessage)) => Upsert, &["expected:", "are open"];
+    // Alone, this store moves parts right (the upsert property passes on it); only moves
+    // of one part racing each other leave two copies. A race: with the whole suite's 12
+    // concurrency cases it went uncaught once in a CI run, where the other tests of this
+    // file load both cores.
+    concurrency_catches_racing_moves_that_each_delete_the_copy_they_looked_up:
+        caught_rarely(Wrapper::Store(StoreBug::MovesFromAStaleLookup)) => Concurrency, &["racing moves of one part must leave it in exactly one"];
 }
 
 caught_tests! {
