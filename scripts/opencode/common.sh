@@ -80,3 +80,28 @@ wait_idle() {
   done
   echo "session $1 still busy" >&2
 }
+
+# W1 turns (storage-cost.sh, ../peers/opencode.sh): PROJ gets three tool outputs of
+# 4,000 random lowercase letters, is committed, and its config is the mock model with
+# no automatic compaction.
+w1_project() {
+  python3 - "$PROJ" <<'PY'
+import random, sys
+r = random.Random(7)
+for n in (1, 2, 3):
+    with open(f"{sys.argv[1]}/w1-out-{n}.txt", "w") as f:
+        f.write("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4000)))
+PY
+  init_project
+  write_config '{ "context": 200000, "output": 8000 }' '{ "auto": false }'
+}
+
+# w1_turn SESSION N: sends one W1 turn (400 B of random user text, seeded by N, and the
+# marker mock-llm.mjs answers with W1's content) and waits for the answer.
+w1_turn() {
+  local text body
+  text="$(python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(''.join(r.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(400)))" "$2")"
+  body="$(jq -nc --arg t "$text [[w1:$PROJ]]" '{parts: [{type: "text", text: $t}]}')"
+  curl -sf -m 300 -H 'content-type: application/json' -X POST "$API/session/$1/message" \
+    -d "$body" > /dev/null
+}

@@ -29,16 +29,7 @@ LLM_PORT="${LLM_PORT:-4921}"
 OC_PORT="${OC_PORT:-4922}"
 API="http://127.0.0.1:$OC_PORT"
 
-# Three tool outputs of 4,000 random lowercase letters, and 400 B user texts.
-python3 - "$PROJ" <<'PY'
-import random, sys
-r = random.Random(7)
-for n in (1, 2, 3):
-    with open(f"{sys.argv[1]}/w1-out-{n}.txt", "w") as f:
-        f.write("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4000)))
-PY
-init_project
-write_config '{ "context": 200000, "output": 8000 }' '{ "auto": false }'
+w1_project
 start_opencode 1800
 
 # Sums the bytes of write system calls to opencode's SQLite files in an strace log
@@ -61,14 +52,9 @@ SERVE="$(pgrep -f "^$BIN serve" | head -1)"
 PIDS+=("$SERVE")
 
 j() { curl -sf -m 300 -H 'content-type: application/json' "$@"; }
-user_text() { python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(''.join(r.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(400)))" "$1"; }
-turn() { # turn SESSION N: one W1 turn; prints the reply's part types
-  local body; body="$(jq -nc --arg t "$(user_text "$2") [[w1:$PROJ]]" '{parts: [{type: "text", text: $t}]}')"
-  j -X POST "$API/session/$1/message" -d "$body" | jq -c '[.info.finish, [.parts[].type]]' > /dev/null
-}
 
 S="$(j -X POST "$API/session" -d '{"title":"w1"}' | jq -r .id)"
-turn "$S" 0
+w1_turn "$S" 0
 wait_idle "$S" 240 0.25
 sleep 2
 strace -f -qq -y -e trace=write,pwrite64,writev,pwritev,pwritev2 -s 0 -p "$SERVE" \
@@ -76,7 +62,7 @@ strace -f -qq -y -e trace=write,pwrite64,writev,pwritev,pwritev2 -s 0 -p "$SERVE
 TRACER=$!
 sleep 2
 for n in $(seq 1 "$TURNS"); do
-  turn "$S" "$n"
+  w1_turn "$S" "$n"
   wait_idle "$S" 240 0.25
 done
 sleep 2

@@ -16,18 +16,14 @@ happens. Prints the sectors the loop device wrote between a `sync` before the fi
 turn and one after the last, per logical byte as `forge-store bench` counts them
 (17,700 a W1 turn), and the files' sizes.
 """
-import argparse
 import asyncio
 import logging
 import os
-import subprocess
 import sys
-import tempfile
 from typing import AsyncGenerator
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from forgebin import binary, logical_bytes  # noqa: E402
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.models.base_llm import BaseLlm  # noqa: E402
 from google.adk.models.llm_request import LlmRequest  # noqa: E402
@@ -35,9 +31,6 @@ from google.adk.models.llm_response import LlmResponse  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import DatabaseSessionService  # noqa: E402
 from google.genai import types  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turns import turns_of  # noqa: E402
 
 SCRIPT = {"turn": None, "n": 0, "step": 0}
 
@@ -66,11 +59,6 @@ def read(path: str) -> str:
     return SCRIPT["outputs"].pop(0)
 
 
-def sectors(dev):
-    with open(f"/sys/block/{dev}/stat") as f:
-        return int(f.read().split()[6])
-
-
 async def run(turns, db):
     service = DatabaseSessionService(f"sqlite+aiosqlite:///{db}")
     agent = LlmAgent(name="coder", instruction="You are a coding agent.",
@@ -90,42 +78,14 @@ async def run(turns, db):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="w1", choices=["w1", "w2"])
-    ap.add_argument("--turns", type=int, default=100)
-    ap.add_argument("--fs", default="ext4", choices=["ext4", "xfs"])
-    args = ap.parse_args()
+    args = peer.parse_args(__doc__)
     # The scripted model reports no token usage; ADK says so at every response.
     logging.disable(logging.WARNING)
-    work = tempfile.mkdtemp(prefix="peer-adk-")
-    stream = os.path.join(work, "stream.jsonl")
-    with open(stream, "w") as f:
-        subprocess.run([binary(), "gen", args.workload, "--turns", str(args.turns)], stdout=f, check=True)
-    turns = turns_of(stream)
-    logical = logical_bytes(stream)
-    img, mnt = os.path.join(work, "img"), os.path.join(work, "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["truncate", "-s", "8G", img], check=True)
-    subprocess.run(["mkfs." + args.fs, "-q", img], check=True)
-    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
-    try:
-        source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", mnt], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        dev = os.path.basename(source)
-        db = os.path.join(mnt, "adk.db")
-        subprocess.run(["sync"], check=True)
-        before = sectors(dev)
-        events = asyncio.run(run(turns, db))
-        subprocess.run(["sync"], check=True)
-        wrote = (sectors(dev) - before) * 512
-        files = {name: os.path.getsize(os.path.join(mnt, name)) for name in sorted(os.listdir(mnt))
-                 if name.startswith("adk.db")}
-    finally:
-        subprocess.run(["umount", mnt], check=False)
-        subprocess.run(["rm", "-rf", work], check=False)
-    print(f"adk DatabaseSessionService (sqlite), {args.workload.upper()} T = {args.turns}, {args.fs}: "
-          f"the device wrote {wrote} bytes, {wrote / logical:.2f}x the {logical} logical bytes; "
-          f"files {files}; {events} events stored")
+
+    def body(turns, mnt):
+        return f"{asyncio.run(run(turns, os.path.join(mnt, 'adk.db')))} events stored"
+
+    peer.measure("adk DatabaseSessionService (sqlite)", args, "adk.db", body)
 
 
 if __name__ == "__main__":

@@ -16,24 +16,17 @@ included, so a turn's checkpoints grow with the thread. Prints the sectors the l
 device wrote between a `sync` before the first turn and one after the last, per
 logical byte as `forge-store bench` counts them (17,700 a W1 turn), and the files' sizes.
 """
-import argparse
 import os
 import sqlite3
-import subprocess
 import sys
-import tempfile
 from typing import Annotated, TypedDict
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from forgebin import binary, logical_bytes  # noqa: E402
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer  # noqa: E402
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turns import turns_of  # noqa: E402
 
 
 class State(TypedDict):
@@ -74,57 +67,26 @@ def graph(script, checkpointer):
     return g.compile(checkpointer=checkpointer)
 
 
-def sectors(dev):
-    with open(f"/sys/block/{dev}/stat") as f:
-        return int(f.read().split()[6])
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="w1", choices=["w1", "w2"])
-    ap.add_argument("--turns", type=int, default=100)
-    ap.add_argument("--fs", default="ext4", choices=["ext4", "xfs"])
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="peer-langgraph-")
-    stream = os.path.join(work, "stream.jsonl")
-    with open(stream, "w") as f:
-        subprocess.run([binary(), "gen", args.workload, "--turns", str(args.turns)], stdout=f, check=True)
-    turns = turns_of(stream)
-    logical = logical_bytes(stream)
-    img, mnt = os.path.join(work, "img"), os.path.join(work, "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["truncate", "-s", "64G", img], check=True)
-    subprocess.run(["mkfs." + args.fs, "-q", img], check=True)
-    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
-    try:
-        source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", mnt], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        dev = os.path.basename(source)
-        db = os.path.join(mnt, "checkpoints.db")
-        conn = sqlite3.connect(db, check_same_thread=False)
+    args = peer.parse_args(__doc__)
+
+    def body(turns, mnt):
+        conn = sqlite3.connect(os.path.join(mnt, "checkpoints.db"), check_same_thread=False)
         saver = SqliteSaver(conn)
         saver.setup()
         script = {"turn": None, "n": 0, "step": 0}
         app = graph(script, saver)
         config = {"configurable": {"thread_id": "peer-thread"}}
-        subprocess.run(["sync"], check=True)
-        before = sectors(dev)
         for n, turn in enumerate(turns):
             script.update(turn=turn, n=n, step=0)
             app.invoke({"messages": [HumanMessage(content=turn["user"], id=f"user_{n}")]}, config)
         checkpoints = conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
         messages = len(app.get_state(config).values["messages"])
         conn.close()
-        subprocess.run(["sync"], check=True)
-        wrote = (sectors(dev) - before) * 512
-        files = {name: os.path.getsize(os.path.join(mnt, name)) for name in sorted(os.listdir(mnt))
-                 if name.startswith("checkpoints.db")}
-    finally:
-        subprocess.run(["umount", mnt], check=False)
-        subprocess.run(["rm", "-rf", work], check=False)
-    print(f"langgraph SqliteSaver, {args.workload.upper()} T = {args.turns}, {args.fs}: "
-          f"the device wrote {wrote} bytes, {wrote / logical:.2f}x the {logical} logical bytes; "
-          f"files {files}; {checkpoints} checkpoints, {messages} messages in the thread")
+        return f"{checkpoints} checkpoints, {messages} messages in the thread"
+
+    # Checkpoints grow with the square of the thread: room for T = 100 and more.
+    peer.measure("langgraph SqliteSaver", args, "checkpoints.db", body, image="64G")
 
 
 if __name__ == "__main__":

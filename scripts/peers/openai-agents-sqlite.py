@@ -16,23 +16,16 @@ token delta. Prints the sectors the loop device wrote between a `sync` before th
 first turn and one after the last, per logical byte as `forge-store bench` counts them
 (17,700 a W1 turn), and the SQLite files' sizes.
 """
-import argparse
 import asyncio
 import os
-import subprocess
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from forgebin import binary, logical_bytes  # noqa: E402
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer  # noqa: E402
 from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled  # noqa: E402
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
 from openai.types.responses import ResponseReasoningItem  # noqa: E402
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turns import turns_of  # noqa: E402
 
 
 def steps_of(turn, n):
@@ -44,11 +37,6 @@ def steps_of(turn, n):
     for call in turn["calls"]:
         first.append(function_call(call["name"], call["input"], call_id=f"{call['id']}_{n}"))
     return [ModelStep(output=first), ModelStep(output=[assistant_message(texts[1], item_id=f"msg_{n}_1")])]
-
-
-def sectors(dev):
-    with open(f"/sys/block/{dev}/stat") as f:
-        return int(f.read().split()[6])
 
 
 async def run(turns, db):
@@ -74,45 +62,18 @@ async def run(turns, db):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="w1", choices=["w1", "w2"])
-    ap.add_argument("--turns", type=int, default=100)
-    ap.add_argument("--fs", default="ext4", choices=["ext4", "xfs"])
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="peer-agents-")
-    stream = os.path.join(work, "stream.jsonl")
-    with open(stream, "w") as f:
-        subprocess.run([binary(), "gen", args.workload, "--turns", str(args.turns)], stdout=f, check=True)
-    turns = turns_of(stream)
-    logical = logical_bytes(stream)
-    img, mnt = os.path.join(work, "img"), os.path.join(work, "mnt")
-    os.mkdir(mnt)
-    subprocess.run(["truncate", "-s", "4G", img], check=True)
-    subprocess.run(["mkfs." + args.fs, "-q", img], check=True)
-    subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
-    try:
-        source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", mnt], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        dev = os.path.basename(source)
-        db = os.path.join(mnt, "agents.db")
-        subprocess.run(["sync"], check=True)
-        before = sectors(dev)
-        set_tracing_disabled(True)
-        items = asyncio.run(run(turns, db))
-        subprocess.run(["sync"], check=True)
-        wrote = (sectors(dev) - before) * 512
-        files = {name: os.path.getsize(os.path.join(mnt, name)) for name in sorted(os.listdir(mnt))
-                 if name.startswith("agents.db")}
-    finally:
-        subprocess.run(["umount", mnt], check=False)
-        subprocess.run(["rm", "-rf", work], check=False)
-    print(f"openai-agents SQLiteSession, {args.workload.upper()} T = {args.turns}, {args.fs}: "
-          f"the device wrote {wrote} bytes, {wrote / logical:.2f}x the {logical} logical bytes; "
-          f"files {files}; {len(items)} items stored")
-    kinds = {}
-    for item in items:
-        kinds[item.get("type", item.get("role"))] = kinds.get(item.get("type", item.get("role")), 0) + 1
-    print(f"items by kind: {kinds}")
+    args = peer.parse_args(__doc__)
+    set_tracing_disabled(True)
+
+    def body(turns, mnt):
+        items = asyncio.run(run(turns, os.path.join(mnt, "agents.db")))
+        kinds = {}
+        for item in items:
+            kind = item.get("type", item.get("role"))
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return f"{len(items)} items stored: {kinds}"
+
+    peer.measure("openai-agents SQLiteSession", args, "agents.db", body, image="4G")
 
 
 if __name__ == "__main__":

@@ -38,32 +38,19 @@ unmount() { cleanup; sleep 0.5; umount "$DATA" 2>/dev/null || umount -l "$DATA" 
 trap unmount EXIT
 sectors() { awk '{print $7}' "/sys/block/$DEV/stat"; }
 
-python3 - "$PROJ" <<'PY'
-import random, sys
-r = random.Random(7)
-for n in (1, 2, 3):
-    with open(f"{sys.argv[1]}/w1-out-{n}.txt", "w") as f:
-        f.write("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4000)))
-PY
-init_project
-write_config '{ "context": 200000, "output": 8000 }' '{ "auto": false }'
+w1_project
 start_opencode 3600
 
 j() { curl -sf -m 300 -H 'content-type: application/json' "$@"; }
-user_text() { python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(''.join(r.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(400)))" "$1"; }
-turn() { # turn SESSION N: one W1 turn
-  local body; body="$(jq -nc --arg t "$(user_text "$2") [[w1:$PROJ]]" '{parts: [{type: "text", text: $t}]}')"
-  j -X POST "$API/session/$1/message" -d "$body" > /dev/null
-}
 
 S="$(j -X POST "$API/session" -d '{"title":"w1"}' | jq -r .id)"
-turn "$S" 0
+w1_turn "$S" 0
 wait_idle "$S" 240 0.25
 sleep 2
 sync
 before="$(sectors)"
 for n in $(seq 1 "$TURNS"); do
-  turn "$S" "$n"
+  w1_turn "$S" "$n"
   wait_idle "$S" 240 0.25
 done
 sleep 2
