@@ -282,8 +282,14 @@ impl Follow {
     /// `first` (only checked when seqs jump, so the common path costs nothing).
     async fn lagged(&mut self, first: Option<&StreamId>) -> Option<Result<BusEvent>> {
         self.session.as_ref()?;
-        let first = entry::first_seq(first?).ok()?;
+        let first = first?;
         let after = seq_of(&self.cursor).ok()?;
+        // An entry's first seq is at most its id's: only a jump in ids is worth reading
+        // the entry for (a run's first seq).
+        if seq_of(&first.id).ok()? <= after + 1 {
+            return None;
+        }
+        let first = entry::first_seq(first).ok()?;
         if first <= after + 1 {
             return None;
         }
