@@ -26,29 +26,28 @@ def json_len(v):
 
 
 def logical_bytes(path):
-    """The bench's logical bytes: user text, text and reasoning deltas, tool inputs as
-    JSON, and tool outputs (the `output` text of an object output)."""
-    total = 0
+    """The bench's logical bytes of the stream in `path` ([`event_logical_bytes`] summed)."""
     with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            ev = json.loads(line)
-            kind = ev.get("type")
-            if kind == "user":
-                total += len(ev.get("text", "").encode())
-                total += sum(len(p.get("text", "").encode()) for p in ev.get("parts", [])
-                             if p.get("type") == "text")
-            elif kind in ("text-delta", "reasoning-delta"):
-                total += len(ev.get("text", "").encode())
-            elif kind == "tool-call":
-                total += json_len(ev.get("input"))
-            elif kind == "tool-result":
-                out = ev.get("output")
-                if isinstance(out, str):
-                    total += len(out.encode())
-                elif isinstance(out, dict) and isinstance(out.get("output"), str):
-                    total += len(out["output"].encode())
-                else:
-                    total += json_len(out)
-    return total
+        return sum(event_logical_bytes(json.loads(line)) for line in f if line.strip())
+
+
+def event_logical_bytes(ev):
+    """The bench's logical bytes of one event: user text, text and reasoning deltas, tool
+    inputs as JSON, and tool outputs (the `output` text of an object output)."""
+    kind = ev.get("type")
+    if kind == "user":
+        return len(ev.get("text", "").encode()) + sum(
+            len(p.get("text", "").encode()) for p in ev.get("parts", [])
+            if p.get("type") == "text")
+    if kind in ("text-delta", "reasoning-delta"):
+        return len(ev.get("text", "").encode())
+    if kind == "tool-call":
+        return json_len(ev.get("input"))
+    if kind == "tool-result":
+        out = ev.get("output")
+        if isinstance(out, str):
+            return len(out.encode())
+        if isinstance(out, dict) and isinstance(out.get("output"), str):
+            return len(out["output"].encode())
+        return json_len(out)
+    return 0

@@ -2,8 +2,9 @@
 
 mod report {
     use forge_bench::report::{
-        human_bytes, human_rate, markdown, read_json, svg, table, write_json, write_svg,
-        BYTES_CHART_TITLE, WA_CHART_TITLE,
+        human_bytes, human_rate, markdown, read_json, read_peers, svg, svg_with_peers, table,
+        write_json, write_svg, PeerMeasurement, BYTES_CHART_TITLE, PEERS_CHART_TITLE,
+        WA_CHART_TITLE,
     };
     use forge_bench::{Measurement, Mode, Percentiles, Physical, Policy};
 
@@ -324,6 +325,94 @@ mod report {
         // Without device figures, the engines' counters, said so.
         let doc = svg(&sample()).unwrap();
         assert!(doc.contains("engine-counted bytes"));
+    }
+
+    fn peer(system: &str, workload: &str, turns: u32, fs: &str, wa: u64) -> PeerMeasurement {
+        PeerMeasurement {
+            system: system.to_owned(),
+            workload: workload.to_owned(),
+            sessions: 1,
+            turns,
+            filesystem: fs.to_owned(),
+            logical_bytes: 17_700 * u64::from(turns),
+            device_bytes: 17_700 * u64::from(turns) * wa,
+            command: format!("scripts/peers/x.py --turns {turns}"),
+        }
+    }
+
+    #[test]
+    fn the_peers_chart_draws_the_default_path_beside_the_peers_on_the_runs_filesystem() {
+        let ms = on_devices(3, 2);
+        let peers = vec![
+            peer("Agents SDK, SQLiteSession", "W1", 10, "ext4", 8),
+            peer("Agents SDK, SQLiteSession", "W1", 100, "ext4", 7),
+            peer("Agents SDK, SQLiteSession", "W2", 100, "ext4", 6),
+            // Another filesystem than the run's charted one: not drawn.
+            peer("Only on xfs", "W1", 10, "xfs", 9),
+        ];
+        let without = svg(&ms).unwrap();
+        assert!(
+            !without.contains(PEERS_CHART_TITLE),
+            "no peers, no third chart"
+        );
+        let doc = svg_with_peers(&ms, &peers).unwrap();
+        assert!(doc.contains(PEERS_CHART_TITLE));
+        assert!(doc.contains(WA_CHART_TITLE) && doc.contains(BYTES_CHART_TITLE));
+        assert!(
+            doc.contains("Agents SDK, SQLiteSession"),
+            "the peer is in the legend"
+        );
+        assert!(
+            !doc.contains("Only on xfs"),
+            "a peer on another filesystem is left out"
+        );
+        // forge-store's default path (boundary, terminal/10ms, default options) only:
+        // sqlite's default rows are drawn, and the per-delta rows are not a line of it.
+        assert!(
+            doc.contains("forge-store, sqlite ★"),
+            "the default path is drawn"
+        );
+        assert!(
+            !doc.contains("forge-store, memory"),
+            "memory writes nothing to draw"
+        );
+        // The y axis is in device bytes per logical byte, log scale, as factors.
+        assert!(doc.contains("device bytes / logical bytes (log scale)"));
+        assert!(doc.contains("10×"), "a tick label as a factor");
+        // The third chart makes the document a panel taller.
+        let height = |d: &str| -> u32 {
+            let at = d.find("height=\"").unwrap() + 8;
+            d[at..].split('"').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(height(&doc) * 2, height(&without) * 3);
+    }
+
+    #[test]
+    fn read_peers_reads_the_scripts_rows_and_names_a_bad_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peers.json");
+        let rows = vec![
+            peer("A", "W1", 10, "ext4", 8),
+            peer("B", "W2", 100, "ext4", 20),
+        ];
+        std::fs::write(&path, serde_json::to_string(&rows).unwrap()).unwrap();
+        assert_eq!(read_peers(&path).unwrap(), rows);
+        assert!((rows[1].device_amplification() - 20.0).abs() < 1e-9);
+
+        let mut bad = rows.clone();
+        bad[1].logical_bytes = 0;
+        std::fs::write(&path, serde_json::to_string(&bad).unwrap()).unwrap();
+        let err = format!("{:#}", read_peers(&path).unwrap_err());
+        assert!(
+            err.contains("peers.json")
+                && err.contains("row 1")
+                && err.contains("\"B\"")
+                && err.contains("no logical bytes"),
+            "{err}"
+        );
+        std::fs::write(&path, "[{\"system\": \"A\"}]").unwrap();
+        let err = format!("{:#}", read_peers(&path).unwrap_err());
+        assert!(err.contains("JSON array of peer measurements"), "{err}");
     }
 
     /// Writes the sample charts to `$FORGE_REPORT_SAMPLE` for a look.

@@ -75,6 +75,15 @@ pub struct BenchArgs {
     /// can be made (as root), else none, said in one line.
     #[arg(long, value_delimiter = ',', value_name = "FS")]
     device: Option<Vec<String>>,
+    /// Report the measurements of an earlier run's `--json` instead of measuring: the
+    /// table, and with --svg / --markdown its charts and table again (e.g. with
+    /// --peers added).
+    #[arg(long, value_name = "FILE.json", conflicts_with_all = ["quick", "input", "postgres", "redis", "device", "json"])]
+    from: Option<PathBuf>,
+    /// Draw a third chart: forge-store's default path beside the systems users run
+    /// instead, from the JSON their scripts write (`scripts/peers/ … --json FILE`).
+    #[arg(long, value_name = "FILE.json")]
+    peers: Option<PathBuf>,
     /// Write the measurements as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -88,6 +97,48 @@ pub struct BenchArgs {
 
 /// Runs the benchmark and prints the table.
 pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> Result<()> {
+    let peers = match &args.peers {
+        Some(p) => forge_bench::report::read_peers(p)?,
+        None => Vec::new(),
+    };
+    let results = match &args.from {
+        Some(path) => {
+            let ms = forge_bench::report::read_json(path)?;
+            writeln!(
+                out,
+                "forge-store bench: {} measurements read from {} (not measured now)",
+                ms.len(),
+                path.display()
+            )?;
+            ms
+        }
+        None => measure(args, progress, out).await?,
+    };
+    write!(out, "{}", forge_bench::report::table(&results))?;
+    if let Some(p) = &args.json {
+        forge_bench::report::write_json(&results, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    if let Some(p) = &args.svg {
+        forge_bench::report::write_svg_with_peers(&results, &peers, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    } else if args.peers.is_some() {
+        writeln!(out, "--peers is drawn only in the chart: add --svg FILE")?;
+    }
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, forge_bench::report::markdown(&results))
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
+}
+
+/// Measures the plan the arguments describe, printing progress and the runs' notes.
+async fn measure(
+    args: &BenchArgs,
+    progress: Progress,
+    out: &mut dyn Write,
+) -> Result<Vec<forge_bench::Measurement>> {
     let mut targets = Vec::new();
     for name in &args.backends {
         let url = match name.trim() {
@@ -213,21 +264,7 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     for note in &notes {
         writeln!(out, "{note}")?;
     }
-    write!(out, "{}", forge_bench::report::table(&results))?;
-    if let Some(p) = &args.json {
-        forge_bench::report::write_json(&results, p)?;
-        writeln!(out, "wrote {}", p.display())?;
-    }
-    if let Some(p) = &args.svg {
-        forge_bench::report::write_svg(&results, p)?;
-        writeln!(out, "wrote {}", p.display())?;
-    }
-    if let Some(p) = &args.markdown {
-        std::fs::write(p, forge_bench::report::markdown(&results))
-            .with_context(|| format!("writing {}", p.display()))?;
-        writeln!(out, "wrote {}", p.display())?;
-    }
-    Ok(())
+    Ok(results)
 }
 
 /// The filesystems `--device` names (`None`: ext4 where a device can be made here,

@@ -176,3 +176,78 @@ fn bench_measures_the_device_when_asked() {
         );
     }
 }
+
+/// `--from`: an earlier run's JSON reported again without measuring; `--peers` adds the
+/// chart of forge-store's default path beside the peers' rows; a bad peers file is an
+/// error naming it, and `--from` refuses options that only make sense when measuring.
+#[test]
+fn bench_reports_an_earlier_run_with_the_peers_beside_it() {
+    let env = Env::new();
+    let file = env.file("w1.jsonl", &gen(&["w1", "--turns", "1"]));
+    let json = env.dir.path().join("out.json");
+    let out = bare(
+        &[
+            "bench",
+            "--backends",
+            "redb",
+            "--input",
+            &file,
+            "--device",
+            "none",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        env.dir.path(),
+    );
+    assert!(out.status.success(), "bench failed: {}", stderr(&out));
+    let measured = stdout(&out);
+    let peers = env.file(
+        "peers.json",
+        r#"[{"system": "A peer 1.0, its SQLite", "workload": "W1", "sessions": 1,
+             "turns": 1, "filesystem": "ext4", "logical_bytes": 17700,
+             "device_bytes": 177000, "command": "scripts/peers/x.py"}]"#,
+    );
+    let svg = env.dir.path().join("out.svg");
+    let out = bare(
+        &[
+            "bench",
+            "--from",
+            json.to_str().unwrap(),
+            "--peers",
+            &peers,
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        env.dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "bench --from failed: {}",
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("3 measurements read from"), "{text}");
+    // The same table as the run printed.
+    let table = |s: &str| -> String {
+        s.lines()
+            .filter(|l| l.contains("redb"))
+            .map(|l| l.to_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(table(&text), table(&measured));
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert!(doc.contains("A peer 1.0, its SQLite"), "the peer is drawn");
+
+    let bad = env.file("bad-peers.json", r#"[{"system": "x"}]"#);
+    let err = failed(&bare(
+        &["bench", "--from", json.to_str().unwrap(), "--peers", &bad],
+        env.dir.path(),
+    ));
+    assert!(err.contains("bad-peers.json"), "{err}");
+    let err = failed(&bare(
+        &["bench", "--from", json.to_str().unwrap(), "--input", &file],
+        env.dir.path(),
+    ));
+    assert!(err.contains("--input") && err.contains("--from"), "{err}");
+}

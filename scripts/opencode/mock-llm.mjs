@@ -9,6 +9,11 @@
 //   [[two:PATH|CMD]] two tool calls (read PATH + bash CMD) in one step, then a final text answer
 //   [[slow]]      a long text answer streamed slowly (to be aborted)
 //   [[big]]       a long text answer with large usage numbers (pushes the context toward its limit)
+//   [[turn:FILE]] one turn of forge-store's workloads, as scripts/peers/peer.py writes it
+//                 (FILE: {reasoning, texts, calls: [{input, output_file}]}): step 1 streams
+//                 the reasoning, the first text and one `bash` call per tool call,
+//                 `cat OUTPUT_FILE` with a description that brings its input JSON to the
+//                 size of the call's; step 2 the second text; in 8-character deltas
 //   [[w1:DIR]]    one W1 turn (docs/backends.md, "Workload W1"): 2,000 B of reasoning and
 //                 three `bash` calls of 300 B of input each, `cat DIR/w1-out-N.txt` (files of
 //                 4,000 B that storage-cost.sh writes), then 2,400 B of text; content is
@@ -59,6 +64,19 @@ function plan(body) {
         "## Important Details\n- (none)\n\n## Work State\n### Completed\n- Read hello.txt; ran a shell command.\n\n" +
         "### Active\n- (none)\n\n### Blocked\n- (none)\n\n## Next Move\n1. (none)\n\n## Relevant Files\n- hello.txt: the file that was read",
     };
+  }
+  const turn = userText.match(/\[\[turn:([^\]]+)\]\]/);
+  if (turn) {
+    const t = JSON.parse(fs.readFileSync(turn[1], "utf8"));
+    if (last.role === "tool") return { kind: "text", text: t.texts[1] || "", piece: 8 };
+    const calls = t.calls.map((c) => {
+      const command = `cat ${c.output_file}`;
+      const size = Buffer.byteLength(JSON.stringify(c.input));
+      const bare = Buffer.byteLength(JSON.stringify({ command, description: "" }));
+      const source = Object.values(c.input).map(String).join(" ");
+      return { name: "bash", args: { command, description: source.slice(0, Math.max(0, size - bare)) } };
+    });
+    return { kind: "tools", reasoning: t.reasoning, text: t.texts[0] || "", calls, piece: 8 };
   }
   const w1 = userText.match(/\[\[w1:([^\]]+)\]\]/);
   if (w1 && last.role === "tool") {

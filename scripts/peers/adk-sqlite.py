@@ -24,6 +24,7 @@ from typing import AsyncGenerator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402
+from importlib.metadata import version  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.models.base_llm import BaseLlm  # noqa: E402
 from google.adk.models.llm_request import LlmRequest  # noqa: E402
@@ -85,7 +86,7 @@ def main():
     def body(turns, mnt):
         return f"{asyncio.run(run(turns, os.path.join(mnt, 'adk.db')))} events stored"
 
-    peer.measure("adk DatabaseSessionService (sqlite)", args, "adk.db", body)
+    peer.measure(f"Google ADK {version('google-adk')}, DatabaseSessionService on SQLite", args, "adk.db", body)
 
 
 if __name__ == "__main__":

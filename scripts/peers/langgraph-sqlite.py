@@ -19,52 +19,12 @@ logical byte as `forge-store bench` counts them (17,700 a W1 turn), and the file
 import os
 import sqlite3
 import sys
-from typing import Annotated, TypedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage  # noqa: E402
+from importlib.metadata import version  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.graph.message import add_messages  # noqa: E402
-
-
-class State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-
-
-def graph(script, checkpointer):
-    """The agent graph; `script` holds the current turn and its next step."""
-
-    def agent(state):
-        turn, n = script["turn"], script["n"]
-        step = script["step"]
-        script["step"] += 1
-        texts = turn["texts"] + ["", ""]
-        if step == 0:
-            calls = [{"name": c["name"], "args": c["input"], "id": f"{c['id']}_{n}", "type": "tool_call"}
-                     for c in turn["calls"]]
-            content = [{"type": "reasoning", "reasoning": turn["reasoning"]},
-                       {"type": "text", "text": texts[0]}]
-            return {"messages": [AIMessage(content=content, tool_calls=calls, id=f"ai_{n}_0")]}
-        return {"messages": [AIMessage(content=texts[1], id=f"ai_{n}_1")]}
-
-    def tools(state):
-        last = state["messages"][-1]
-        outs = [c["output"] or "" for c in script["turn"]["calls"]]
-        return {"messages": [ToolMessage(content=out, tool_call_id=call["id"], name=call["name"])
-                             for call, out in zip(last.tool_calls, outs)]}
-
-    def route(state):
-        return "tools" if state["messages"][-1].tool_calls else END
-
-    g = StateGraph(State)
-    g.add_node("agent", agent)
-    g.add_node("tools", tools)
-    g.add_edge(START, "agent")
-    g.add_conditional_edges("agent", route, ["tools", END])
-    g.add_edge("tools", "agent")
-    return g.compile(checkpointer=checkpointer)
+from langgraph_graph import graph, run_turns  # noqa: E402
 
 
 def main():
@@ -75,18 +35,14 @@ def main():
         saver = SqliteSaver(conn)
         saver.setup()
         script = {"turn": None, "n": 0, "step": 0}
-        app = graph(script, saver)
-        config = {"configurable": {"thread_id": "peer-thread"}}
-        for n, turn in enumerate(turns):
-            script.update(turn=turn, n=n, step=0)
-            app.invoke({"messages": [HumanMessage(content=turn["user"], id=f"user_{n}")]}, config)
+        messages = run_turns(graph(script, saver), turns, script)
         checkpoints = conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
-        messages = len(app.get_state(config).values["messages"])
         conn.close()
         return f"{checkpoints} checkpoints, {messages} messages in the thread"
 
     # Checkpoints grow with the square of the thread: room for T = 100 and more.
-    peer.measure("langgraph SqliteSaver", args, "checkpoints.db", body, image="64G")
+    peer.measure(f"LangGraph {version('langgraph')}, SqliteSaver", args, "checkpoints.db", body,
+                 image="64G")
 
 
 if __name__ == "__main__":

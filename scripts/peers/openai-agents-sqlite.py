@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402
+from importlib.metadata import version  # noqa: E402
 from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled  # noqa: E402
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
 from openai.types.responses import ResponseReasoningItem  # noqa: E402
@@ -73,7 +74,7 @@ def main():
             kinds[kind] = kinds.get(kind, 0) + 1
         return f"{len(items)} items stored: {kinds}"
 
-    peer.measure("openai-agents SQLiteSession", args, "agents.db", body, image="4G")
+    peer.measure(f"OpenAI Agents SDK {version('openai-agents')}, SQLiteSession", args, "agents.db", body, image="4G")
 
 
 if __name__ == "__main__":

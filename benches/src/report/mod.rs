@@ -7,6 +7,7 @@
 
 mod chart;
 mod format;
+mod peers;
 mod table;
 
 use std::fs;
@@ -17,14 +18,18 @@ use serde::Serialize;
 
 use crate::{Measurement, Mode, Policy};
 
-pub use chart::{svg, write_svg};
+pub use chart::{svg, svg_with_peers, write_svg, write_svg_with_peers};
 pub use format::{human_bytes, human_rate};
+pub use peers::{read_peers, PeerMeasurement};
 pub use table::{markdown, table};
 
 /// Title of the write-amplification chart; the chosen workload and T follow it.
 pub const WA_CHART_TITLE: &str = "Write amplification by backend";
 /// Title of the physical-bytes chart.
 pub const BYTES_CHART_TITLE: &str = "Bytes written vs turns (W1, one session)";
+/// Title of the chart of forge-store's default path beside the peers.
+pub const PEERS_CHART_TITLE: &str =
+    "Device bytes / logical bytes vs turns: forge-store (default path) beside the systems users run instead";
 
 /// Backends in report order; unknown backends follow, by name.
 const BACKEND_ORDER: [&str; 5] = ["memory", "redb", "sqlite", "postgres", "redis"];

@@ -1,9 +1,11 @@
 //! One SVG with two charts: write amplification per backend (`wa`) and physical
 //! bytes against turns (`bytes`), sharing colours (per mode/policy) and markers (per
-//! backend).
+//! backend); with peers, a third (`peers`): forge-store's default path beside the
+//! systems users run instead, device bytes per logical byte against turns.
 
 mod bytes;
 mod elements;
+mod peers;
 mod wa;
 
 use std::collections::BTreeSet;
@@ -13,7 +15,7 @@ use std::path::Path;
 use anyhow::{bail, Context as _};
 use plotters::prelude::*;
 
-use super::{series_key, sorted, SeriesKey};
+use super::{series_key, sorted, PeerMeasurement, SeriesKey};
 use crate::Measurement;
 
 const WIDTH: u32 = 1200;
@@ -125,6 +127,12 @@ impl<'a> Chartable<'a> {
 /// W1 runs (b), on the device where measured (else the engines' counters).
 /// Measurements without those bytes are left out; it is an error when none has them.
 pub fn svg(ms: &[Measurement]) -> anyhow::Result<String> {
+    svg_with_peers(ms, &[])
+}
+
+/// [`svg`], and when `peers` is not empty a third chart (c): device bytes per logical
+/// byte against T for forge-store's default path on each backend beside the peers.
+pub fn svg_with_peers(ms: &[Measurement], peers: &[PeerMeasurement]) -> anyhow::Result<String> {
     if ms.is_empty() {
         bail!("no measurements to chart");
     }
@@ -135,13 +143,19 @@ pub fn svg(ms: &[Measurement]) -> anyhow::Result<String> {
             ms.len()
         );
     }
+    let panels = if peers.is_empty() { 2 } else { 3 };
     let mut out = String::new();
     {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, 2 * PANEL_HEIGHT)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut out, (WIDTH, panels * PANEL_HEIGHT)).into_drawing_area();
         root.fill(&WHITE)?;
-        let (top, bottom) = root.split_vertically(PANEL_HEIGHT);
+        let (top, rest) = root.split_vertically(PANEL_HEIGHT);
+        let (middle, bottom) = rest.split_vertically(PANEL_HEIGHT);
         wa::draw_wa_chart(&top.margin(10, 10, 10, 10), &data)?;
-        bytes::draw_bytes_chart(&bottom.margin(10, 10, 10, 10), &data)?;
+        bytes::draw_bytes_chart(&middle.margin(10, 10, 10, 10), &data)?;
+        if !peers.is_empty() {
+            peers::draw_peers_chart(&bottom.margin(10, 10, 10, 10), &data, peers)?;
+        }
         root.present()?;
     }
     Ok(out)
@@ -149,6 +163,15 @@ pub fn svg(ms: &[Measurement]) -> anyhow::Result<String> {
 
 /// Writes [`svg`] to `path`.
 pub fn write_svg(ms: &[Measurement], path: &Path) -> anyhow::Result<()> {
-    let doc = svg(ms)?;
+    write_svg_with_peers(ms, &[], path)
+}
+
+/// Writes [`svg_with_peers`] to `path`.
+pub fn write_svg_with_peers(
+    ms: &[Measurement],
+    peers: &[PeerMeasurement],
+    path: &Path,
+) -> anyhow::Result<()> {
+    let doc = svg_with_peers(ms, peers)?;
     fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
 }
