@@ -231,7 +231,7 @@ fn bench_reports_an_earlier_run_with_the_peers_beside_it() {
     let table = |s: &str| -> String {
         s.lines()
             .filter(|l| l.contains("redb"))
-            .map(|l| l.to_owned())
+            .map(ToOwned::to_owned)
             .collect::<Vec<_>>()
             .join("\n")
     };
