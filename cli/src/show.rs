@@ -377,7 +377,8 @@ pub fn recover_report(out: &mut dyn Write, r: &RecoverReport) -> io::Result<()> 
 }
 
 /// The warnings of a replay, one line each: the unknown event types (one line for
-/// all), every skipped line, and an answer the input left open.
+/// all), every skipped line, every line stored with something replaced, and an answer
+/// the input left open.
 pub fn replay_warnings(r: &ReplayReport, source: &str) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(summary) = r.unknown_summary() {
@@ -385,6 +386,9 @@ pub fn replay_warnings(r: &ReplayReport, source: &str) -> Vec<String> {
     }
     for s in &r.skipped {
         out.push(format!("{source}: skipped line {}: {}", s.line, s.message));
+    }
+    for w in &r.warnings {
+        out.push(format!("{source}: line {}: {}", w.line, w.message));
     }
     if let Some(id) = &r.ended_early {
         out.push(format!(

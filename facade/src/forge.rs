@@ -197,9 +197,9 @@ impl Forge {
         opts: ReplayOptions,
     ) -> Result<ReplayReport, ReplayError> {
         let before = self.writes();
-        let outcome = Replayer::new(&self.engine, tenant, opts)
-            .run_text(text)
-            .await;
+        // Boxed: a replay's future is large; one allocation per replay keeps the
+        // callers' futures small.
+        let outcome = Box::pin(Replayer::new(&self.engine, tenant, opts).run_text(text)).await;
         self.finish_replay(before, outcome).await
     }
 
@@ -239,9 +239,9 @@ impl Forge {
         S: Stream<Item = std::result::Result<String, String>>,
     {
         let before = self.writes();
-        let outcome = Replayer::new(&self.engine, tenant, opts)
-            .run_lines(lines)
-            .await;
+        // Boxed: a replay's future is large; one allocation per replay keeps the
+        // callers' futures small.
+        let outcome = Box::pin(Replayer::new(&self.engine, tenant, opts).run_lines(lines)).await;
         self.finish_replay(before, outcome).await
     }
 
@@ -260,9 +260,9 @@ impl Forge {
         S: Stream<Item = Line>,
     {
         let before = self.writes();
-        let outcome = Replayer::new(&self.engine, tenant, opts)
-            .run_stream(lines)
-            .await;
+        // Boxed: a replay's future is large; one allocation per replay keeps the
+        // callers' futures small.
+        let outcome = Box::pin(Replayer::new(&self.engine, tenant, opts).run_stream(lines)).await;
         self.finish_replay(before, outcome).await
     }
 

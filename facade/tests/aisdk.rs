@@ -6,6 +6,7 @@
 //! call is a stored tool part with its final result, files and sources are parts, each
 //! step's usage is kept without losing a count, and errors and aborts keep their shape.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use forge_store::model::{PartBody, ToolState};
@@ -55,10 +56,82 @@ struct Emitted {
     files: Vec<(String, bool)>,
 }
 
+/// A fixture line as JSON. A lone UTF-16 surrogate half (`\ud83d` with no other half
+/// beside it: a provider that split a pair between two deltas), which strict JSON
+/// refuses, is read as the text `<U+D83D>`; [`halves_joined`] makes the characters of
+/// a block's text out of them.
+fn fixture_json(line: &str) -> Value {
+    let surrogate = |s: &str| -> Option<u32> {
+        let hex = s.strip_prefix("\\u")?.get(..4)?;
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .filter(|u| (0xD800..=0xDFFF).contains(u))
+    };
+    let mut out = String::new();
+    let mut i = 0;
+    while i < line.len() {
+        let rest = &line[i..];
+        if rest.starts_with("\\\\") {
+            out.push_str("\\\\");
+            i += 2;
+        } else if let Some(u) = surrogate(rest) {
+            let paired = (0xD800..=0xDBFF).contains(&u)
+                && surrogate(&rest[6..]).is_some_and(|l| (0xDC00..=0xDFFF).contains(&l));
+            if paired {
+                out.push_str(&rest[..12]);
+                i += 12;
+            } else {
+                let _ = write!(out, "<U+{u:04X}>");
+                i += 6;
+            }
+        } else {
+            let c = rest.chars().next().expect("a character");
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    serde_json::from_str(&out).expect("fixture line")
+}
+
+/// `text` with each `<U+high><U+low>` of [`fixture_json`] as its character, and every
+/// other `<U+…>` as U+FFFD.
+fn halves_joined(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    let unit = |s: &str| -> Option<u32> {
+        let hex = s.strip_prefix("<U+")?.get(..4)?;
+        (s.as_bytes().get(7) == Some(&b'>')).then_some(())?;
+        u32::from_str_radix(hex, 16).ok()
+    };
+    while let Some(at) = rest.find("<U+") {
+        out.push_str(&rest[..at]);
+        let here = &rest[at..];
+        match (unit(here), here.get(8..).and_then(unit)) {
+            (Some(h @ 0xD800..=0xDBFF), Some(l @ 0xDC00..=0xDFFF)) => {
+                out.push(
+                    char::from_u32(0x10000 + ((h - 0xD800) << 10) + (l - 0xDC00))
+                        .expect("a character"),
+                );
+                rest = &here[16..];
+            }
+            (Some(_), _) => {
+                out.push('\u{FFFD}');
+                rest = &here[8..];
+            }
+            (None, _) => {
+                out.push_str("<U+");
+                rest = &here[3..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn emitted(text: &str) -> Emitted {
     let mut e = Emitted::default();
     for line in text.lines().filter(|l| l.starts_with('{')) {
-        let v: Value = serde_json::from_str(line).expect("fixture line");
+        let v = fixture_json(line);
         let id = || v["id"].as_str().expect("id").to_owned();
         match v["type"].as_str() {
             Some("text-start" | "reasoning-start") => e.blocks.push((id(), String::new())),
@@ -91,6 +164,9 @@ fn emitted(text: &str) -> Emitted {
             _ => {}
         }
     }
+    for (_, block) in &mut e.blocks {
+        *block = halves_joined(block);
+    }
     e
 }
 
@@ -117,7 +193,7 @@ fn answers(text: &str) -> Vec<Answer> {
     let mut out: Vec<Answer> = Vec::new();
     let mut current: Option<Answer> = None;
     for line in text.lines().filter(|l| l.starts_with('{')) {
-        let v: Value = serde_json::from_str(line).expect("fixture line");
+        let v = fixture_json(line);
         let kind = v["type"].as_str().expect("type");
         if matches!(kind, "session" | "user" | "assistant") {
             out.extend(current.take());
@@ -399,6 +475,29 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                 "{name}: the step's usage is kept"
             );
         }
+        if name.ends_with("/split-surrogate") {
+            // Pairs split between deltas are joined (the blocks above); the one half
+            // that never got its other half became U+FFFD, with a warning at its line.
+            let lines: Vec<usize> = report.warnings.iter().map(|w| w.line).collect();
+            let line = text
+                .lines()
+                .position(|l| l.contains(r#""text":" half.""#))
+                .expect("the line after the lone half")
+                + 1;
+            assert_eq!(lines, [line], "{name}: {:?}", report.warnings);
+            assert!(
+                stored_text
+                    .iter()
+                    .any(|t| t == "Smile \u{1F600} and a lone \u{FFFD} half."),
+                "{name}: {stored_text:?}"
+            );
+        } else {
+            assert!(report.warnings.is_empty(), "{name}: {:?}", report.warnings);
+        }
+        if name.ends_with("/call-id-reused") {
+            // `call_0` in step 1 and again in step 2: two calls, two tool parts.
+            assert_eq!(stored_calls, ["call_0", "call_0"], "{name}");
+        }
         if name.ends_with("/stream-throws") {
             // The SDK's fullStream rejects without an `error` part; the file just ends.
             let answer = history.last().and_then(|m| m.info.as_assistant());
@@ -416,5 +515,5 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         }
         accepted += 1;
     }
-    assert_eq!(accepted, 32, "fixtures replayed and checked");
+    assert_eq!(accepted, 36, "fixtures replayed and checked");
 }

@@ -49,14 +49,14 @@ fn cases() -> Vec<Case> {
             3,
         ),
         case(
-            "a call id used twice (tool-call)",
-            &[USER, START, CALL, RESULT, CALL, FINISH_STEP, FINISH],
-            4,
+            "a call id used again while its call runs (tool-call)",
+            &[USER, START, CALL, CALL, RESULT, FINISH_STEP, FINISH],
+            3,
         ),
         case(
-            "a call id used twice (tool-input-start)",
-            &[USER, START, CALL, RESULT, INPUT_START, FINISH_STEP, FINISH],
-            4,
+            "a call id used again while its call runs (tool-input-start)",
+            &[USER, START, CALL, INPUT_START, RESULT, FINISH_STEP, FINISH],
+            3,
         ),
         case(
             "a second finish",

@@ -49,19 +49,28 @@ async fn a_finish_step_without_its_start_step() {
     assert_eq!(kinds, ["step-start", "step-finish"]);
 }
 
+/// A call id is refused only while a call with it is open in the message: again after
+/// its call ended, it is a new call (providers number calls per step).
 #[tokio::test]
-async fn a_call_id_used_twice_in_one_message() {
-    let (err, kinds) = refused(&[START, CALL, RESULT, CALL]).await;
-    assert!(err.contains("event 5: tool-call does not fit"), "{err}");
-    assert!(err.contains("used already"), "{err}");
+async fn a_call_id_is_refused_while_its_call_is_open() {
+    let (err, kinds) = refused(&[START, CALL, CALL]).await;
+    assert!(err.contains("event 4: tool-call does not fit"), "{err}");
+    assert!(err.contains("already running"), "{err}");
     assert_eq!(kinds, ["step-start", "tool"]);
     let input_start = r#"{"type":"tool-input-start","id":"c1","toolName":"read"}"#;
-    let (err, kinds) = refused(&[START, CALL, RESULT, input_start]).await;
+    let (err, kinds) = refused(&[START, input_start, input_start]).await;
     assert!(
-        err.contains("event 5: tool-input-start does not fit"),
+        err.contains("event 4: tool-input-start does not fit"),
         "{err}"
     );
+    assert!(err.contains("already open"), "{err}");
     assert_eq!(kinds, ["step-start", "tool"]);
+    // Ended, the id is free again: a second call, a second part; and a result that
+    // comes after both ended is refused.
+    let (err, kinds) = refused(&[START, CALL, RESULT, input_start, CALL, RESULT, RESULT]).await;
+    assert!(err.contains("event 8: tool-result does not fit"), "{err}");
+    assert!(err.contains("has already ended"), "{err}");
+    assert_eq!(kinds, ["step-start", "tool", "tool"]);
 }
 
 #[tokio::test]

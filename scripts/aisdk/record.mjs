@@ -332,6 +332,38 @@ const scenarios = {
       ]),
     }),
 
+  // Providers and gateways number calls per step: `call_0` in step 1 and again in step 2.
+  'call-id-reused': (sdk) =>
+    oneRequest('What is the weather in Paris, then in Tokyo?', {
+      tools: { weather: weatherTool(sdk) },
+      stopWhen: sdk.ai.stepCountIs(3),
+      model: mockModel(sdk, [
+        step('resp-1', P.toolCall('call_0', 'weather', { city: 'Paris' }), P.toolUse(sdk)),
+        step('resp-2', P.toolCall('call_0', 'weather', { city: 'Tokyo' }), P.toolUse(sdk)),
+        step('resp-3', P.text('txt-0', ['Paris: 18°C. ', 'Tokyo: 24°C.']), P.stop(sdk)),
+      ]),
+    }),
+
+  // A provider that chunks mid-character splits a UTF-16 surrogate pair between two
+  // deltas (JSON.stringify writes each half as a `\\uXXXX` escape): in reasoning, in text,
+  // in a tool's streamed input (the 4-emoji input's half falls inside the first emoji);
+  // and a lone half that is never completed.
+  'split-surrogate': (sdk) =>
+    oneRequest('Answer with emoji.', {
+      tools: { note: sdk.ai.tool({ description: 'Keep a note', inputSchema: z.object({ note: z.string() }), execute: async ({ note }) => ({ kept: note.length }) }) },
+      stopWhen: sdk.ai.stepCountIs(2),
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          P.reasoning('rsn-0', ['Thinking \ud83e', '\udd14 done.']),
+          P.text('txt-0', ['Smile \ud83d', '\ude00 and a lone \ud83d', ' half.']),
+          P.toolCall('call-1', 'note', { note: '\u{1F600}\u{1F600}\u{1F600}\u{1F600}' }),
+          P.toolUse(sdk),
+        ),
+        step('resp-2', P.text('txt-0', ['Noted \ud83d', '\udc4d']), P.stop(sdk)),
+      ]),
+    }),
+
   'tool-error': (sdk) =>
     toolThenAnswer(sdk, 'Read the file missing.txt.', {
       name: 'read',

@@ -402,3 +402,71 @@ async fn open_access_serves_one_tenant_without_tokens() {
     assert_eq!(health["backend"], "redb");
     s.stop().await;
 }
+
+/// A streaming upload reads lines as replay does: a surrogate pair a provider split
+/// between two deltas is joined, a half never completed becomes U+FFFD with a warning
+/// in the report, and a call id used again after its call ended is a new call
+/// (recordings of the real AI SDK, `examples/streams/aisdk/v7/`).
+#[tokio::test]
+async fn uploads_take_split_characters_and_call_ids_used_again() {
+    let s = server_with_session(options(), OpenOptions::new(), "ses_split").await;
+    let fixture = |name: &str| -> String {
+        let path = format!(
+            "{}/../examples/streams/aisdk/v7/{name}.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("fixture");
+        // The upload names its session: the recording's session line is left out.
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.contains(r#""type":"session""#))
+            .map(str::to_owned)
+            .collect();
+        ndjson(&lines)
+    };
+    let body = fixture("split-surrogate");
+    let (status, report) = s.upload(TOKEN_A, "ses_split", body.clone()).await;
+    assert_eq!(status, 200, "{report}");
+    let half = body
+        .lines()
+        .position(|l| l.contains(r#""text":" half.""#))
+        .expect("the line after the lone half")
+        + 1;
+    assert_eq!(report["warnings"][0]["line"], half, "{report}");
+    assert_eq!(
+        report["warnings"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    let (status, report) = s
+        .upload(TOKEN_A, "ses_split", fixture("call-id-reused"))
+        .await;
+    assert_eq!(status, 200, "{report}");
+
+    let messages = s.json("/session/ses_split/message", TOKEN_A, 200).await;
+    let parts: Vec<&Value> = messages
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["parts"].as_array().expect("parts"))
+        .collect();
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter(|p| p["type"] == "text" || p["type"] == "reasoning")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    for want in [
+        "Thinking \u{1F914} done.",
+        "Smile \u{1F600} and a lone \u{FFFD} half.",
+        "Noted \u{1F44D}",
+    ] {
+        assert!(texts.contains(&want), "{want:?} not in {texts:?}");
+    }
+    let calls: Vec<&str> = parts
+        .iter()
+        .filter(|p| p["type"] == "tool" && p["callID"] == "call_0")
+        .filter_map(|p| p["state"]["status"].as_str())
+        .collect();
+    assert_eq!(calls, ["completed", "completed"], "{parts:?}");
+    s.stop().await;
+}

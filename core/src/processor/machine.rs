@@ -65,7 +65,9 @@ pub struct Machine {
     /// Calls not ended, by call id: pending or running (open work), or waiting for
     /// approval (this message's, or an earlier one's once a response named it).
     pub(super) tools: HashMap<String, Call>,
-    /// Every call id this message has seen: a call id is used once per message.
+    /// Every call id this message has seen (a result for one of them whose call has
+    /// ended needs no store lookup: it comes too late). An id is used again only once
+    /// its call has ended.
     pub(super) calls: HashSet<String>,
     /// A `start-step` is open (its `finish-step` has not come).
     pub(super) in_step: bool,
@@ -248,11 +250,15 @@ impl Machine {
         }
     }
 
-    /// Records a new call id, or refuses one this message has used already.
+    /// Records a new call id, or refuses one a call of this message still holds open
+    /// (pending, running, or waiting for approval). An id whose call has ended may be
+    /// used again: providers and gateways number calls per step (`call_0` in step 1
+    /// and again in step 2), and each use is a call of its own, a part of its own.
     pub(super) fn new_call(&mut self, id: &str, what: &str) -> Result<()> {
-        if self.calls.contains(id) {
+        if self.tools.contains_key(id) {
             return Err(Error::invalid(format!(
-                "{what} for call {id}, a call id this message has used already"
+                "{what} for call {id}, a call id this message holds open (a call ends with \
+                 its result, error or denial before its id can be used again)"
             )));
         }
         self.calls.insert(id.to_owned());

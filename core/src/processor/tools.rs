@@ -78,7 +78,7 @@ impl Machine {
                     "tool-call for call {call_id}, which is already running"
                 )));
             }
-            // A call waiting for approval has its id recorded: `new_call` refuses it.
+            // A call waiting for approval is open: `new_call` refuses its id.
             _ => {}
         }
         self.new_call(&call_id, "tool-call")?;

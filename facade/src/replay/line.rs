@@ -13,6 +13,7 @@ use forge_core::turn::{Item, Timed};
 use forge_core::{MessageId, StreamEvent};
 use serde_json::Value;
 
+use super::surrogates;
 use crate::clip::clip;
 
 pub use forge_core::turn::{
@@ -27,20 +28,60 @@ pub const LINE_KINDS: &[&str] = Item::FRAMING_KINDS;
 /// file, if given); `None` for blank lines and `#` comments. The error says what is
 /// wrong, without a position (the caller adds the line number), [`clip`]ped to one
 /// short line.
+///
+/// A lone UTF-16 surrogate half (`"\ud83d"`, which strict JSON refuses) becomes U+FFFD;
+/// a replay joins a pair split between two deltas instead (see
+/// [`ReplayOptions`](crate::ReplayOptions)).
 pub fn parse_line(text: &str) -> std::result::Result<Option<Timed>, String> {
+    let Some(mut parsed) = parse(text).map_err(|e| clip(&e))? else {
+        return Ok(None);
+    };
+    if parsed.marked {
+        // One line alone: a half can only be replaced, not joined.
+        surrogates::replace_in_delta(&mut parsed.timed.item);
+    }
+    Ok(Some(parsed.timed))
+}
+
+/// A line as a replay reads it: its item, whether lone surrogate halves in it were
+/// marked for the replay's [`Joiner`](surrogates::Joiner), and how many halves outside
+/// a delta's text became U+FFFD.
+#[derive(Debug)]
+pub(crate) struct ParsedLine {
+    pub timed: Timed,
+    pub marked: bool,
+    pub replaced: usize,
+}
+
+/// [`parse_line`] for a replay, with lone surrogate halves left marked in the text of
+/// deltas.
+pub(crate) fn parse_marked(text: &str) -> std::result::Result<Option<ParsedLine>, String> {
     parse(text).map_err(|e| clip(&e))
 }
 
-fn parse(text: &str) -> std::result::Result<Option<Timed>, String> {
+fn parse(text: &str) -> std::result::Result<Option<ParsedLine>, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return Ok(None);
     }
-    let value: Value = serde_json::from_str(trimmed).map_err(|e| {
-        let msg = e.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
-        format!("malformed JSON at column {}: {msg}", e.column())
-    })?;
+    let (value, marked) = match serde_json::from_str::<Value>(trimmed) {
+        Ok(v) => (v, false),
+        Err(e) => {
+            // Lone surrogate halves: a provider's pair split between two deltas.
+            let marked = surrogates::has_surrogate_escape(trimmed)
+                .then(|| surrogates::mark(trimmed))
+                .flatten()
+                .and_then(|m| serde_json::from_str::<Value>(&m).ok());
+            match marked {
+                Some(v) => (v, true),
+                None => {
+                    let msg = e.to_string();
+                    let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
+                    return Err(format!("malformed JSON at column {}: {msg}", e.column()));
+                }
+            }
+        }
+    };
     let Value::Object(mut map) = value else {
         return Err(format!("expected a JSON object, got {}", json_text(&value)));
     };
@@ -49,6 +90,11 @@ fn parse(text: &str) -> std::result::Result<Option<Timed>, String> {
         Some(other) => return Err(format!("`type` must be a string, got {}", json_text(other))),
         None => return Err("missing `type`".to_owned()),
     };
+    let replaced = if marked {
+        surrogates::replace_outside_deltas(&kind, &mut map)
+    } else {
+        0
+    };
     // `t` is allowed on every kind of line; it is not part of what it describes.
     let t = match map.remove("t") {
         None => None,
@@ -56,7 +102,13 @@ fn parse(text: &str) -> std::result::Result<Option<Timed>, String> {
             Some(integer(&v).map_err(|why| format!("`t` (event time in ms) must be {why}"))?)
         }
     };
-    parse_untimed(&kind, map).map(|item| Some(Timed { t_ms: t, item }))
+    parse_untimed(&kind, map).map(|item| {
+        Some(ParsedLine {
+            timed: Timed { t_ms: t, item },
+            marked,
+            replaced,
+        })
+    })
 }
 
 /// A JSON value as it would be quoted in an error: a string as `"…"` (escaped, so

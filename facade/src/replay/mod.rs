@@ -33,13 +33,16 @@ use crate::error::{classify, Error, Result};
 mod line;
 mod probe;
 mod report;
+mod surrogates;
 mod turns;
 
 pub use line::{
     integer, parse_line, user_part_bodies, AssistantLine, CompactionLine, Line, SessionLine,
     UserLine, LINE_KINDS,
 };
-pub use report::{LeftOpen, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents};
+pub use report::{
+    LeftOpen, LineWarning, ReplayError, ReplayOptions, ReplayReport, SkippedLine, UnknownEvents,
+};
 
 /// The agent a user message names when neither its line nor an earlier one does.
 pub use forge_core::turn::DEFAULT_AGENT;
@@ -61,12 +64,38 @@ pub(crate) struct Replayer<'a> {
     /// Lines applied (not blank, not a comment, not skipped, not of an unknown type).
     applied: usize,
     report: ReplayReport,
+    /// Joins surrogate pairs split between two deltas.
+    joiner: surrogates::Joiner,
 }
 
 enum Step {
     Applied,
     Unknown(String),
     Crash,
+}
+
+/// After a line: go on to the next, or stop the replay with this outcome.
+enum Flow {
+    Next,
+    Stop(Result<()>),
+}
+
+/// A line read: its item, and from text, whether lone surrogate halves were marked in
+/// it and how many outside a delta's text became U+FFFD.
+pub(crate) struct Read {
+    line: Line,
+    marked: bool,
+    replaced: usize,
+}
+
+impl Read {
+    fn parsed(raw: &str) -> std::result::Result<Option<Self>, String> {
+        Ok(line::parse_marked(raw)?.map(|p| Self {
+            line: p.timed.item,
+            marked: p.marked,
+            replaced: p.replaced,
+        }))
+    }
 }
 
 /// Where a line came from, for errors: `line N` of a file, `event N` of a stream.
@@ -102,14 +131,13 @@ impl<'a> Replayer<'a> {
             driver: None,
             applied: 0,
             report: ReplayReport::default(),
+            joiner: surrogates::Joiner::default(),
         }
     }
 
     /// Replays the lines of `text`.
     pub(crate) async fn run_text(self, text: &str) -> Result<ReplayReport, ReplayError> {
-        let items = text
-            .lines()
-            .map(|raw| parse_line(raw).map(|l| l.map(|timed| timed.item)));
+        let items = text.lines().map(Read::parsed);
         self.run(Unit::Line, futures::stream::iter(items)).await
     }
 
@@ -119,8 +147,7 @@ impl<'a> Replayer<'a> {
     where
         S: Stream<Item = std::result::Result<String, String>>,
     {
-        let items = lines
-            .map(|item| item.and_then(|raw| parse_line(&raw).map(|l| l.map(|timed| timed.item))));
+        let items = lines.map(|item| item.and_then(|raw| Read::parsed(&raw)));
         self.run(Unit::Line, items).await
     }
 
@@ -129,12 +156,19 @@ impl<'a> Replayer<'a> {
     where
         S: Stream<Item = Line>,
     {
-        self.run(Unit::Event, stream.map(|l| Ok(Some(l)))).await
+        let items = stream.map(|line| {
+            Ok(Some(Read {
+                line,
+                marked: false,
+                replaced: 0,
+            }))
+        });
+        self.run(Unit::Event, items).await
     }
 
     async fn run<S>(mut self, unit: Unit, items: S) -> Result<ReplayReport, ReplayError>
     where
-        S: Stream<Item = std::result::Result<Option<Line>, String>>,
+        S: Stream<Item = std::result::Result<Option<Read>, String>>,
     {
         let span = tracing::info_span!("replay", tenant = %self.tenant);
         let outcome = self.lines(unit, items).instrument(span).await;
@@ -167,7 +201,7 @@ impl<'a> Replayer<'a> {
 
     async fn lines<S>(&mut self, unit: Unit, items: S) -> Result<()>
     where
-        S: Stream<Item = std::result::Result<Option<Line>, String>>,
+        S: Stream<Item = std::result::Result<Option<Read>, String>>,
     {
         self.check_options()?;
         let mut items = std::pin::pin!(items);
@@ -176,31 +210,96 @@ impl<'a> Replayer<'a> {
             n += 1;
             self.report.lines = n;
             let at = unit.at(n);
-            let step = match item {
+            let read = match item {
                 Ok(None) => continue,
-                Ok(Some(line)) => self.apply(&at, line).await,
-                Err(msg) => Err(Error::input(&at, msg)),
+                Ok(Some(read)) => read,
+                Err(msg) => match self.settle(n, &at, Err(Error::input(&at, msg))).await {
+                    Flow::Next => continue,
+                    Flow::Stop(outcome) => return outcome,
+                },
             };
-            match step {
-                Ok(Step::Applied) => self.applied += 1,
-                Ok(Step::Unknown(kind)) if self.opts.strict => {
-                    let e = Error::input(
-                        &at,
-                        format!(
-                            "unknown event type {kind:?}: not a replay line (session, user, \
-                             assistant, crash) nor an AI SDK stream event this version handles \
-                             (strict mode)"
-                        ),
-                    );
-                    return Err(self.fail(e).await);
+            let surrogates::Joined {
+                before,
+                line,
+                replaced,
+            } = self.joiner.push(read.line, read.marked);
+            self.lone_halves(n, read.replaced + replaced);
+            // Deltas of U+FFFD for halves this line shows will not be completed (rare:
+            // boxed, so the replay's future stays small), then the line itself (none
+            // when its delta held only a half).
+            for line in before {
+                let step = Box::pin(self.apply(&at, line)).await;
+                if let Flow::Stop(outcome) = self.settle(n, &at, step).await {
+                    return outcome;
                 }
-                Ok(Step::Unknown(kind)) => self.count_unknown(n, kind),
-                Ok(Step::Crash) => return self.crash(n).await,
-                Err(e) if self.opts.lenient && e.is_skippable_input() => self.skip(n, e),
-                Err(e) => return Err(self.fail(e).await),
+            }
+            if let Some(line) = line {
+                let step = self.apply(&at, line).await;
+                if let Flow::Stop(outcome) = self.settle(n, &at, step).await {
+                    return outcome;
+                }
+            }
+        }
+        let flushed = self.joiner.flush();
+        if !flushed.before.is_empty() {
+            self.lone_halves(n + 1, flushed.replaced);
+            let at = unit.end(n + 1);
+            for line in flushed.before {
+                // Boxed: rare, and a second `apply` future here would make the
+                // replay's larger.
+                let step = Box::pin(self.apply(&at, line)).await;
+                if let Flow::Stop(outcome) = self.settle(n + 1, &at, step).await {
+                    return outcome;
+                }
             }
         }
         self.end(unit, n).await
+    }
+
+    /// What follows the step of line `n` (`at`, for errors).
+    async fn settle(&mut self, n: usize, at: &str, step: Result<Step>) -> Flow {
+        match step {
+            Ok(Step::Applied) => {
+                self.applied += 1;
+                Flow::Next
+            }
+            Ok(Step::Unknown(kind)) if self.opts.strict => {
+                let e = Error::input(
+                    at,
+                    format!(
+                        "unknown event type {kind:?}: not a replay line (session, user, \
+                         assistant, crash) nor an AI SDK stream event this version handles \
+                         (strict mode)"
+                    ),
+                );
+                Flow::Stop(Err(Box::pin(self.fail(e)).await))
+            }
+            Ok(Step::Unknown(kind)) => {
+                self.count_unknown(n, kind);
+                Flow::Next
+            }
+            Ok(Step::Crash) => Flow::Stop(Box::pin(self.crash(n)).await),
+            Err(e) if self.opts.lenient && e.is_skippable_input() => {
+                self.skip(n, e);
+                Flow::Next
+            }
+            Err(e) => Flow::Stop(Err(Box::pin(self.fail(e)).await)),
+        }
+    }
+
+    /// `count` UTF-16 surrogate halves of line `n` were never completed and became
+    /// U+FFFD: a warning.
+    fn lone_halves(&mut self, n: usize, count: usize) {
+        if count == 0 {
+            return;
+        }
+        let message = format!(
+            "{count} lone UTF-16 surrogate half{} (half a character, its other half in no \
+             adjacent delta) became U+FFFD",
+            if count == 1 { "" } else { "s" }
+        );
+        tracing::debug!(line = n, %message, "lone surrogate halves replaced");
+        self.report.warnings.push(LineWarning { line: n, message });
     }
 
     /// The input ended after `n` items.

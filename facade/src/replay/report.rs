@@ -103,6 +103,10 @@ pub struct ReplayReport {
     pub unknown_events: Vec<UnknownEvents>,
     /// Lines skipped as bad input ([`ReplayOptions::lenient()`]), in order.
     pub skipped: Vec<SkippedLine>,
+    /// Lines stored with something replaced, in order: UTF-16 surrogate halves that
+    /// were never completed (a pair split between two deltas is joined; a half with no
+    /// other half becomes U+FFFD).
+    pub warnings: Vec<LineWarning>,
     /// The assistant message that was still open when the input ended (no `finish`,
     /// `error` or `abort`, no `crash` marker): what a producer whose stream threw
     /// leaves. It was closed with an `UnknownError` saying the stream ended early.
@@ -172,6 +176,15 @@ pub struct SkippedLine {
     /// Its number (of the event, for a stream).
     pub line: usize,
     /// What was wrong with it (clipped, one line).
+    pub message: String,
+}
+
+/// A line stored with something replaced.
+#[derive(Clone, Debug, Serialize)]
+pub struct LineWarning {
+    /// Its number (of the event, for a stream; the one after the last at the end).
+    pub line: usize,
+    /// What was replaced.
     pub message: String,
 }
 
