@@ -110,6 +110,7 @@ fn deltas(n: u64) -> Vec<StreamEvent> {
             StreamEvent::TextDelta {
                 id: BLOCK.to_owned(),
                 text,
+                provider_metadata: None,
             }
         })
         .collect()
@@ -136,7 +137,14 @@ async fn feed(p: &mut Processor, total: u64) -> Cost {
     while left > 0 {
         let n = left.min(BLOCK_DELTAS);
         let events = deltas(n);
-        handle(p, StreamEvent::TextStart { id: BLOCK.into() }).await;
+        handle(
+            p,
+            StreamEvent::TextStart {
+                id: BLOCK.into(),
+                provider_metadata: None,
+            },
+        )
+        .await;
         let before = GLOBAL.stats();
         let start = Instant::now();
         for event in events {
@@ -147,7 +155,15 @@ async fn feed(p: &mut Processor, total: u64) -> Cost {
         cost.allocations += change.allocations as u64;
         cost.reallocations += change.reallocations as u64;
         cost.bytes += change.bytes_allocated as u64;
-        handle(p, StreamEvent::TextEnd { id: BLOCK.into() }).await;
+        handle(
+            p,
+            StreamEvent::TextEnd {
+                id: BLOCK.into(),
+                provider_metadata: None,
+                citations: None,
+            },
+        )
+        .await;
         left -= n;
     }
     cost

@@ -59,15 +59,18 @@ fn rare_config(only: Property) -> Config {
 /// the model.
 const UPSERT_MISMATCH: &[&str] = &["expected:", "the tenant has", "the session has", "are open"];
 
-/// [`UPSERT_MISMATCH`], or a batch accepted that the contract rejects: a store that
-/// drops a second write of a key also drops a part written again after its message
-/// was removed, and so accepts what must fail with `NotFound`.
+/// [`UPSERT_MISMATCH`], or a batch accepted that the contract rejects, or one rejected
+/// that it accepts: a store that drops a second write of a key also drops a part
+/// written again after its message was removed, and so accepts what must fail with
+/// `NotFound`; and it drops a message written again after its removal in the same
+/// batch, and so refuses that message's new parts with `NotFound`.
 const KEEPS_FIRST: &[&str] = &[
     "expected:",
     "the tenant has",
     "the session has",
     "are open",
     "accepted a batch the contract rejects",
+    "rejected a valid batch",
 ];
 
 /// What [`Property::Fencing`] says when a racing stale batch landed.

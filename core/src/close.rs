@@ -30,13 +30,28 @@ pub fn close_block(part: &mut Part, now: i64, text: Option<String>) -> bool {
 
 /// Moves a `pending`/`running` tool to `error` with [`TOOL_ABORTED`] and
 /// `metadata.interrupted = true` on the error state
-/// (keeping a running tool's progress metadata). Returns whether anything changed.
+/// (keeping a running tool's progress metadata). A pending tool keeps the input that
+/// streamed before it was cut off: as its `input` when that text is whole JSON, else
+/// as `metadata.raw`. Returns whether anything changed.
 pub fn close_tool(part: &mut Part, now: i64) -> bool {
     let PartBody::Tool(tool) = &mut part.body else {
         return false;
     };
+    let mut partial = None;
     let (input, start, previous) = match &mut tool.state {
-        ToolState::Pending(p) => (std::mem::take(&mut p.input), now, None),
+        ToolState::Pending(p) => {
+            let mut input = std::mem::take(&mut p.input);
+            let raw = std::mem::take(&mut p.raw);
+            let empty = input.is_null() || input.as_object().is_some_and(JsonMap::is_empty);
+            if !raw.is_empty() {
+                match serde_json::from_str::<Value>(&raw) {
+                    Ok(whole) if empty => input = whole,
+                    Ok(_) => {}
+                    Err(_) => partial = Some(raw),
+                }
+            }
+            (input, now, None)
+        }
         ToolState::Running(r) => (
             std::mem::take(&mut r.input),
             r.time.start,
@@ -54,6 +69,9 @@ pub fn close_tool(part: &mut Part, now: i64) -> bool {
         None => JsonMap::new(),
     };
     meta.insert("interrupted".into(), Value::Bool(true));
+    if let Some(raw) = partial {
+        meta.insert("raw".into(), Value::String(raw));
+    }
     tool.state = ToolState::Error(ToolError {
         input,
         error: TOOL_ABORTED.to_owned(),

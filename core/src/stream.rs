@@ -150,6 +150,14 @@ pub enum StreamEvent {
     TextStart {
         /// Block id, unique among open blocks.
         id: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: the part's `metadata` from the start on.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// Text appended to an open block.
     TextDelta {
@@ -157,16 +165,45 @@ pub enum StreamEvent {
         id: String,
         /// The appended text.
         text: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: when given, it replaces the block's.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A text block closes.
     TextEnd {
         /// Block id.
         id: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: when given, it replaces the block's.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
+        /// The sources supporting the block (AI SDK 7: `{source, startIndex?,
+        /// endIndex?, citedText?}` each), kept on the text part as `citations`, as
+        /// given: a document cited only here is kept with them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        citations: Option<Value>,
     },
     /// A reasoning block opens.
     ReasoningStart {
         /// Block id.
         id: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: the part's `metadata` from the start on.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// Reasoning text appended.
     ReasoningDelta {
@@ -174,11 +211,27 @@ pub enum StreamEvent {
         id: String,
         /// The appended text.
         text: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: when given, it replaces the block's (Anthropic sends the signature on a delta).
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A reasoning block closes.
     ReasoningEnd {
         /// Block id.
         id: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: when given, it replaces the block's.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// Tool input starts streaming.
     #[serde(rename_all = "camelCase")]
@@ -187,6 +240,14 @@ pub enum StreamEvent {
         id: String,
         /// Tool name.
         tool_name: String,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: the tool part's `metadata`.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A piece of tool input (neither persisted nor broadcast).
     ToolInputDelta {
@@ -211,6 +272,14 @@ pub enum StreamEvent {
         /// Arguments.
         #[serde(default)]
         input: Value,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: when given, it replaces the tool part's `metadata`.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A tool returned.
     #[serde(rename_all = "camelCase")]
@@ -328,12 +397,28 @@ pub enum StreamEvent {
     File {
         /// The file.
         file: GeneratedFile,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: the file part's `metadata`.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A file generated as part of the model's reasoning (AI SDK 6+): stored as a
     /// `file` part marked `"reasoning": true`.
     ReasoningFile {
         /// The file.
         file: GeneratedFile,
+        /// The provider's metadata (`providerMetadata`: Anthropic's thinking
+        /// `signature`, OpenAI's item ids, …), kept on the part: the file part's `metadata`.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A source the model cited (a URL or a document): stored as a `source` part.
     Source(Source),
@@ -484,7 +569,8 @@ mod tests {
             e,
             StreamEvent::TextDelta {
                 id: "0".into(),
-                text: "hi".into()
+                text: "hi".into(),
+                provider_metadata: None,
             }
         );
         let e = StreamEvent::from_json(

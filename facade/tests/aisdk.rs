@@ -13,6 +13,10 @@ use forge_store::model::{PartBody, ToolState};
 use forge_store::{ReplayOptions, TenantId};
 use serde_json::Value;
 
+/// A stored or emitted text or reasoning block: its text, provider metadata and
+/// citations.
+type Block = (String, Option<Value>, Option<Value>);
+
 fn fixtures() -> Vec<(String, PathBuf)> {
     let root: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
@@ -48,8 +52,15 @@ struct Emitted {
     /// Text and reasoning blocks, in order. Block ids are reused from step to step
     /// (`txt-0` in each): a start opens a new block.
     blocks: Vec<(String, String)>,
+    /// Each block's provider metadata: its start's, replaced by any later delta's or
+    /// its end's that carries one (as opencode keeps it).
+    block_metadata: Vec<Option<Value>>,
+    /// Each block's citations (a text block's `text-end`, AI SDK 7).
+    block_citations: Vec<Option<Value>>,
     /// Tool call ids, in order.
     calls: Vec<String>,
+    /// Each call's provider metadata: its `tool-call`'s, else its `tool-input-start`'s.
+    call_metadata: Vec<Option<Value>>,
     /// Final (not preliminary) results: call id and output.
     results: Vec<(String, Value)>,
     /// Generated files: the `data:` URL and whether it came from reasoning.
@@ -130,24 +141,44 @@ fn halves_joined(text: &str) -> String {
 
 fn emitted(text: &str) -> Emitted {
     let mut e = Emitted::default();
+    let mut pending_call_metadata: std::collections::HashMap<String, Option<Value>> =
+        std::collections::HashMap::new();
     for line in text.lines().filter(|l| l.starts_with('{')) {
         let v = fixture_json(line);
         let id = || v["id"].as_str().expect("id").to_owned();
+        let metadata = v.get("providerMetadata").filter(|m| !m.is_null()).cloned();
         match v["type"].as_str() {
-            Some("text-start" | "reasoning-start") => e.blocks.push((id(), String::new())),
-            Some("text-delta" | "reasoning-delta") => {
-                let id = id();
-                let (_, block) = e
-                    .blocks
-                    .iter_mut()
-                    .rev()
-                    .find(|(b, _)| *b == id)
-                    .expect("a delta of a started block");
-                block.push_str(v["text"].as_str().expect("text"));
+            Some("text-start" | "reasoning-start") => {
+                e.blocks.push((id(), String::new()));
+                e.block_metadata.push(metadata);
+                e.block_citations.push(None);
             }
-            Some("tool-call") => e
-                .calls
-                .push(v["toolCallId"].as_str().expect("id").to_owned()),
+            Some(kind @ ("text-delta" | "reasoning-delta" | "text-end" | "reasoning-end")) => {
+                let id = id();
+                let at = e
+                    .blocks
+                    .iter()
+                    .rposition(|(b, _)| *b == id)
+                    .expect("a delta or end of a started block");
+                if kind.ends_with("-delta") {
+                    e.blocks[at].1.push_str(v["text"].as_str().expect("text"));
+                }
+                if metadata.is_some() {
+                    e.block_metadata[at] = metadata;
+                }
+                if let Some(c) = v.get("citations").filter(|c| !c.is_null()) {
+                    e.block_citations[at] = Some(c.clone());
+                }
+            }
+            Some("tool-input-start") => {
+                pending_call_metadata.insert(id(), metadata);
+            }
+            Some("tool-call") => {
+                let call = v["toolCallId"].as_str().expect("id").to_owned();
+                let started = pending_call_metadata.remove(&call).flatten();
+                e.call_metadata.push(metadata.or(started));
+                e.calls.push(call);
+            }
             Some("tool-result") if v["preliminary"] != true => e.results.push((
                 v["toolCallId"].as_str().expect("id").to_owned(),
                 v["output"].clone(),
@@ -412,16 +443,29 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let history = forge.history_all(&tenant, &sid).await.unwrap();
         let want = emitted(&text);
         let mut stored_text = Vec::new();
+        let mut stored_blocks = Vec::new();
         let mut stored_calls = Vec::new();
+        let mut stored_call_metadata = Vec::new();
         let mut stored_results = Vec::new();
         let mut stored_files = Vec::new();
         for m in history.iter().filter(|m| m.info.as_assistant().is_some()) {
             for p in &m.parts {
                 match &p.body {
-                    PartBody::Text(t) => stored_text.push(t.text.clone()),
-                    PartBody::Reasoning(r) => stored_text.push(r.text.clone()),
+                    PartBody::Text(t) => {
+                        stored_text.push(t.text.clone());
+                        stored_blocks.push((
+                            t.text.clone(),
+                            t.metadata.clone(),
+                            t.extra.get("citations").cloned(),
+                        ));
+                    }
+                    PartBody::Reasoning(r) => {
+                        stored_text.push(r.text.clone());
+                        stored_blocks.push((r.text.clone(), r.metadata.clone(), None));
+                    }
                     PartBody::Tool(t) => {
                         stored_calls.push(t.call_id.clone());
+                        stored_call_metadata.push(t.metadata.clone());
                         if let ToolState::Completed(c) = &t.state {
                             stored_results.push((t.call_id.clone(), c.output.clone()));
                         }
@@ -442,7 +486,28 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                 "{name}: block {id} {block:?} not stored as emitted; stored {stored_text:?}"
             );
         }
+        // Each block's provider metadata is on its part, in order (texts compared
+        // without trailing whitespace: a block closed by an abort keeps it).
+        let stored_blocks: Vec<Block> = stored_blocks
+            .into_iter()
+            .map(|(text, m, c)| (text.trim_end().to_owned(), m, c))
+            .collect();
+        let want_blocks: Vec<Block> = want
+            .blocks
+            .iter()
+            .zip(&want.block_metadata)
+            .zip(&want.block_citations)
+            .map(|(((_, text), m), c)| (text.trim_end().to_owned(), m.clone(), c.clone()))
+            .collect();
+        assert_eq!(
+            stored_blocks, want_blocks,
+            "{name}: blocks, their metadata and citations"
+        );
         assert_eq!(stored_calls, want.calls, "{name}: tool calls");
+        assert_eq!(
+            stored_call_metadata, want.call_metadata,
+            "{name}: tool calls' metadata"
+        );
         // A tool completes with its final result only; a JSON output is stored as text.
         let results: Vec<(String, String)> = want
             .results
@@ -515,5 +580,5 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         }
         accepted += 1;
     }
-    assert_eq!(accepted, 36, "fixtures replayed and checked");
+    assert_eq!(accepted, 40, "fixtures replayed and checked");
 }

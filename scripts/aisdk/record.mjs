@@ -332,6 +332,55 @@ const scenarios = {
       ]),
     }),
 
+  // Provider metadata as Anthropic and OpenAI send it: a thinking block whose signature
+  // arrives on a last, empty delta; a redacted thinking block (its data in the start's
+  // metadata); a text block with an item id on its end; a tool call with metadata.
+  'provider-metadata': (sdk) =>
+    oneRequest('Think, then look up the weather in Paris.', {
+      tools: { weather: weatherTool(sdk) },
+      stopWhen: sdk.ai.stepCountIs(2),
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          { type: 'reasoning-start', id: 'rsn-0', providerMetadata: { anthropic: {} } },
+          { type: 'reasoning-delta', id: 'rsn-0', delta: 'The user wants the weather.' },
+          { type: 'reasoning-delta', id: 'rsn-0', delta: '', providerMetadata: { anthropic: { signature: 'sig-EqQBCgIYAhIM' } } },
+          { type: 'reasoning-end', id: 'rsn-0' },
+          { type: 'reasoning-start', id: 'rsn-1', providerMetadata: { anthropic: { redactedData: 'EmwKAhgBEgy3va3pzix' } } },
+          { type: 'reasoning-end', id: 'rsn-1' },
+          { type: 'text-start', id: 'txt-0', providerMetadata: { openai: { itemId: 'msg_001' } } },
+          { type: 'text-delta', id: 'txt-0', delta: 'Let me check.' },
+          { type: 'text-end', id: 'txt-0', providerMetadata: { openai: { itemId: 'msg_001', phase: 'final' } } },
+          { type: 'tool-call', toolCallId: 'call-1', toolName: 'weather', input: '{"city":"Paris"}', providerMetadata: { openai: { itemId: 'fc_001' } } },
+          P.toolUse(sdk),
+        ),
+        step('resp-2', P.text('txt-1', ['Paris: 18°C.']), P.stop(sdk)),
+      ]),
+    }),
+
+  // Citations on a text block's end (ai 7): a URL source that is also streamed as a
+  // `source` part, and a document cited only here.
+  citations: (sdk) =>
+    oneRequest('What does the spec say about retries?', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          { type: 'source', sourceType: 'url', id: 'src-1', url: 'https://example.com/retries', title: 'Retries' },
+          { type: 'text-start', id: 'txt-0' },
+          { type: 'text-delta', id: 'txt-0', delta: 'Retries back off exponentially.' },
+          {
+            type: 'text-end',
+            id: 'txt-0',
+            citations: [
+              { source: { type: 'source', sourceType: 'url', id: 'src-1', url: 'https://example.com/retries', title: 'Retries' }, startIndex: 0, endIndex: 31 },
+              { source: { type: 'source', sourceType: 'document', id: 'doc-1', mediaType: 'application/pdf', title: 'spec.pdf', filename: 'spec.pdf' }, citedText: 'back off exponentially' },
+            ],
+          },
+          P.stop(sdk),
+        ),
+      ]),
+    }),
+
   // Providers and gateways number calls per step: `call_0` in step 1 and again in step 2.
   'call-id-reused': (sdk) =>
     oneRequest('What is the weather in Paris, then in Tokyo?', {

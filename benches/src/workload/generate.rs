@@ -197,8 +197,14 @@ impl Builder {
         self.event(
             EVENT_GAP_MS,
             match kind {
-                Block::Reasoning => StreamEvent::ReasoningStart { id: id.clone() },
-                Block::Text => StreamEvent::TextStart { id: id.clone() },
+                Block::Reasoning => StreamEvent::ReasoningStart {
+                    id: id.clone(),
+                    provider_metadata: None,
+                },
+                Block::Text => StreamEvent::TextStart {
+                    id: id.clone(),
+                    provider_metadata: None,
+                },
             },
         );
         let (mut prose, _) = self.cursor(Kind::Prose);
@@ -208,8 +214,16 @@ impl Builder {
             self.event(
                 DELTA_GAP_MS,
                 match kind {
-                    Block::Reasoning => StreamEvent::ReasoningDelta { id, text },
-                    Block::Text => StreamEvent::TextDelta { id, text },
+                    Block::Reasoning => StreamEvent::ReasoningDelta {
+                        id,
+                        text,
+                        provider_metadata: None,
+                    },
+                    Block::Text => StreamEvent::TextDelta {
+                        id,
+                        text,
+                        provider_metadata: None,
+                    },
                 },
             );
         }
@@ -217,8 +231,15 @@ impl Builder {
         self.event(
             EVENT_GAP_MS,
             match kind {
-                Block::Reasoning => StreamEvent::ReasoningEnd { id },
-                Block::Text => StreamEvent::TextEnd { id },
+                Block::Reasoning => StreamEvent::ReasoningEnd {
+                    id,
+                    provider_metadata: None,
+                },
+                Block::Text => StreamEvent::TextEnd {
+                    id,
+                    provider_metadata: None,
+                    citations: None,
+                },
             },
         );
     }
@@ -231,6 +252,7 @@ impl Builder {
             StreamEvent::ToolInputStart {
                 id: call_id.to_owned(),
                 tool_name: tool_name.clone(),
+                provider_metadata: None,
             },
         );
         let (mut file, file_path) = self.cursor(Kind::Code);
@@ -256,6 +278,7 @@ impl Builder {
                 tool_call_id: call_id.to_owned(),
                 tool_name: tool_name.clone(),
                 input: Value::Object(input),
+                provider_metadata: None,
             },
         );
         let output = self.text(&mut file, TOOL_OUTPUT_BYTES);

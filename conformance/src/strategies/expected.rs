@@ -68,7 +68,7 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
     let mut tools: HashMap<String, usize> = HashMap::new();
     for e in events {
         match e {
-            StreamEvent::TextStart { id } | StreamEvent::ReasoningStart { id } => {
+            StreamEvent::TextStart { id, .. } | StreamEvent::ReasoningStart { id, .. } => {
                 blocks.insert(id.clone(), fed.parts.len());
                 fed.parts.push(Expected::Block {
                     reasoning: matches!(e, StreamEvent::ReasoningStart { .. }),
@@ -76,7 +76,8 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
                     closed: None,
                 });
             }
-            StreamEvent::TextDelta { id, text } | StreamEvent::ReasoningDelta { id, text } => {
+            StreamEvent::TextDelta { id, text, .. }
+            | StreamEvent::ReasoningDelta { id, text, .. } => {
                 fed.deltas += 1;
                 if let Some(Expected::Block { streamed, .. }) =
                     blocks.get(id).and_then(|&i| fed.parts.get_mut(i))
@@ -84,7 +85,7 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
                     streamed.push_str(text);
                 }
             }
-            StreamEvent::TextEnd { id } | StreamEvent::ReasoningEnd { id } => {
+            StreamEvent::TextEnd { id, .. } | StreamEvent::ReasoningEnd { id, .. } => {
                 if let Some(Expected::Block {
                     streamed, closed, ..
                 }) = blocks.remove(id).and_then(|i| fed.parts.get_mut(i))
@@ -92,7 +93,7 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
                     *closed = Some(streamed.trim_end().to_owned());
                 }
             }
-            StreamEvent::ToolInputStart { id, tool_name } => {
+            StreamEvent::ToolInputStart { id, tool_name, .. } => {
                 tools.insert(id.clone(), fed.parts.len());
                 fed.parts.push(Expected::Tool {
                     call_id: id.clone(),
@@ -104,6 +105,7 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
                 tool_call_id,
                 tool_name,
                 input,
+                ..
             } => {
                 let running = ExpectedTool::Running(input.clone());
                 match tools.get(tool_call_id).and_then(|&i| fed.parts.get_mut(i)) {

@@ -141,22 +141,43 @@ fn block_events(block: &BlockSpec, n: usize) -> Vec<StreamEvent> {
             let text = matches!(block, BlockSpec::Text(_));
             let id = format!("{}{n}", if text { "t" } else { "r" });
             out.push(if text {
-                StreamEvent::TextStart { id: id.clone() }
+                StreamEvent::TextStart {
+                    id: id.clone(),
+                    provider_metadata: None,
+                }
             } else {
-                StreamEvent::ReasoningStart { id: id.clone() }
+                StreamEvent::ReasoningStart {
+                    id: id.clone(),
+                    provider_metadata: None,
+                }
             });
             for d in deltas {
                 let (id, text_) = (id.clone(), d.clone());
                 out.push(if text {
-                    StreamEvent::TextDelta { id, text: text_ }
+                    StreamEvent::TextDelta {
+                        id,
+                        text: text_,
+                        provider_metadata: None,
+                    }
                 } else {
-                    StreamEvent::ReasoningDelta { id, text: text_ }
+                    StreamEvent::ReasoningDelta {
+                        id,
+                        text: text_,
+                        provider_metadata: None,
+                    }
                 });
             }
             out.push(if text {
-                StreamEvent::TextEnd { id }
+                StreamEvent::TextEnd {
+                    id,
+                    provider_metadata: None,
+                    citations: None,
+                }
             } else {
-                StreamEvent::ReasoningEnd { id }
+                StreamEvent::ReasoningEnd {
+                    id,
+                    provider_metadata: None,
+                }
             });
         }
         BlockSpec::Tool {
@@ -169,6 +190,7 @@ fn block_events(block: &BlockSpec, n: usize) -> Vec<StreamEvent> {
                 out.push(StreamEvent::ToolInputStart {
                     id: id.clone(),
                     tool_name: tool.clone(),
+                    provider_metadata: None,
                 });
                 for i in 1..*streamed_input {
                     out.push(StreamEvent::ToolInputDelta {
@@ -182,6 +204,7 @@ fn block_events(block: &BlockSpec, n: usize) -> Vec<StreamEvent> {
                 tool_call_id: id.clone(),
                 tool_name: tool.clone(),
                 input: json!({"n": n, "args": ["a", 1]}),
+                provider_metadata: None,
             });
             let (tool_call_id, tool_name) = (id, tool.clone());
             match outcome {

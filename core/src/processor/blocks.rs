@@ -3,6 +3,8 @@
 
 use std::borrow::Cow;
 
+use serde_json::Value;
+
 use super::inflight::{BlockBody, OpenBlock};
 use super::machine::{Machine, OnCommit};
 use crate::close;
@@ -19,7 +21,15 @@ impl Machine {
     /// The delta path: append to the open block and publish. With
     /// [`ProcessorOptions::persist_every_delta`](super::ProcessorOptions::persist_every_delta)
     /// the block's part is also committed after the publish.
-    pub(super) fn block_delta(&mut self, id: &str, text: String, kind: &'static str) -> Result<()> {
+    /// A delta's provider metadata, when it carries any, replaces the block's (it is
+    /// stored with the block's next commit, never published).
+    pub(super) fn block_delta(
+        &mut self,
+        id: &str,
+        text: String,
+        provider_metadata: Option<Value>,
+        kind: &'static str,
+    ) -> Result<()> {
         let Some(block) = self.blocks.get_mut(id) else {
             return Err(Error::invalid(format!(
                 "{kind}-delta for block {id:?}, which is not open"
@@ -32,6 +42,9 @@ impl Machine {
             )));
         }
         block.body.text_mut().push_str(&text);
+        if provider_metadata.is_some() {
+            *block.body.metadata_mut() = provider_metadata;
+        }
         let delta = PartDelta {
             session_id: self.session_id.clone(),
             message_id: self.message.id.clone(),
@@ -70,8 +83,15 @@ impl Machine {
     }
 
     /// `text-end` / `reasoning-end`: the whole part, trailing whitespace trimmed, the
-    /// text hook applied (text only), `time.end` set.
-    pub(super) fn end_block(&mut self, id: &str, kind: &str) -> Result<()> {
+    /// text hook applied (text only), `time.end` set, the end's provider metadata (when
+    /// it carries any) in place of the block's, and a text's `citations` kept as given.
+    pub(super) fn end_block(
+        &mut self,
+        id: &str,
+        provider_metadata: Option<Value>,
+        citations: Option<Value>,
+        kind: &str,
+    ) -> Result<()> {
         let mut block = match self.blocks.remove(id) {
             None => {
                 return Err(Error::invalid(format!(
@@ -88,9 +108,17 @@ impl Machine {
             Some(b) => b,
         };
         let now = self.now();
+        if provider_metadata.is_some() {
+            *block.body.metadata_mut() = provider_metadata;
+        }
         trim_end_in_place(block.body.text_mut());
-        if let (BlockBody::Text(t), Some(hook)) = (&mut block.body, &self.opts.text_hook) {
-            hook(&mut t.text);
+        if let BlockBody::Text(t) = &mut block.body {
+            if let Some(hook) = &self.opts.text_hook {
+                hook(&mut t.text);
+            }
+            if let Some(citations) = citations {
+                t.extra.insert("citations".into(), citations);
+            }
         }
         let mut part = block.into_part(&self.session_id, &self.message.id);
         close::close_block(&mut part, now, None);

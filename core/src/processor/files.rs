@@ -6,11 +6,20 @@ use crate::model::{FilePart, JsonMap, PartBody, SourcePart};
 use crate::stream::{GeneratedFile, Source};
 
 impl Machine {
-    /// A generated file: one closed `file` part, its content as a `data:` URL.
-    pub(super) fn file(&mut self, file: GeneratedFile, reasoning: bool) {
+    /// A generated file: one closed `file` part, its content as a `data:` URL, the
+    /// provider's metadata as its `metadata`.
+    pub(super) fn file(
+        &mut self,
+        file: GeneratedFile,
+        provider_metadata: Option<serde_json::Value>,
+        reasoning: bool,
+    ) {
         let mut extra = JsonMap::new();
         if reasoning {
             extra.insert("reasoning".into(), serde_json::Value::Bool(true));
+        }
+        if let Some(m) = provider_metadata {
+            extra.insert("metadata".into(), m);
         }
         let url = format!("data:{};base64,{}", file.media_type, file.base64);
         let part = self.new_part(PartBody::File(FilePart {

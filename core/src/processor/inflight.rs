@@ -32,6 +32,14 @@ impl BlockBody {
         }
     }
 
+    /// The provider metadata the part keeps.
+    pub(super) fn metadata_mut(&mut self) -> &mut Option<Value> {
+        match self {
+            Self::Text(t) => &mut t.metadata,
+            Self::Reasoning(r) => &mut r.metadata,
+        }
+    }
+
     pub(super) fn text_mut(&mut self) -> &mut String {
         match self {
             Self::Text(t) => &mut t.text,

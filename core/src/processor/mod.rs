@@ -112,39 +112,70 @@ impl Machine {
             )));
         }
         match event {
-            StreamEvent::TextDelta { id, text } => self.block_delta(&id, text, "text")?,
-            StreamEvent::ReasoningDelta { id, text } => {
-                self.block_delta(&id, text, "reasoning")?;
+            StreamEvent::TextDelta {
+                id,
+                text,
+                provider_metadata,
+            } => self.block_delta(&id, text, provider_metadata, "text")?,
+            StreamEvent::ReasoningDelta {
+                id,
+                text,
+                provider_metadata,
+            } => {
+                self.block_delta(&id, text, provider_metadata, "reasoning")?;
             }
-            StreamEvent::TextStart { id } => {
+            StreamEvent::TextStart {
+                id,
+                provider_metadata,
+            } => {
                 let now = self.now();
                 self.open_block(
                     id,
                     BlockBody::Text(TextPart {
                         time: Some(PartTime::open(now)),
+                        metadata: provider_metadata,
                         ..TextPart::plain("")
                     }),
                 )?;
             }
-            StreamEvent::ReasoningStart { id } => {
+            StreamEvent::ReasoningStart {
+                id,
+                provider_metadata,
+            } => {
                 let now = self.now();
                 self.open_block(
                     id,
                     BlockBody::Reasoning(ReasoningPart {
                         text: String::new(),
-                        metadata: None,
+                        metadata: provider_metadata,
                         time: PartTime::open(now),
                         extra: JsonMap::new(),
                     }),
                 )?;
             }
-            StreamEvent::TextEnd { id } => self.end_block(&id, "text")?,
-            StreamEvent::ReasoningEnd { id } => self.end_block(&id, "reasoning")?,
-            StreamEvent::ToolInputStart { id, tool_name } => {
-                self.tool_input_start(id, tool_name)?;
+            StreamEvent::TextEnd {
+                id,
+                provider_metadata,
+                citations,
+            } => self.end_block(&id, provider_metadata, citations, "text")?,
+            StreamEvent::ReasoningEnd {
+                id,
+                provider_metadata,
+            } => self.end_block(&id, provider_metadata, None, "reasoning")?,
+            StreamEvent::ToolInputStart {
+                id,
+                tool_name,
+                provider_metadata,
+            } => {
+                self.tool_input_start(id, tool_name, provider_metadata)?;
             }
-            StreamEvent::ToolInputDelta { .. }
-            | StreamEvent::ToolInputEnd { .. }
+            StreamEvent::ToolInputDelta { id, delta } => {
+                // Kept in memory only: a call aborted before its `tool-call` closes
+                // with the input streamed so far.
+                self.tool_input_delta(&id, &delta);
+                self.ignored += 1;
+            }
+            StreamEvent::ToolInputEnd { .. }
             | StreamEvent::Start {}
             | StreamEvent::Raw {}
             | StreamEvent::Custom { .. }
@@ -170,13 +201,20 @@ impl Machine {
             StreamEvent::ToolOutputDenied { tool_call_id, .. } => {
                 self.output_denied(&tool_call_id, waiting)?;
             }
-            StreamEvent::File { file } => self.file(file, false),
-            StreamEvent::ReasoningFile { file } => self.file(file, true),
+            StreamEvent::File {
+                file,
+                provider_metadata,
+            } => self.file(file, provider_metadata, false),
+            StreamEvent::ReasoningFile {
+                file,
+                provider_metadata,
+            } => self.file(file, provider_metadata, true),
             StreamEvent::ToolCall {
                 tool_call_id,
                 tool_name,
                 input,
-            } => self.tool_call(tool_call_id, tool_name, input)?,
+                provider_metadata,
+            } => self.tool_call(tool_call_id, tool_name, input, provider_metadata)?,
             StreamEvent::ToolResult {
                 tool_call_id,
                 output,

@@ -284,3 +284,161 @@ fn finalize_leaves_a_call_waiting_for_approval_and_closes_a_running_one() {
         .collect();
     assert_eq!(closed, ["r"]);
 }
+
+/// The provider's metadata is kept on the part, as opencode keeps it: a block's from
+/// its start, replaced by a delta's or its end's when they carry one (Anthropic sends
+/// the thinking signature on a delta, with no text); a tool's from its input start or
+/// its call; a file's on the file part. A delta with metadata is still only a publish.
+#[test]
+fn provider_metadata_is_kept_on_every_part_kind() {
+    let mut m = machine();
+    applied(&mut m);
+    let meta = |v: &str| serde_json::json!({ "anthropic": { "signature": v } });
+    m.handle(
+        ev(r#"{"type":"reasoning-start","id":"r","providerMetadata":{"anthropic":{"signature":"s0"}}}"#),
+        None,
+    )
+    .unwrap();
+    let started = committed_parts(&mut m);
+    m.committed();
+    let PartBody::Reasoning(r) = &started[0].body else {
+        panic!("{started:?}")
+    };
+    assert_eq!(r.metadata, Some(meta("s0")), "the start's metadata");
+    m.handle(
+        ev(r#"{"type":"reasoning-delta","id":"r","text":"think"}"#),
+        None,
+    )
+    .unwrap();
+    m.handle(
+        ev(r#"{"type":"reasoning-delta","id":"r","text":"","providerMetadata":{"anthropic":{"signature":"s1"}}}"#),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        effects(&mut m),
+        ["delta "],
+        "a delta with metadata stays a publish"
+    );
+    m.handle(ev(r#"{"type":"reasoning-end","id":"r"}"#), None)
+        .unwrap();
+    let ended = committed_parts(&mut m);
+    let PartBody::Reasoning(r) = &ended[0].body else {
+        panic!("{ended:?}")
+    };
+    assert_eq!(
+        r.metadata,
+        Some(meta("s1")),
+        "the delta's replaced the start's"
+    );
+    assert_eq!(r.text, "think");
+
+    m.handle(ev(r#"{"type":"text-start","id":"t"}"#), None)
+        .unwrap();
+    applied(&mut m);
+    m.handle(
+        ev(r#"{"type":"text-end","id":"t","providerMetadata":{"openai":{"itemId":"msg_1"}}}"#),
+        None,
+    )
+    .unwrap();
+    let PartBody::Text(t) = &committed_parts(&mut m)[0].body else {
+        panic!("not text")
+    };
+    assert_eq!(
+        t.metadata,
+        Some(serde_json::json!({"openai": {"itemId": "msg_1"}}))
+    );
+
+    m.handle(
+        ev(r#"{"type":"tool-input-start","id":"c1","toolName":"read","providerMetadata":{"p":1}}"#),
+        None,
+    )
+    .unwrap();
+    let PartBody::Tool(pending) = &committed_parts(&mut m)[0].body else {
+        panic!("not a tool")
+    };
+    assert_eq!(pending.metadata, Some(serde_json::json!({"p": 1})));
+    m.handle(
+        ev(r#"{"type":"tool-call","toolCallId":"c1","toolName":"read","input":{},"providerMetadata":{"p":2}}"#),
+        None,
+    )
+    .unwrap();
+    let PartBody::Tool(running) = &committed_parts(&mut m)[0].body else {
+        panic!("not a tool")
+    };
+    assert_eq!(running.metadata, Some(serde_json::json!({"p": 2})));
+    // A tool result keeps the call's metadata.
+    m.handle(
+        ev(r#"{"type":"tool-result","toolCallId":"c1","output":"ok"}"#),
+        None,
+    )
+    .unwrap();
+    let PartBody::Tool(done) = &committed_parts(&mut m)[0].body else {
+        panic!("not a tool")
+    };
+    assert_eq!(done.metadata, Some(serde_json::json!({"p": 2})));
+
+    m.handle(
+        ev(r#"{"type":"file","file":{"mediaType":"image/png","base64":"AA=="},"providerMetadata":{"f":true}}"#),
+        None,
+    )
+    .unwrap();
+    let PartBody::File(f) = &committed_parts(&mut m)[0].body else {
+        panic!("not a file")
+    };
+    assert_eq!(
+        f.extra.get("metadata"),
+        Some(&serde_json::json!({"f": true}))
+    );
+}
+
+/// A call cut off while its input streams keeps what streamed: whole JSON as its input,
+/// a fragment as `metadata.raw` (the input stays `{}`); the deltas themselves are
+/// neither committed nor published.
+#[test]
+fn an_aborted_pending_call_keeps_the_input_that_streamed() {
+    for (deltas, input, raw) in [
+        (
+            vec![r#"{"path":"/tm"#],
+            serde_json::json!({}),
+            Some(r#"{"path":"/tm"#),
+        ),
+        (
+            vec![r#"{"path":"#, r#""/tmp"}"#],
+            serde_json::json!({"path": "/tmp"}),
+            None,
+        ),
+    ] {
+        let mut m = machine();
+        applied(&mut m);
+        m.handle(
+            ev(r#"{"type":"tool-input-start","id":"c1","toolName":"read"}"#),
+            None,
+        )
+        .unwrap();
+        applied(&mut m);
+        for d in &deltas {
+            let line = serde_json::json!({"type": "tool-input-delta", "id": "c1", "delta": d});
+            m.handle(ev(&line.to_string()), None).unwrap();
+            assert!(
+                effects(&mut m).is_empty(),
+                "an input delta is neither stored nor sent"
+            );
+        }
+        m.finalize(super::Outcome::Aborted);
+        let closed = committed_parts(&mut m);
+        let PartBody::Tool(t) = &closed[0].body else {
+            panic!("{closed:?}")
+        };
+        let ToolState::Error(e) = &t.state else {
+            panic!("{:?}", t.state)
+        };
+        assert_eq!(e.input, input, "{deltas:?}");
+        let kept = e
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("raw"))
+            .and_then(Value::as_str);
+        assert_eq!(kept, raw, "{deltas:?}");
+    }
+}

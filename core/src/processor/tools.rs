@@ -26,18 +26,29 @@ impl Machine {
     }
 
     /// Starts tracking a call of this message in `state` and commits its part.
-    fn add_call(&mut self, call_id: String, tool: String, state: CallState) {
-        let call = Call {
-            head: self.new_call_head(call_id.clone(), tool),
-            state,
-        };
+    fn add_call(
+        &mut self,
+        call_id: String,
+        tool: String,
+        metadata: Option<Value>,
+        state: CallState,
+    ) {
+        let mut head = self.new_call_head(call_id.clone(), tool);
+        head.metadata = metadata;
+        let call = Call { head, state };
         let part = call.to_part();
         self.tools.insert(call_id, call);
         self.commit_part(part);
     }
 
-    /// `tool-input-start`: the call is `pending`.
-    pub(super) fn tool_input_start(&mut self, id: String, tool: String) -> Result<()> {
+    /// `tool-input-start`: the call is `pending`; the provider's metadata is the
+    /// part's.
+    pub(super) fn tool_input_start(
+        &mut self,
+        id: String,
+        tool: String,
+        provider_metadata: Option<Value>,
+    ) -> Result<()> {
         if self.tools.get(&id).is_some_and(|c| c.state.is_open()) {
             return Err(Error::invalid(format!(
                 "tool-input-start for call {id}, which is already open"
@@ -49,12 +60,32 @@ impl Machine {
             raw: String::new(),
             extra: JsonMap::new(),
         });
-        self.add_call(id, tool, pending);
+        self.add_call(id, tool, provider_metadata, pending);
         Ok(())
     }
 
-    /// `tool-call`: a pending call of this message, or a new one, is `running`.
-    pub(super) fn tool_call(&mut self, call_id: String, tool: String, input: Value) -> Result<()> {
+    /// `tool-input-delta`: the input text of a pending call grows (in memory: nothing
+    /// is committed or published). A delta for a call that is not pending is ignored,
+    /// as the stream's input deltas always were.
+    pub(super) fn tool_input_delta(&mut self, id: &str, delta: &str) {
+        if let Some(Call {
+            state: CallState::Pending(p),
+            ..
+        }) = self.tools.get_mut(id)
+        {
+            p.raw.push_str(delta);
+        }
+    }
+
+    /// `tool-call`: a pending call of this message, or a new one, is `running`; the
+    /// provider's metadata, when given, is the part's.
+    pub(super) fn tool_call(
+        &mut self,
+        call_id: String,
+        tool: String,
+        input: Value,
+        provider_metadata: Option<Value>,
+    ) -> Result<()> {
         let now = self.now();
         let running = ToolRunning {
             input,
@@ -69,6 +100,9 @@ impl Machine {
         match self.tools.get_mut(&call_id) {
             Some(call) if matches!(call.state, CallState::Pending(_)) => {
                 call.state = CallState::Running(running);
+                if provider_metadata.is_some() {
+                    call.head.metadata = provider_metadata;
+                }
                 let part = call.to_part();
                 self.commit_part(part);
                 return Ok(());
@@ -82,7 +116,12 @@ impl Machine {
             _ => {}
         }
         self.new_call(&call_id, "tool-call")?;
-        self.add_call(call_id, tool, CallState::Running(running));
+        self.add_call(
+            call_id,
+            tool,
+            provider_metadata,
+            CallState::Running(running),
+        );
         Ok(())
     }
 

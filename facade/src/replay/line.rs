@@ -286,7 +286,8 @@ mod tests {
             e,
             StreamEvent::TextDelta {
                 id: "t".into(),
-                text: "x".into()
+                text: "x".into(),
+                provider_metadata: None
             }
         );
         assert!(matches!(

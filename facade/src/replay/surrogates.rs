@@ -313,8 +313,8 @@ impl Joiner {
 /// The stream, block id and text of a delta event.
 fn delta_text(event: &mut StreamEvent) -> Option<(Stream, &String, &mut String)> {
     match event {
-        StreamEvent::TextDelta { id, text } => Some((Stream::Text, id, text)),
-        StreamEvent::ReasoningDelta { id, text } => Some((Stream::Reasoning, id, text)),
+        StreamEvent::TextDelta { id, text, .. } => Some((Stream::Text, id, text)),
+        StreamEvent::ReasoningDelta { id, text, .. } => Some((Stream::Reasoning, id, text)),
         StreamEvent::ToolInputDelta { id, delta } => Some((Stream::ToolInput, id, delta)),
         _ => None,
     }
@@ -329,8 +329,8 @@ enum Ends<'a> {
 /// Which blocks' delta streams `event` ends.
 fn ends(event: &StreamEvent) -> Ends<'_> {
     match event {
-        StreamEvent::TextEnd { id } => Ends::Block(Stream::Text, id),
-        StreamEvent::ReasoningEnd { id } => Ends::Block(Stream::Reasoning, id),
+        StreamEvent::TextEnd { id, .. } => Ends::Block(Stream::Text, id),
+        StreamEvent::ReasoningEnd { id, .. } => Ends::Block(Stream::Reasoning, id),
         StreamEvent::ToolInputEnd { id } => Ends::Block(Stream::ToolInput, id),
         StreamEvent::ToolCall { tool_call_id, .. } => Ends::Block(Stream::ToolInput, tool_call_id),
         StreamEvent::FinishStep { .. }
@@ -346,8 +346,16 @@ fn replacement(stream: Stream, id: &str) -> Line {
     let id = id.to_owned();
     let text = REPLACEMENT.to_string();
     Line::Stream(match stream {
-        Stream::Text => StreamEvent::TextDelta { id, text },
-        Stream::Reasoning => StreamEvent::ReasoningDelta { id, text },
+        Stream::Text => StreamEvent::TextDelta {
+            id,
+            text,
+            provider_metadata: None,
+        },
+        Stream::Reasoning => StreamEvent::ReasoningDelta {
+            id,
+            text,
+            provider_metadata: None,
+        },
         Stream::ToolInput => StreamEvent::ToolInputDelta { id, delta: text },
     })
 }
@@ -360,6 +368,7 @@ mod tests {
         Line::Stream(StreamEvent::TextDelta {
             id: "t".into(),
             text: text.into(),
+            provider_metadata: None,
         })
     }
 
@@ -425,7 +434,11 @@ mod tests {
         // A high half alone in its delta, then the block ends: a delta of U+FFFD first.
         let d = j.push(delta(&marked_text(r"\ud83d")), true);
         assert!(d.line.is_none());
-        let end = Line::Stream(StreamEvent::TextEnd { id: "t".into() });
+        let end = Line::Stream(StreamEvent::TextEnd {
+            id: "t".into(),
+            provider_metadata: None,
+            citations: None,
+        });
         let e = j.push(end, false);
         assert_eq!(e.before.len(), 1);
         assert_eq!(text_of(Some(&e.before[0])), "\u{FFFD}");
