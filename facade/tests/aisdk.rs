@@ -467,7 +467,7 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                         stored_calls.push(t.call_id.clone());
                         stored_call_metadata.push(t.metadata.clone());
                         if let ToolState::Completed(c) = &t.state {
-                            stored_results.push((t.call_id.clone(), c.output.clone()));
+                            stored_results.push((t.call_id.clone(), c.returned()));
                         }
                     }
                     PartBody::File(f) => stored_files.push((
@@ -508,18 +508,9 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
             stored_call_metadata, want.call_metadata,
             "{name}: tool calls' metadata"
         );
-        // A tool completes with its final result only; a JSON output is stored as text.
-        let results: Vec<(String, String)> = want
-            .results
-            .into_iter()
-            .map(|(id, v)| match v {
-                Value::String(s) => (id, s),
-                Value::Object(m) if m.get("output").is_some_and(Value::is_string) => {
-                    (id, m["output"].as_str().unwrap_or_default().to_owned())
-                }
-                other => (id, other.to_string()),
-            })
-            .collect();
+        // A tool completes with its final result only, and the value it returned comes
+        // back exactly (a JSON output is stored as its text, marked).
+        let results = want.results;
         assert_eq!(stored_results, results, "{name}: tool results");
         assert_eq!(stored_files, want.files, "{name}: generated files");
         check_answers(&name, &text, &history);

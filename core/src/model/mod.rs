@@ -18,11 +18,13 @@ pub use message::{
     AssistantMessage, AssistantTime, ErrorData, ErrorName, Message, MessageBody, MessageError,
     ModelRef, PathInfo, UserMessage, UserTime,
 };
+pub use part::split_output;
 pub use part::{
     AgentPart, CacheTokens, CompactionPart, FilePart, Part, PartBody, PartTime, PatchPart,
     ReasoningPart, RetryPart, RetryTime, SnapshotPart, SourcePart, StepFinishPart, StepStartPart,
     SubtaskPart, TextPart, Tokens, ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning,
-    ToolState, ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS,
+    ToolState, ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS, OUTPUT_JSON,
+    OUTPUT_KEYS,
 };
 pub use session::{Session, SessionTime};
 

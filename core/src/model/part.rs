@@ -9,8 +9,8 @@ use crate::id::{MessageId, PartId, SessionId};
 mod tool;
 
 pub use tool::{
-    ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning, ToolState, ToolTime,
-    ToolTimeEnded, APPROVAL_REQUESTED,
+    split_output, ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning, ToolState,
+    ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, OUTPUT_JSON, OUTPUT_KEYS,
 };
 
 /// A segment inside a message.

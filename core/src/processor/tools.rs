@@ -8,8 +8,8 @@ use super::machine::Machine;
 use crate::error::{Error, Result};
 use crate::id::PartId;
 use crate::model::{
-    JsonMap, Part, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,
-    ToolTimeEnded, APPROVAL_REQUESTED,
+    split_output, JsonMap, Part, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState,
+    ToolTime, ToolTimeEnded, APPROVAL_REQUESTED,
 };
 
 impl Machine {
@@ -211,28 +211,7 @@ impl Machine {
         output: Value,
         waiting: Option<Part>,
     ) -> Result<()> {
-        let (output, title, metadata) = match output {
-            Value::String(s) => (s, String::new(), Value::Object(JsonMap::new())),
-            Value::Object(mut m) if m.get("output").is_some_and(Value::is_string) => {
-                let output = match m.remove("output") {
-                    Some(Value::String(s)) => s,
-                    _ => String::new(),
-                };
-                let title = match m.remove("title") {
-                    Some(Value::String(s)) => s,
-                    _ => String::new(),
-                };
-                let metadata = m
-                    .remove("metadata")
-                    .unwrap_or_else(|| Value::Object(JsonMap::new()));
-                (output, title, metadata)
-            }
-            other => (
-                other.to_string(),
-                String::new(),
-                Value::Object(JsonMap::new()),
-            ),
-        };
+        let (output, title, metadata, marks) = split_output(output);
         self.finish_call(call_id, "tool-result", waiting, |input, approval, time| {
             ToolState::Completed(ToolCompleted {
                 input,
@@ -241,7 +220,7 @@ impl Machine {
                 metadata: with_approval(metadata, approval),
                 time,
                 attachments: None,
-                extra: JsonMap::new(),
+                extra: marks,
             })
         })
     }

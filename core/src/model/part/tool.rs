@@ -153,6 +153,82 @@ pub struct ToolCompleted {
     pub extra: JsonMap,
 }
 
+/// `outputJSON`: the completed state's `output` is the JSON text of the value the tool
+/// returned (a number, an array, an object not of opencode's shape, …), not text.
+pub const OUTPUT_JSON: &str = "outputJSON";
+/// `outputKeys`: the tool returned an object of opencode's shape, `{output, title?,
+/// metadata?}`, unpacked into the state's fields; these are the keys it had.
+pub const OUTPUT_KEYS: &str = "outputKeys";
+
+/// The keys of opencode's tool result shape.
+const OPENCODE_KEYS: [&str; 3] = ["output", "title", "metadata"];
+
+/// A completed state's `output`, `title`, `metadata` and marks (in `extra`) for the
+/// value a tool returned, so that [`ToolCompleted::returned`] gives that value back
+/// exactly: a string is the output; an object of opencode's shape (`output` a string,
+/// `title` a string if present, no other key) is unpacked, its keys recorded as
+/// [`OUTPUT_KEYS`]; any other value is stored as its JSON text, marked
+/// [`OUTPUT_JSON`] (so `42` and `"42"` stay apart, and `{output, exitCode}` keeps
+/// `exitCode`).
+pub fn split_output(value: Value) -> (String, String, Value, JsonMap) {
+    let mut marks = JsonMap::new();
+    let empty = || Value::Object(JsonMap::new());
+    match value {
+        Value::String(s) => (s, String::new(), empty(), marks),
+        Value::Object(mut m)
+            if m.get("output").is_some_and(Value::is_string)
+                && m.get("title").is_none_or(Value::is_string)
+                && m.keys().all(|k| OPENCODE_KEYS.contains(&k.as_str())) =>
+        {
+            let keys = OPENCODE_KEYS
+                .iter()
+                .filter(|k| m.contains_key(**k))
+                .map(|k| Value::String((*k).to_owned()))
+                .collect();
+            marks.insert(OUTPUT_KEYS.into(), Value::Array(keys));
+            let text = |v: Option<Value>| match v {
+                Some(Value::String(s)) => s,
+                _ => String::new(),
+            };
+            let output = text(m.remove("output"));
+            let title = text(m.remove("title"));
+            let metadata = m.remove("metadata").unwrap_or_else(empty);
+            (output, title, metadata, marks)
+        }
+        other => {
+            marks.insert(OUTPUT_JSON.into(), Value::Bool(true));
+            (other.to_string(), String::new(), empty(), marks)
+        }
+    }
+}
+
+impl ToolCompleted {
+    /// The value the tool returned, rebuilt from the state as [`split_output`] stored
+    /// it. A state without marks (written by opencode, or before the marks existed)
+    /// gives its `output` as a string.
+    pub fn returned(&self) -> Value {
+        if self.extra.get(OUTPUT_JSON) == Some(&Value::Bool(true)) {
+            if let Ok(v) = serde_json::from_str(&self.output) {
+                return v;
+            }
+        }
+        if let Some(Value::Array(keys)) = self.extra.get(OUTPUT_KEYS) {
+            let mut m = JsonMap::new();
+            for key in keys.iter().filter_map(Value::as_str) {
+                let v = match key {
+                    "output" => Value::String(self.output.clone()),
+                    "title" => Value::String(self.title.clone()),
+                    "metadata" => self.metadata.clone(),
+                    _ => continue,
+                };
+                m.insert(key.to_owned(), v);
+            }
+            return Value::Object(m);
+        }
+        Value::String(self.output.clone())
+    }
+}
+
 /// `status: "error"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolError {
@@ -200,4 +276,65 @@ pub struct ToolTimeEnded {
     /// Unknown fields, kept.
     #[serde(flatten)]
     pub extra: JsonMap,
+}
+
+#[cfg(test)]
+mod output_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn completed(value: Value) -> ToolCompleted {
+        let (output, title, metadata, extra) = split_output(value);
+        ToolCompleted {
+            input: json!({}),
+            output,
+            title,
+            metadata,
+            time: ToolTimeEnded {
+                start: 1,
+                end: 2,
+                compacted: None,
+                extra: JsonMap::new(),
+            },
+            attachments: None,
+            extra,
+        }
+    }
+
+    /// Every value a tool can return comes back exactly, through JSON too (an export
+    /// and an import): `42` and `"42"` apart, opencode's shape unpacked with only the
+    /// keys it had, and any other object kept whole.
+    #[test]
+    fn the_returned_value_comes_back_exactly() {
+        for value in [
+            json!("42"),
+            json!(42),
+            json!(null),
+            json!([1, "a"]),
+            json!({"city": "Paris", "temperature": 18}),
+            json!({"output": "x"}),
+            json!({"output": "x", "title": "t", "metadata": {"exit": 0}}),
+            json!({"output": "x", "title": "t", "exitCode": 3}),
+            json!({"output": 5}),
+            json!({"output": "x", "title": 7}),
+            json!({"title": "t"}),
+        ] {
+            let state = completed(value.clone());
+            assert_eq!(state.returned(), value);
+            let text = serde_json::to_string(&state).unwrap();
+            let back: ToolCompleted = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.returned(), value, "{text}");
+        }
+        // opencode's shape is what opencode readers see: the output text and title.
+        let state = completed(json!({"output": "x", "title": "t"}));
+        assert_eq!((state.output.as_str(), state.title.as_str()), ("x", "t"));
+        // Any other object: its JSON text, marked.
+        let state = completed(json!({"output": "x", "exitCode": 3}));
+        assert_eq!(state.extra.get(OUTPUT_JSON), Some(&json!(true)));
+        // A state opencode wrote (no marks) gives its output text.
+        let mut plain = completed(json!("x"));
+        plain.output = "42".into();
+        assert_eq!(plain.returned(), json!("42"));
+    }
 }
