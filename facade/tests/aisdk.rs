@@ -569,6 +569,22 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                 history.last().map(|m| &m.info.id)
             );
         }
+        // Export → import (into a fresh store) → export: the same document, every field
+        // kept (provider metadata, citations, the marks of a tool's returned value, …;
+        // compared as JSON values: the order of an object's keys may differ).
+        let exported = forge.export(&tenant, &sid).await.unwrap();
+        let first = serde_json::to_string(&exported).expect("export json");
+        let other = forge_store::open("memory://").await.unwrap();
+        other
+            .import_str(&tenant, &first, &|_, _| {})
+            .await
+            .unwrap_or_else(|e| panic!("{name}: import: {e}"));
+        let again = other.export(&tenant, &sid).await.unwrap();
+        assert_eq!(
+            serde_json::to_value(&exported).expect("export json"),
+            serde_json::to_value(&again).expect("export json"),
+            "{name}: export, import, export"
+        );
         accepted += 1;
     }
     assert_eq!(accepted, 40, "fixtures replayed and checked");
