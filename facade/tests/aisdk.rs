@@ -440,6 +440,19 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
             report.unknown_summary()
         );
         let sid = report.session.expect("session");
+        // Strict mode (unknown types and an early end are errors) takes every recording
+        // but the one whose stream threw: it ends with its answer open, which strict
+        // mode refuses by design.
+        let strict = forge_store::open("memory://").await.unwrap();
+        let outcome = strict
+            .replay_str(&tenant, &text, ReplayOptions::titled(&name).strict(true))
+            .await;
+        match (name.ends_with("/stream-throws"), outcome) {
+            (false, Ok(_)) => {}
+            (true, Err(e)) => assert!(e.to_string().contains("ended early"), "{name}: {e}"),
+            (false, Err(e)) => panic!("{name}: strict mode: {e}"),
+            (true, Ok(_)) => panic!("{name}: strict mode took a stream that ended early"),
+        }
         let history = forge.history_all(&tenant, &sid).await.unwrap();
         let want = emitted(&text);
         let mut stored_text = Vec::new();
