@@ -600,5 +600,5 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         );
         accepted += 1;
     }
-    assert_eq!(accepted, 40, "fixtures replayed and checked");
+    assert_eq!(accepted, 44, "fixtures replayed and checked");
 }

@@ -381,6 +381,46 @@ const scenarios = {
       ]),
     }),
 
+  // OpenAI's reasoning as the Responses API streams it: an item id on the start, the
+  // encrypted content (kept for the next request) on the end.
+  'openai-reasoning-encrypted': (sdk) =>
+    oneRequest('Is 91 prime?', {
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          { type: 'reasoning-start', id: 'rs_1:0', providerMetadata: { openai: { itemId: 'rs_1', reasoningEncryptedContent: null } } },
+          { type: 'reasoning-delta', id: 'rs_1:0', delta: '91 = 7 * 13.' },
+          { type: 'reasoning-end', id: 'rs_1:0', providerMetadata: { openai: { itemId: 'rs_1', reasoningEncryptedContent: 'gAAAAABo-encrypted-reasoning' } } },
+          P.text('txt-0', ['No: 91 = 7 × 13.']),
+          P.stop(sdk),
+        ),
+      ]),
+    }),
+
+  // Two calls in one step whose inputs stream interleaved, both run, then the answer.
+  'parallel-tool-calls': (sdk) =>
+    oneRequest('Weather and time in Paris, at once.', {
+      tools: { weather: weatherTool(sdk), time: timeTool(sdk) },
+      stopWhen: sdk.ai.stepCountIs(2),
+      model: mockModel(sdk, [
+        step(
+          'resp-1',
+          { type: 'tool-input-start', id: 'call-a', toolName: 'weather' },
+          { type: 'tool-input-start', id: 'call-b', toolName: 'time' },
+          { type: 'tool-input-delta', id: 'call-a', delta: '{"city":' },
+          { type: 'tool-input-delta', id: 'call-b', delta: '{"city":' },
+          { type: 'tool-input-delta', id: 'call-b', delta: '"Paris"}' },
+          { type: 'tool-input-delta', id: 'call-a', delta: '"Paris"}' },
+          { type: 'tool-input-end', id: 'call-b' },
+          { type: 'tool-input-end', id: 'call-a' },
+          { type: 'tool-call', toolCallId: 'call-a', toolName: 'weather', input: '{"city":"Paris"}' },
+          { type: 'tool-call', toolCallId: 'call-b', toolName: 'time', input: '{"city":"Paris"}' },
+          P.toolUse(sdk),
+        ),
+        step('resp-2', P.text('txt-0', ['Paris: 18°C at 14:05.']), P.stop(sdk)),
+      ]),
+    }),
+
   // Providers and gateways number calls per step: `call_0` in step 1 and again in step 2.
   'call-id-reused': (sdk) =>
     oneRequest('What is the weather in Paris, then in Tokyo?', {
