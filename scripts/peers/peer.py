@@ -81,9 +81,13 @@ def size_of(path):
                if not os.path.islink(os.path.join(d, f)))
 
 
-def record(path, row):
-    """Adds `row` to the JSON array in `path` (made when missing), replacing a row of the
-    same system, workload, sessions, turns and filesystem; rows kept sorted."""
+def record(path, system, workload, turns, fs, device_bytes, logical_bytes, command):
+    """Adds one single-session row to the JSON array in `path` (made when missing),
+    replacing a row of the same system, workload, sessions, turns and filesystem; rows
+    kept sorted."""
+    row = {"system": system, "workload": workload.upper(), "sessions": 1, "turns": int(turns),
+           "filesystem": fs, "logical_bytes": int(logical_bytes),
+           "device_bytes": int(device_bytes), "command": command}
     rows = []
     if os.path.exists(path):
         with open(path) as f:
@@ -91,7 +95,7 @@ def record(path, row):
     key = ("system", "workload", "sessions", "turns", "filesystem")
     rows = [r for r in rows if tuple(r.get(k) for k in key) != tuple(row[k] for k in key)]
     rows.append(row)
-    rows.sort(key=lambda r: (r["system"], r["workload"], r["sessions"], r["turns"], r["filesystem"]))
+    rows.sort(key=lambda r: tuple(r[k] for k in key))
     with open(path, "w") as f:
         json.dump(rows, f, indent=2)
         f.write("\n")
@@ -145,9 +149,7 @@ def measure(system, args, stem, body, image="8G", server=None):
     if args.json:
         command = " ".join(["scripts/peers/" + os.path.basename(sys.argv[0]), "--workload",
                             args.workload, "--turns", str(args.turns), "--fs", args.fs])
-        record(args.json, {"system": system, "workload": args.workload.upper(), "sessions": 1,
-                           "turns": args.turns, "filesystem": args.fs, "logical_bytes": logical,
-                           "device_bytes": wrote, "command": command})
+        record(args.json, system, args.workload, args.turns, args.fs, wrote, logical, command)
 
 
 class PgCluster:
@@ -237,10 +239,6 @@ if __name__ == "__main__":
     elif cmd == ["logical"] and len(sys.argv) == 3:
         print(logical_bytes(sys.argv[2]))
     elif cmd == ["record"] and len(sys.argv) == 10:
-        system, workload, turns, fs, device, logical, command = sys.argv[3:10]
-        record(sys.argv[2], {"system": system, "workload": workload.upper(), "sessions": 1,
-                             "turns": int(turns), "filesystem": fs,
-                             "logical_bytes": int(logical), "device_bytes": int(device),
-                             "command": command})
+        record(*sys.argv[2:10])
     else:
         sys.exit(__doc__)

@@ -23,12 +23,13 @@
 //! closed with an `UnknownError` saying the stream ended early.
 
 use forge_core::model::{ErrorName, MessageError};
-use forge_core::turn::{Refs, TurnDriver};
+use forge_core::turn::{Refs, Timed, TurnDriver};
 use forge_core::{Engine, Outcome, Processor, StreamEvent, TenantId};
 use futures::{Stream, StreamExt};
 use tracing::Instrument;
 
 use crate::error::{classify, Error, Result};
+use line::ParsedLine;
 
 mod line;
 mod probe;
@@ -80,24 +81,6 @@ enum Flow {
     Stop(Result<()>),
 }
 
-/// A line read: its item, and from text, whether lone surrogate halves were marked in
-/// it and how many outside a delta's text became U+FFFD.
-pub(crate) struct Read {
-    line: Line,
-    marked: bool,
-    replaced: usize,
-}
-
-impl Read {
-    fn parsed(raw: &str) -> std::result::Result<Option<Self>, String> {
-        Ok(line::parse_marked(raw)?.map(|p| Self {
-            line: p.timed.item,
-            marked: p.marked,
-            replaced: p.replaced,
-        }))
-    }
-}
-
 /// Where a line came from, for errors: `line N` of a file, `event N` of a stream.
 #[derive(Clone, Copy)]
 pub(crate) enum Unit {
@@ -137,7 +120,7 @@ impl<'a> Replayer<'a> {
 
     /// Replays the lines of `text`.
     pub(crate) async fn run_text(self, text: &str) -> Result<ReplayReport, ReplayError> {
-        let items = text.lines().map(Read::parsed);
+        let items = text.lines().map(line::parse_marked);
         self.run(Unit::Line, futures::stream::iter(items)).await
     }
 
@@ -147,7 +130,7 @@ impl<'a> Replayer<'a> {
     where
         S: Stream<Item = std::result::Result<String, String>>,
     {
-        let items = lines.map(|item| item.and_then(|raw| Read::parsed(&raw)));
+        let items = lines.map(|item| item.and_then(|raw| line::parse_marked(&raw)));
         self.run(Unit::Line, items).await
     }
 
@@ -157,8 +140,11 @@ impl<'a> Replayer<'a> {
         S: Stream<Item = Line>,
     {
         let items = stream.map(|line| {
-            Ok(Some(Read {
-                line,
+            Ok(Some(ParsedLine {
+                timed: Timed {
+                    t_ms: None,
+                    item: line,
+                },
                 marked: false,
                 replaced: 0,
             }))
@@ -168,7 +154,7 @@ impl<'a> Replayer<'a> {
 
     async fn run<S>(mut self, unit: Unit, items: S) -> Result<ReplayReport, ReplayError>
     where
-        S: Stream<Item = std::result::Result<Option<Read>, String>>,
+        S: Stream<Item = std::result::Result<Option<ParsedLine>, String>>,
     {
         let span = tracing::info_span!("replay", tenant = %self.tenant);
         let outcome = self.lines(unit, items).instrument(span).await;
@@ -201,7 +187,7 @@ impl<'a> Replayer<'a> {
 
     async fn lines<S>(&mut self, unit: Unit, items: S) -> Result<()>
     where
-        S: Stream<Item = std::result::Result<Option<Read>, String>>,
+        S: Stream<Item = std::result::Result<Option<ParsedLine>, String>>,
     {
         self.check_options()?;
         let mut items = std::pin::pin!(items);
@@ -222,18 +208,11 @@ impl<'a> Replayer<'a> {
                 before,
                 line,
                 replaced,
-            } = self.joiner.push(read.line, read.marked);
+            } = self.joiner.push(read.timed.item, read.marked);
             self.lone_halves(n, read.replaced + replaced);
-            // Deltas of U+FFFD for halves this line shows will not be completed (rare:
-            // boxed, so the replay's future stays small), then the line itself (none
-            // when its delta held only a half).
-            for line in before {
-                let step = Box::pin(self.apply(&at, line)).await;
-                if let Flow::Stop(outcome) = self.settle(n, &at, step).await {
-                    return outcome;
-                }
-            }
-            if let Some(line) = line {
+            // Deltas of U+FFFD for halves this line shows will not be completed, then
+            // the line itself (none when its delta held only a half).
+            for line in before.into_iter().chain(line) {
                 let step = self.apply(&at, line).await;
                 if let Flow::Stop(outcome) = self.settle(n, &at, step).await {
                     return outcome;
@@ -245,9 +224,7 @@ impl<'a> Replayer<'a> {
             self.lone_halves(n + 1, flushed.replaced);
             let at = unit.end(n + 1);
             for line in flushed.before {
-                // Boxed: rare, and a second `apply` future here would make the
-                // replay's larger.
-                let step = Box::pin(self.apply(&at, line)).await;
+                let step = self.apply(&at, line).await;
                 if let Flow::Stop(outcome) = self.settle(n + 1, &at, step).await {
                     return outcome;
                 }
@@ -272,18 +249,18 @@ impl<'a> Replayer<'a> {
                          (strict mode)"
                     ),
                 );
-                Flow::Stop(Err(Box::pin(self.fail(e)).await))
+                Flow::Stop(Err(self.fail(e).await))
             }
             Ok(Step::Unknown(kind)) => {
                 self.count_unknown(n, kind);
                 Flow::Next
             }
-            Ok(Step::Crash) => Flow::Stop(Box::pin(self.crash(n)).await),
+            Ok(Step::Crash) => Flow::Stop(self.crash(n).await),
             Err(e) if self.opts.lenient && e.is_skippable_input() => {
                 self.skip(n, e);
                 Flow::Next
             }
-            Err(e) => Flow::Stop(Err(Box::pin(self.fail(e)).await)),
+            Err(e) => Flow::Stop(Err(self.fail(e).await)),
         }
     }
 

@@ -240,6 +240,11 @@ impl Joiner {
         if let Some((stream, id, text)) = delta_text(&mut event) {
             let key = (stream, id.clone());
             let pending = self.pending.remove(&key);
+            if pending.is_none() && !marked {
+                // Another block holds a half; this one has nothing to join.
+                joined.line = Some(Line::Stream(event));
+                return joined;
+            }
             let mut out = String::with_capacity(text.len() + 4);
             let mut rest = text.as_str();
             // Markers are read only in a marked line: in any other, U+FDD0 is text.
