@@ -209,6 +209,14 @@ pub enum Command {
         /// Print JSON: {boundary, tail, stored, hidden, messages}.
         #[arg(long)]
         json: bool,
+        /// Print the view as the next request in the AI SDK's shapes (JSON):
+        /// `model-messages` is the `ModelMessage[]` `streamText({messages})` takes,
+        /// `ui-messages` the `UIMessage[]` `useChat` renders (docs/next-request.md).
+        #[arg(long, value_enum, conflicts_with = "json")]
+        format: Option<ViewFormat>,
+        /// The AI SDK major whose shapes --format writes: 5, 6 or 7.
+        #[arg(long, default_value = "7", value_parser = parse_ai_sdk, requires = "format")]
+        ai_sdk: forge_store::ai_sdk::AiSdk,
     },
     /// Close what a crash left open (in one session, or the whole tenant).
     Recover {
@@ -378,4 +386,17 @@ mod tests {
             );
         }
     }
+}
+
+/// What `view --format` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewFormat {
+    /// The AI SDK's `ModelMessage[]`: what `streamText({ messages })` takes.
+    ModelMessages,
+    /// The AI SDK's `UIMessage[]`: what `useChat` renders.
+    UiMessages,
+}
+
+fn parse_ai_sdk(s: &str) -> Result<forge_store::ai_sdk::AiSdk, String> {
+    s.parse()
 }

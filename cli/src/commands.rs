@@ -9,7 +9,7 @@ use forge_store::model::PartBody;
 use forge_store::{Cursor, Forge, Page, ReplayOptions, SessionId, TenantId};
 use serde_json::{json, Value};
 
-use crate::args::Command;
+use crate::args::{Command, ViewFormat};
 use crate::progress::Progress;
 use crate::{demo, show};
 
@@ -79,7 +79,20 @@ pub async fn run(
             show::history(out, &state, &page.messages, next.as_deref(), all)?;
             Ok(())
         }
-        Command::View { session, json } => {
+        Command::View {
+            session,
+            format: Some(format),
+            ai_sdk,
+            ..
+        } => {
+            let sid = SessionId::from(session);
+            let messages = match format {
+                ViewFormat::ModelMessages => forge.model_messages(tenant, &sid, ai_sdk).await?,
+                ViewFormat::UiMessages => forge.ui_messages(tenant, &sid, ai_sdk).await?,
+            };
+            print_json(out, &messages)
+        }
+        Command::View { session, json, .. } => {
             let sid = SessionId::from(session);
             let r = forge.view_report(tenant, &sid).await?;
             if json {

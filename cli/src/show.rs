@@ -156,6 +156,23 @@ pub fn part_line(p: &Part) -> String {
                 None => format!("{} {target}", s.source_type),
             }
         }
+        PartBody::Steering(s) => {
+            // The user message's text: its string content, or its text parts.
+            let content = &s.message["content"];
+            let text = content.as_str().map_or_else(
+                || {
+                    content
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                },
+                str::to_owned,
+            );
+            quoted(&text)
+        }
         PartBody::Agent(a) => format!("@{}", a.name),
         PartBody::Compaction(c) => {
             let mut s = if c.auto { "auto" } else { "requested" }.to_owned();

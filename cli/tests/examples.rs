@@ -282,3 +282,44 @@ fn demo_replays_every_example_into_the_default_redb_file() {
     let list: Value = serde_json::from_slice(&sessions.stdout).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 3);
 }
+
+/// `view --format model-messages|ui-messages`: a run recorded with the real AI SDK (ai 6,
+/// tools and provider metadata) gives the SDK's own messages after the prompt
+/// (`provider-metadata.next.json`); bad values are named.
+#[test]
+fn view_prints_the_next_request_in_the_ai_sdks_shapes() {
+    let env = Env::new();
+    let (_, sid) = env.replay(&example("aisdk/v6/provider-metadata.jsonl"));
+    let parsed = |args: &[&str]| -> Value { serde_json::from_str(&env.ok(args)).unwrap() };
+    let model = parsed(&["view", &sid, "--format", "model-messages", "--ai-sdk", "6"]);
+    let next: Value = serde_json::from_str(
+        &std::fs::read_to_string(example("aisdk/v6/provider-metadata.next.json")).unwrap(),
+    )
+    .unwrap();
+    let model = model.as_array().unwrap();
+    assert_eq!(
+        model[0]["content"][0]["text"],
+        next["messages"][0]["content"]
+    );
+    assert_eq!(
+        model[1..],
+        next["messages"].as_array().unwrap()[1..],
+        "the SDK's messages after the prompt"
+    );
+    let ui = parsed(&["view", &sid, "--format", "ui-messages"]);
+    assert_eq!(ui.as_array().map(Vec::len), Some(2), "{ui}");
+    assert_eq!(ui[1]["id"], model_id(&env, &sid), "the answer's message id");
+    let bad = env.fails(&["view", &sid, "--format", "ui-messages", "--ai-sdk", "4"]);
+    assert!(bad.contains("expected 5, 6 or 7"), "{bad}");
+    let bad = env.fails(&["view", &sid, "--format", "openai"]);
+    assert!(bad.contains("openai"), "{bad}");
+}
+
+/// The id of the session's assistant message.
+fn model_id(env: &Env, sid: &str) -> Value {
+    env.history(sid)
+        .iter()
+        .find(|m| m["info"]["role"] == "assistant")
+        .map(|m| m["info"]["id"].clone())
+        .unwrap()
+}

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod ai_sdk;
 pub mod bus;
 mod bus_event;
 pub mod close;

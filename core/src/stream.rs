@@ -280,6 +280,10 @@ pub enum StreamEvent {
             skip_serializing_if = "Option::is_none"
         )]
         provider_metadata: Option<Value>,
+        /// The provider ran the tool itself (a web search, a code interpreter): its
+        /// result comes in the same stream. Kept on the part as `providerExecuted: true`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        provider_executed: bool,
     },
     /// A tool returned.
     #[serde(rename_all = "camelCase")]
@@ -433,9 +437,19 @@ pub enum StreamEvent {
     },
     /// A keep-alive (AI SDK 7): counted, not persisted.
     Ping {},
-    /// A user message added to the run between two steps (AI SDK 7, experimental):
-    /// counted, not persisted — the agent stores its own user messages.
-    SteeringMessage {},
+    /// A user message added to the run between two steps (AI SDK 7, experimental): a
+    /// closed `steering-message` part where it came, holding the message.
+    #[serde(rename_all = "camelCase")]
+    SteeringMessage {
+        /// The producer's id of the message.
+        #[serde(default)]
+        id: String,
+        /// The user message (`{role: "user", content}`).
+        message: Value,
+        /// The step whose model call received it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step_number: Option<u64>,
+    },
 }
 
 /// The call an approval request or response is about.
@@ -553,7 +567,7 @@ impl StreamEvent {
             Self::Source(_) => "source",
             Self::Custom { .. } => "custom",
             Self::Ping {} => "ping",
-            Self::SteeringMessage {} => "steering-message",
+            Self::SteeringMessage { .. } => "steering-message",
         }
     }
 }

@@ -503,6 +503,37 @@ impl Forge {
             .map_err(|e| Error::store(format!("reading the view of session {session}"), e))
     }
 
+    /// The next request, rebuilt from the store: the compacted view as the AI SDK's
+    /// `ModelMessage[]` (what `streamText({ messages })` takes), in the shapes of `sdk`.
+    /// See [`forge_core::ai_sdk::model_messages`].
+    ///
+    /// # Errors
+    /// As [`Forge::view`].
+    pub async fn model_messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        sdk: forge_core::ai_sdk::AiSdk,
+    ) -> Result<Vec<serde_json::Value>> {
+        let view = self.view(tenant, session).await?;
+        Ok(forge_core::ai_sdk::model_messages(&view.messages, sdk))
+    }
+
+    /// The compacted view as the AI SDK's `UIMessage[]` (what `useChat` renders). See
+    /// [`forge_core::ai_sdk::ui_messages`].
+    ///
+    /// # Errors
+    /// As [`Forge::view`].
+    pub async fn ui_messages(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        sdk: forge_core::ai_sdk::AiSdk,
+    ) -> Result<Vec<serde_json::Value>> {
+        let view = self.view(tenant, session).await?;
+        Ok(forge_core::ai_sdk::ui_messages(&view.messages, sdk))
+    }
+
     /// The compacted view with the session and how many stored messages it hides
     /// (reads the whole history to count them).
     ///

@@ -22,6 +22,7 @@ pub use replay::{
 };
 pub use transfer::{Export, ImportedSession};
 
+pub use forge_core::ai_sdk;
 pub use forge_core::fence;
 pub use forge_core::id;
 pub use forge_core::model;

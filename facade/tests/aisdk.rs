@@ -1,5 +1,5 @@
-//! Streams recorded from the real AI SDK (`examples/streams/aisdk/v5`, `v7`; recorded by
-//! `scripts/aisdk/record.mjs` with `ai` 5.0.277 and 7.0.173 and their mock models).
+//! Streams recorded from the real AI SDK (`examples/streams/aisdk/v5`, `v6`, `v7`; recorded by
+//! `scripts/aisdk/record.mjs` with `ai` 5.0.277, 6.0.333 and 7.0.173 and their mock models).
 //!
 //! Every fixture replays with no event type left unknown, and is checked field by
 //! field: each text and reasoning block is stored as the deltas spelled it, each tool
@@ -28,7 +28,7 @@ fn fixtures() -> Vec<(String, PathBuf)> {
     .iter()
     .collect();
     let mut out = Vec::new();
-    for version in ["v5", "v7"] {
+    for version in ["v5", "v6", "v7"] {
         let dir = root.join(version);
         for entry in std::fs::read_dir(&dir).expect("fixture dir") {
             let path = entry.expect("entry").path();
@@ -65,6 +65,12 @@ struct Emitted {
     results: Vec<(String, Value)>,
     /// Generated files: the `data:` URL and whether it came from reasoning.
     files: Vec<(String, bool)>,
+    /// Steering messages: id and the user message.
+    steering: Vec<(String, Value)>,
+    /// Calls the provider ran itself (`providerExecuted: true` on the `tool-call`).
+    provider_executed: Vec<String>,
+    /// Failed calls: id and the error as emitted (a string or an error object).
+    errors: Vec<(String, Value)>,
 }
 
 /// A fixture line as JSON. A lone UTF-16 surrogate half (`\ud83d` with no other half
@@ -177,6 +183,9 @@ fn emitted(text: &str) -> Emitted {
                 let call = v["toolCallId"].as_str().expect("id").to_owned();
                 let started = pending_call_metadata.remove(&call).flatten();
                 e.call_metadata.push(metadata.or(started));
+                if v["providerExecuted"] == true {
+                    e.provider_executed.push(call.clone());
+                }
                 e.calls.push(call);
             }
             Some("tool-result") if v["preliminary"] != true => e.results.push((
@@ -192,6 +201,14 @@ fn emitted(text: &str) -> Emitted {
                 );
                 e.files.push((url, kind == "reasoning-file"));
             }
+            Some("steering-message") => e.steering.push((
+                v["id"].as_str().expect("id").to_owned(),
+                v["message"].clone(),
+            )),
+            Some("tool-error") => e.errors.push((
+                v["toolCallId"].as_str().expect("id").to_owned(),
+                v["error"].clone(),
+            )),
             _ => {}
         }
     }
@@ -461,6 +478,9 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let mut stored_call_metadata = Vec::new();
         let mut stored_results = Vec::new();
         let mut stored_files = Vec::new();
+        let mut stored_steering = Vec::new();
+        let mut stored_provider_executed = Vec::new();
+        let mut stored_errors = Vec::new();
         for m in history.iter().filter(|m| m.info.as_assistant().is_some()) {
             for p in &m.parts {
                 match &p.body {
@@ -476,9 +496,30 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                         stored_text.push(r.text.clone());
                         stored_blocks.push((r.text.clone(), r.metadata.clone(), None));
                     }
+                    PartBody::Steering(st) => {
+                        stored_steering.push((st.steering_id.clone(), st.message.clone()));
+                    }
                     PartBody::Tool(t) => {
                         stored_calls.push(t.call_id.clone());
                         stored_call_metadata.push(t.metadata.clone());
+                        if t.extra.get("providerExecuted") == Some(&Value::Bool(true)) {
+                            stored_provider_executed.push(t.call_id.clone());
+                        }
+                        // The error as emitted: an object kept whole, a string as itself.
+                        if let ToolState::Error(e) = &t.state {
+                            if e.metadata.as_ref().and_then(|m| m.get("denied")).is_none()
+                                && e.metadata
+                                    .as_ref()
+                                    .and_then(|m| m.get("interrupted"))
+                                    .is_none()
+                            {
+                                let object = e.metadata.as_ref().and_then(|m| m.get("error"));
+                                let emitted = object
+                                    .cloned()
+                                    .unwrap_or_else(|| Value::String(e.error.clone()));
+                                stored_errors.push((t.call_id.clone(), emitted));
+                            }
+                        }
                         if let ToolState::Completed(c) = &t.state {
                             stored_results.push((t.call_id.clone(), c.returned()));
                         }
@@ -526,6 +567,12 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let results = want.results;
         assert_eq!(stored_results, results, "{name}: tool results");
         assert_eq!(stored_files, want.files, "{name}: generated files");
+        assert_eq!(stored_steering, want.steering, "{name}: steering messages");
+        assert_eq!(
+            stored_provider_executed, want.provider_executed,
+            "{name}: provider-executed calls"
+        );
+        assert_eq!(stored_errors, want.errors, "{name}: tool errors");
         check_answers(&name, &text, &history);
         if name.ends_with("/error-part") {
             // The SDK follows the error with the step's finish-step and a finish: one
@@ -600,5 +647,5 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         );
         accepted += 1;
     }
-    assert_eq!(accepted, 44, "fixtures replayed and checked");
+    assert_eq!(accepted, 68, "fixtures replayed and checked");
 }

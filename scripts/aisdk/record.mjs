@@ -1,6 +1,6 @@
 // Records the AI SDK's `streamText(...).fullStream` parts as forge-store replay fixtures.
 //
-// One script, two SDK majors: `ai5` (npm:ai@5.x) and `ai7` (npm:ai@7.x), each driven with
+// One script, three SDK majors: `ai5`, `ai6` and `ai7` (npm:ai@5.x, 6.x, 7.x), each driven with
 // the mock language model shipped in its own `ai/test` module. Every part the SDK emits is
 // written as one JSON line, unchanged except for what JSON cannot carry:
 //   - Error objects  -> {name, message, ...own enumerable fields} (recursively, e.g. `cause`)
@@ -10,12 +10,13 @@
 //   - GeneratedFile  -> {type?, mediaType, base64, providerMetadata?} (its public getters)
 //
 // Usage: npm ci && node record.mjs [scenario ...]
-// Output: ../../examples/streams/aisdk/v5/<scenario>.jsonl and .../v7/<scenario>.jsonl
+// Output: ../../examples/streams/aisdk/v5|v6|v7/<scenario>.jsonl, and <scenario>.next.json beside each
 
 import { mkdirSync, readFileSync, writeFileSync, rmSync, existsSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { promptOf } from './next-prompt.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const outRoot = join(here, '..', '..', 'examples', 'streams', 'aisdk');
@@ -38,6 +39,8 @@ const FIXED_DATE = new Date('2025-01-01T00:00:00.000Z');
 async function loadSdks() {
   const ai5 = await import('ai5');
   const test5 = await import('ai5/test');
+  const ai6 = await import('ai6');
+  const test6 = await import('ai6/test');
   const ai7 = await import('ai7');
   const test7 = await import('ai7/test');
   return [
@@ -60,6 +63,24 @@ async function loadSdks() {
       finishReason: (unified, _raw) => unified,
       fileData: (bytes) => ({ data: bytes }),
       providerTool: (ai, name) => ({ type: 'provider-defined', id: `mock.${name}`, name, args: {} }),
+    },
+    {
+      tag: 'v6',
+      version: pkgVersion('ai6'),
+      ai: ai6,
+      mockName: 'MockLanguageModelV3',
+      Mock: test6.MockLanguageModelV3,
+      supports: { approval: true, reasoningFile: false },
+      // LanguageModelV3Usage: nested token details, as V4
+      usage: ({ input, output, reasoning = 0, cached = 0 }) => ({
+        inputTokens: { total: input, noCache: input - cached, cacheRead: cached, cacheWrite: 0 },
+        outputTokens: { total: output, text: output - reasoning, reasoning },
+      }),
+      // LanguageModelV3FinishReason: {unified, raw}
+      finishReason: (unified, raw) => ({ unified, raw }),
+      // LanguageModelV3File: data as base64 or bytes, as V2
+      fileData: (bytes) => ({ data: bytes }),
+      providerTool: (ai, name) => ({ type: 'provider', id: `mock.${name}`, args: {} }),
     },
     {
       tag: 'v7',
@@ -483,6 +504,34 @@ const scenarios = {
       answer: 'Two documents mention compaction.',
     }),
 
+  // A user message added while the run works (ai 7's experimental steering): sent while
+  // the tool runs, delivered to the next step, streamed as a `steering-message` part.
+  steering: (sdk) => {
+    if (!sdk.ai.experimental_createSteering) {
+      return { unsupported: `ai@${sdk.version} has no steering (experimental_createSteering)` };
+    }
+    const steering = sdk.ai.experimental_createSteering();
+    return oneRequest('What is the weather in Paris?', {
+      experimental_steering: steering,
+      tools: {
+        weather: sdk.ai.tool({
+          description: 'Current weather for a city',
+          inputSchema: z.object({ city: z.string() }),
+          execute: async ({ city }) => {
+            // delivered at the next step boundary: not awaited here
+            void steering.steer('Give it in Fahrenheit too.', { id: 'steer-1' });
+            return { city, temperature: 18, unit: 'C' };
+          },
+        }),
+      },
+      stopWhen: sdk.ai.stepCountIs(3),
+      model: mockModel(sdk, [
+        step('resp-1', P.toolCall('call-1', 'weather', { city: 'Paris' }), P.toolUse(sdk)),
+        step('resp-2', P.text('txt-0', ['Paris: 18°C (64°F).']), P.stop(sdk)),
+      ]),
+    });
+  },
+
   'tool-approval-granted': (sdk) => approvalScenario(sdk, true),
   'tool-approval-denied': (sdk) => approvalScenario(sdk, false),
 
@@ -706,13 +755,29 @@ function approvalScenario(sdk, approved) {
 // ---------------------------------------------------------------------------------------
 // Driver
 
-async function runRequest(sdk, options, onPart) {
+/** `continueMessage`: the UI message a continued request's stream adds to (as `useChat`
+ * continues the last assistant message after the user answered an approval). */
+async function runRequest(sdk, options, onPart, continueMessage = undefined) {
   const errors = [];
   const result = sdk.ai.streamText({
     ...options,
     // the SDK's default onError logs to the console; the error parts are recorded anyway
     onError: ({ error }) => errors.push(error),
   });
+  // What `useChat` renders: the UI message stream of the same result, read as the SDK's
+  // own `readUIMessageStream` reads it, consumed beside `fullStream`.
+  const uiDone = (async () => {
+    let last;
+    try {
+      const stream = result.toUIMessageStream({
+        sendSources: true,
+        onError: (e) => (e instanceof Error ? e.message : String(e)),
+      });
+      const read = sdk.ai.readUIMessageStream({ stream, message: continueMessage, onError: () => {} });
+      for await (const message of read) last = message;
+    } catch {}
+    return last;
+  })();
   const parts = [];
   let thrown;
   try {
@@ -725,14 +790,40 @@ async function runRequest(sdk, options, onPart) {
     thrown = error;
   }
   let responseMessages = [];
-  // after fullStream rejected, result.response never settles: only read it after a clean end
+  // after fullStream rejected, result.response never settles: only read it after a clean end.
+  // ai 7 keeps every step's messages in `responseMessages` (its `response` is the last
+  // step's); ai 5's `response.messages` holds every step's.
   if (thrown === undefined) {
     try {
-      responseMessages = (await result.response).messages;
-    } catch {}
+      if (result.responseMessages !== undefined) {
+        // Each step's steering messages (user messages added to its input), then its
+        // response messages: `responseMessages` leaves the steering messages out, though
+        // the model received them. What came before the first step (the results of tools
+        // the user approved) stays first.
+        const all = await result.responseMessages;
+        const steps = await result.steps;
+        const fromSteps = steps.flatMap((s) => s.response.messages);
+        const before = all.slice(0, all.length - fromSteps.length);
+        if (JSON.stringify(all.slice(before.length)) !== JSON.stringify(fromSteps)) {
+          throw new Error(`the steps' messages differ from responseMessages: ${JSON.stringify(fromSteps)} vs ${JSON.stringify(all)}`);
+        }
+        responseMessages = [
+          ...before,
+          ...steps.flatMap((s) => [...(s.experimental_steeringMessages ?? []), ...s.response.messages]),
+        ];
+      } else {
+        responseMessages = (await result.response).messages;
+      }
+    } catch (e) {
+      if (String(e?.message).includes('differ from responseMessages')) throw e;
+    }
   }
-  return { parts, responseMessages, thrown };
+  const uiMessage = thrown === undefined ? await uiDone : undefined;
+  return { parts, responseMessages, uiMessage, thrown };
 }
+
+/** The follow-up question of every `.next.json`. */
+const FOLLOW_UP = 'And then?';
 
 async function record(sdk, name, build) {
   const spec = build(sdk);
@@ -740,6 +831,7 @@ async function record(sdk, name, build) {
   const file = join(dir, `${name}.jsonl`);
   if (spec.unsupported) {
     if (existsSync(file)) rmSync(file);
+    if (existsSync(join(dir, `${name}.next.json`))) rmSync(join(dir, `${name}.next.json`));
     return { name, tag: sdk.tag, unsupported: spec.unsupported };
   }
   const lines = [
@@ -751,6 +843,12 @@ async function record(sdk, name, build) {
     toJsonLine({ type: 'user', text: spec.prompt }),
   ];
   let prev = { parts: [], responseMessages: [] };
+  // The conversation as the app holds it: the prompt, each request's response messages and
+  // what the app adds between requests; `complete` stays true while every request ended
+  // cleanly (a request whose stream threw has no response messages to continue from).
+  let conversation = [{ role: 'user', content: spec.prompt }];
+  const uiMessages = [{ role: 'user', parts: [{ type: 'text', text: spec.prompt }] }];
+  let complete = true;
   for (const [i, req] of spec.requests.entries()) {
     if (spec.requests.length > 1) {
       lines.push(`# ${req.label ?? `request ${i + 1}`}`);
@@ -758,19 +856,63 @@ async function record(sdk, name, build) {
     }
     let options = typeof req.options === 'function' ? await req.options(prev) : req.options;
     if (!options.prompt && !options.messages) options = { ...options, prompt: spec.prompt };
-    prev = await runRequest(sdk, options, req.onPart);
+    let continueMessage;
+    if (options.messages) {
+      // What the app adds to the conversation before this request (the user's approval
+      // responses) is part of the session: written as replay lines, as the app sends it;
+      // in the UI, the answered tool waits in the last assistant message, which the
+      // request's stream continues.
+      const last = uiMessages.at(-1);
+      continueMessage = last?.role === 'assistant' ? structuredClone(last) : undefined;
+      for (const message of options.messages.slice(conversation.length)) {
+        for (const part of Array.isArray(message.content) ? message.content : []) {
+          if (part.type !== 'tool-approval-response') continue;
+          // with the call it answers (the replay finds a call of an earlier message by
+          // its id), from the request the app answered
+          const request = prev.parts.find((p) => p.type === 'tool-approval-request' && p.approvalId === part.approvalId);
+          const toolCall = request ? { toolCall: { toolCallId: request.toolCall.toolCallId } } : {};
+          lines.push(toJsonLine({ ...part, ...toolCall }));
+          const tool = continueMessage?.parts.find((p) => p.approval?.id === part.approvalId);
+          if (tool) {
+            tool.state = 'approval-responded';
+            tool.approval = { id: part.approvalId, approved: part.approved, ...(part.reason ? { reason: part.reason } : {}) };
+          }
+        }
+      }
+      conversation = [...options.messages];
+    }
+    prev = await runRequest(sdk, options, req.onPart, continueMessage);
+    conversation.push(...prev.responseMessages);
+    if (prev.uiMessage && continueMessage) uiMessages[uiMessages.length - 1] = prev.uiMessage;
+    else if (prev.uiMessage) uiMessages.push(prev.uiMessage);
     for (const part of prev.parts) lines.push(toJsonLine(part));
     if (prev.thrown !== undefined) {
+      complete = false;
       lines.push(`# iterating result.fullStream threw (no further parts): ${toJsonLine(prev.thrown)}`);
     }
   }
+  // Beside the stream: what the SDK itself holds for the next turn, to check a history
+  // rebuilt from the store against (see the README's "Next request").
+  const next = {
+    recordedWith: `ai@${sdk.version}`,
+    complete,
+    messages: conversation,
+    uiMessages,
+    followUp: FOLLOW_UP,
+    nextPrompt: complete ? await promptOf(sdk.tag, [...conversation, { role: 'user', content: FOLLOW_UP }]) : null,
+  };
   mkdirSync(dir, { recursive: true });
   writeFileSync(file, lines.join('\n') + '\n');
+  writeFileSync(join(dir, `${name}.next.json`), JSON.stringify(JSON.parse(toJsonLine(next)), null, 1) + '\n');
   const types = new Set(
     lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l).type),
   );
   return { name, tag: sdk.tag, file: relative(process.cwd(), file), types: [...types] };
 }
+
+// A request whose model call fails rejects the result's promises nobody awaits (the UI
+// message stream's own bookkeeping among them); the failure itself is recorded as parts.
+process.on('unhandledRejection', () => {});
 
 const wanted = process.argv.slice(2);
 const sdks = await loadSdks();

@@ -358,13 +358,44 @@ async fn message(
     Ok(Json(&m).into_response())
 }
 
+#[derive(Deserialize)]
+struct ViewQuery {
+    /// `model-messages` (the AI SDK's `ModelMessage[]`) or `ui-messages` (`UIMessage[]`);
+    /// unset: the view report.
+    format: Option<String>,
+    /// The AI SDK major of those shapes: 5, 6 or 7 (the default).
+    sdk: Option<String>,
+}
+
+/// The compacted view: the report (`{session, boundary, tail, stored, hidden, messages}`),
+/// or with `?format=model-messages|ui-messages` the next request in the AI SDK's shapes.
 async fn view(
     State(st): St,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
+    Query(q): Query<ViewQuery>,
 ) -> Result<Response, ApiError> {
-    let report = st.forge.view_report(&tenant, &session_id(&id)?).await?;
-    Ok(Json(&report).into_response())
+    let sid = session_id(&id)?;
+    let sdk = match q.sdk.as_deref() {
+        None => forge_store::ai_sdk::AiSdk::default(),
+        Some(s) => s
+            .parse()
+            .map_err(|e| ApiError::bad_request(format!("sdk: {e}")))?,
+    };
+    let messages = match q.format.as_deref() {
+        None | Some("view") => {
+            let report = st.forge.view_report(&tenant, &sid).await?;
+            return Ok(Json(&report).into_response());
+        }
+        Some("model-messages") => st.forge.model_messages(&tenant, &sid, sdk).await?,
+        Some("ui-messages") => st.forge.ui_messages(&tenant, &sid, sdk).await?,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "format: {other:?}: expected view, model-messages or ui-messages"
+            )))
+        }
+    };
+    Ok(Json(&messages).into_response())
 }
 
 async fn export(

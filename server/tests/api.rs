@@ -470,3 +470,68 @@ async fn uploads_take_split_characters_and_call_ids_used_again() {
     assert_eq!(calls, ["completed", "completed"], "{parts:?}");
     s.stop().await;
 }
+
+/// `GET /session/{id}/view?format=…`: the next request in the AI SDK's shapes, from a
+/// stream recorded with the real SDK (ai 7) and uploaded; it equals the SDK's own
+/// messages after the prompt (`examples/streams/aisdk/v7/*.next.json`).
+#[tokio::test]
+async fn the_view_is_served_as_the_ai_sdks_next_request() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/streams/aisdk/v7");
+    let stream = std::fs::read_to_string(root.join("provider-metadata.jsonl")).expect("stream");
+    let mut body = String::new();
+    for line in stream.lines().filter(|l| !l.starts_with('#')) {
+        body.push_str(line);
+        body.push('\n');
+    }
+    let (status, report) = s.upload(TOKEN_A, "ses_next", body).await;
+    assert_eq!(status, 200, "{report}");
+    let next: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("provider-metadata.next.json")).expect("next.json"),
+    )
+    .expect("next.json is JSON");
+    let model = s
+        .json("/session/ses_next/view?format=model-messages", TOKEN_A, 200)
+        .await;
+    let model = model.as_array().expect("an array");
+    assert_eq!(model[0]["role"], "user");
+    assert_eq!(
+        Value::Array(model[1..].to_vec()),
+        Value::Array(next["messages"].as_array().expect("messages")[1..].to_vec())
+    );
+    // ai 5's shapes on request; the UI form is one message per turn.
+    let ui = s
+        .json(
+            "/session/ses_next/view?format=ui-messages&sdk=5",
+            TOKEN_A,
+            200,
+        )
+        .await;
+    assert_eq!(ui.as_array().map(Vec::len), Some(2), "{ui}");
+    assert_eq!(ui[1]["parts"][4]["type"], "tool-weather", "{ui}");
+    assert!(
+        ui[1]["parts"][4].get("resultProviderMetadata").is_none(),
+        "{ui}"
+    );
+    // The plain view is unchanged; bad values are named; other tenants see nothing.
+    let view = s.json("/session/ses_next/view", TOKEN_A, 200).await;
+    assert_eq!(view["stored"], 2, "{view}");
+    let bad = s
+        .json("/session/ses_next/view?format=openai", TOKEN_A, 400)
+        .await;
+    assert!(
+        error_message(&bad, "BadRequest").contains("\"openai\""),
+        "{bad}"
+    );
+    let bad = s
+        .json(
+            "/session/ses_next/view?format=ui-messages&sdk=4",
+            TOKEN_A,
+            400,
+        )
+        .await;
+    assert!(error_message(&bad, "BadRequest").contains("\"4\""), "{bad}");
+    s.json("/session/ses_next/view?format=model-messages", TOKEN_B, 404)
+        .await;
+}

@@ -19,23 +19,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn sdk_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
-    let installed = dir
-        .join("node_modules/@opencode-ai/sdk/package.json")
-        .is_file();
-    let node = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if installed && node {
-        return Some(dir);
-    }
-    let why = if node {
-        "the SDK is not installed (npm ci in server/tests/sdk)"
-    } else {
-        "node is not installed"
-    };
-    forge_testkit::skip_unless("FORGE_TEST_REQUIRE_NODE", "opencode SDK client test", why);
-    None
+    let packages = ["@opencode-ai/sdk/package.json"];
+    forge_testkit::node_project(&dir, &packages, "opencode SDK client test").then_some(dir)
 }
 
 const DELTAS: usize = 60;

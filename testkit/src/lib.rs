@@ -12,7 +12,7 @@ pub use fixtures::{
     current_thread_runtime, delta, env_number, env_usize, normalized, runtime, text_of,
     user_message, user_message_with, wait_until, OnPublish, TapBus,
 };
-pub use services::{required, service_url, skip, skip_unless, REQUIRE_SERVICES};
+pub use services::{node_project, required, service_url, skip, skip_unless, REQUIRE_SERVICES};
 
 /// A [`Store`](forge_core::Store) that wraps another and changes only some of its methods:
 /// every method it does not write forwards to [`inner`](Forward::inner) (forge-core's

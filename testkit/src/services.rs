@@ -46,3 +46,30 @@ pub fn service_url(var: &str, what: &str) -> Option<String> {
         }
     }
 }
+
+/// A Node.js project of the tests (`dir`) when `node` runs and every package `installed`
+/// names (a path under `dir/node_modules`, for example `ai7/package.json`) is there;
+/// otherwise skips `test` loudly (a failure under `FORGE_TEST_REQUIRE_NODE=1`), telling
+/// to run `npm ci` in `dir`.
+pub fn node_project(dir: &std::path::Path, installed: &[&str], test: &str) -> bool {
+    let present = installed
+        .iter()
+        .all(|p| dir.join("node_modules").join(p).is_file());
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if present && node {
+        return true;
+    }
+    let why = if node {
+        format!(
+            "its packages are not installed (npm ci in {})",
+            dir.display()
+        )
+    } else {
+        "node is not installed".to_owned()
+    };
+    skip_unless("FORGE_TEST_REQUIRE_NODE", test, &why);
+    false
+}

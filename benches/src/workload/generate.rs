@@ -279,6 +279,7 @@ impl Builder {
                 tool_name: tool_name.clone(),
                 input: Value::Object(input),
                 provider_metadata: None,
+                provider_executed: false,
             },
         );
         let output = self.text(&mut file, TOOL_OUTPUT_BYTES);

@@ -205,6 +205,7 @@ fn block_events(block: &BlockSpec, n: usize) -> Vec<StreamEvent> {
                 tool_name: tool.clone(),
                 input: json!({"n": n, "args": ["a", 1]}),
                 provider_metadata: None,
+                provider_executed: false,
             });
             let (tool_call_id, tool_name) = (id, tool.clone());
             match outcome {

@@ -21,10 +21,10 @@ pub use message::{
 pub use part::split_output;
 pub use part::{
     AgentPart, CacheTokens, CompactionPart, FilePart, Part, PartBody, PartTime, PatchPart,
-    ReasoningPart, RetryPart, RetryTime, SnapshotPart, SourcePart, StepFinishPart, StepStartPart,
-    SubtaskPart, TextPart, Tokens, ToolCompleted, ToolError, ToolPart, ToolPending, ToolRunning,
-    ToolState, ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS, OUTPUT_JSON,
-    OUTPUT_KEYS,
+    ReasoningPart, RetryPart, RetryTime, SnapshotPart, SourcePart, SteeringPart, StepFinishPart,
+    StepStartPart, SubtaskPart, TextPart, Tokens, ToolCompleted, ToolError, ToolPart, ToolPending,
+    ToolRunning, ToolState, ToolTime, ToolTimeEnded, APPROVAL_REQUESTED, KNOWN_PART_KINDS,
+    OUTPUT_JSON, OUTPUT_KEYS,
 };
 pub use session::{Session, SessionTime};
 

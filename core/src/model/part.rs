@@ -58,6 +58,8 @@ pub enum PartBody {
     Retry(RetryPart),
     /// `source`.
     Source(SourcePart),
+    /// `steering-message`.
+    Steering(SteeringPart),
     /// A kind this version does not know; every field is kept.
     Unknown {
         /// The `type` value.
@@ -364,6 +366,29 @@ pub struct SourcePart {
     pub extra: JsonMap,
 }
 
+/// A user message added to a running answer between two of its model steps (the AI
+/// SDK's steering, ai 7): the model's next step saw it, so it is kept where it came, as the
+/// user content it is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SteeringPart {
+    /// The producer's id of the steering message.
+    #[serde(rename = "steeringID")]
+    pub steering_id: String,
+    /// The user message, as the producer sent it (`{role: "user", content}`, the content a
+    /// string or text and file parts).
+    pub message: Value,
+    /// The model step that received it (from 0).
+    #[serde(
+        rename = "stepNumber",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub step_number: Option<u64>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
 macro_rules! part_kinds {
     ($($variant:ident => $name:literal),* $(,)?) => {
         impl PartBody {
@@ -409,6 +434,7 @@ part_kinds! {
     Patch => "patch",
     Retry => "retry",
     Source => "source",
+    Steering => "steering-message",
 }
 
 impl Part {

@@ -1,8 +1,11 @@
-//! Generated files (`file`, `reasoning-file`) and cited sources (`source`): one closed
-//! part each.
+//! Generated files (`file`, `reasoning-file`), cited sources (`source`) and steering
+//! messages (`steering-message`): one closed part each.
+
+use serde_json::Value;
 
 use super::machine::Machine;
-use crate::model::{FilePart, JsonMap, PartBody, SourcePart};
+use crate::error::{Error, Result};
+use crate::model::{FilePart, JsonMap, PartBody, SourcePart, SteeringPart};
 use crate::stream::{GeneratedFile, Source};
 
 impl Machine {
@@ -47,5 +50,27 @@ impl Machine {
             extra: JsonMap::new(),
         }));
         self.commit_part(part);
+    }
+
+    /// `steering-message`: a user message the next step received, kept where it came.
+    pub(super) fn steering(
+        &mut self,
+        id: String,
+        message: Value,
+        step_number: Option<u64>,
+    ) -> Result<()> {
+        if message.get("role").and_then(Value::as_str) != Some("user") {
+            return Err(Error::invalid(format!(
+                "steering-message {id}: its message is not a user message ({{role: \"user\", content}})"
+            )));
+        }
+        let part = self.new_part(PartBody::Steering(SteeringPart {
+            steering_id: id,
+            message,
+            step_number,
+            extra: JsonMap::new(),
+        }));
+        self.commit_part(part);
+        Ok(())
     }
 }

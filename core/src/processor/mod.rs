@@ -15,7 +15,8 @@
 //! | `tool-output-denied` | persist `error` "The user denied this tool call" |
 //! | `file`, `reasoning-file` | persist a closed `file` part (data URL) |
 //! | `source` | persist a closed `source` part |
-//! | `start`, `tool-input-delta`, `tool-input-end`, `raw`, `custom`, `ping`, `steering-message` | counted in [`ProcessorStats::ignored`] |
+//! | `start`, `tool-input-delta`, `tool-input-end`, `raw`, `custom`, `ping` | counted in [`ProcessorStats::ignored`] |
+//! | `steering-message` | persist a closed `steering-message` part holding the user message |
 //! | `start-step` | persist a step-start part |
 //! | `finish-step` | persist step-finish, patch and the message's usage in one batch |
 //! | `finish`, `error`, `abort` | [`Processor::finalize`] |
@@ -90,7 +91,7 @@ pub use machine::{Effect, Ended, Machine};
 pub use messages::{assistant_message, message_error_from, user_message};
 pub use options::{Clock, Flow, Outcome, ProcessorOptions, ProcessorStats, TextHook};
 pub use shell::Processor;
-pub use tools::TOOL_DENIED;
+pub use tools::{PROVIDER_EXECUTED, TOOL_DENIED, TOOL_ERROR_OBJECT};
 
 impl Machine {
     /// Handles one stream event: changes the turn's state and queues its effects.
@@ -179,8 +180,12 @@ impl Machine {
             | StreamEvent::Start {}
             | StreamEvent::Raw {}
             | StreamEvent::Custom { .. }
-            | StreamEvent::Ping {}
-            | StreamEvent::SteeringMessage {} => self.ignored += 1,
+            | StreamEvent::Ping {} => self.ignored += 1,
+            StreamEvent::SteeringMessage {
+                id,
+                message,
+                step_number,
+            } => self.steering(id, message, step_number)?,
             StreamEvent::Source(source) => self.source(source),
             StreamEvent::ToolApprovalRequest {
                 approval_id,
@@ -214,7 +219,14 @@ impl Machine {
                 tool_name,
                 input,
                 provider_metadata,
-            } => self.tool_call(tool_call_id, tool_name, input, provider_metadata)?,
+                provider_executed,
+            } => self.tool_call(
+                tool_call_id,
+                tool_name,
+                input,
+                provider_metadata,
+                provider_executed,
+            )?,
             StreamEvent::ToolResult {
                 tool_call_id,
                 output,

@@ -31,10 +31,12 @@ impl Machine {
         call_id: String,
         tool: String,
         metadata: Option<Value>,
+        extra: JsonMap,
         state: CallState,
     ) {
         let mut head = self.new_call_head(call_id.clone(), tool);
         head.metadata = metadata;
+        head.extra.extend(extra);
         let call = Call { head, state };
         let part = call.to_part();
         self.tools.insert(call_id, call);
@@ -60,7 +62,7 @@ impl Machine {
             raw: String::new(),
             extra: JsonMap::new(),
         });
-        self.add_call(id, tool, provider_metadata, pending);
+        self.add_call(id, tool, provider_metadata, JsonMap::new(), pending);
         Ok(())
     }
 
@@ -85,6 +87,7 @@ impl Machine {
         tool: String,
         input: Value,
         provider_metadata: Option<Value>,
+        provider_executed: bool,
     ) -> Result<()> {
         let now = self.now();
         let running = ToolRunning {
@@ -103,6 +106,11 @@ impl Machine {
                 if provider_metadata.is_some() {
                     call.head.metadata = provider_metadata;
                 }
+                if provider_executed {
+                    call.head
+                        .extra
+                        .insert(PROVIDER_EXECUTED.into(), Value::Bool(true));
+                }
                 let part = call.to_part();
                 self.commit_part(part);
                 return Ok(());
@@ -116,10 +124,15 @@ impl Machine {
             _ => {}
         }
         self.new_call(&call_id, "tool-call")?;
+        let mut extra = JsonMap::new();
+        if provider_executed {
+            extra.insert(PROVIDER_EXECUTED.into(), Value::Bool(true));
+        }
         self.add_call(
             call_id,
             tool,
             provider_metadata,
+            extra,
             CallState::Running(running),
         );
         Ok(())
@@ -259,17 +272,27 @@ impl Machine {
         error: &Value,
         waiting: Option<Part>,
     ) -> Result<()> {
-        let error = match error {
-            Value::String(s) => s.clone(),
-            Value::Object(m) => m
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| error.to_string(), str::to_owned),
-            other => other.to_string(),
+        // An error object (`{name, message, …}`) is kept whole in `metadata.error`: its
+        // message is the state's `error`, and a rebuilt request can render it as the
+        // producer did (`Error: …`).
+        let (text, object) = match error {
+            Value::String(s) => (s.clone(), None),
+            Value::Object(m) => (
+                m.get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| error.to_string(), str::to_owned),
+                Some(error.clone()),
+            ),
+            other => (other.to_string(), None),
         };
         self.finish_call(call_id, "tool-error", waiting, |input, approval, time| {
-            let metadata = approval.map(|a| with_approval(Value::Object(JsonMap::new()), Some(a)));
-            tool_error(input, error, metadata, time)
+            let mut metadata = approval
+                .map(|a| with_approval(Value::Object(JsonMap::new()), Some(a)))
+                .or_else(|| object.is_some().then(|| Value::Object(JsonMap::new())));
+            if let (Some(Value::Object(m)), Some(object)) = (metadata.as_mut(), object) {
+                m.insert(TOOL_ERROR_OBJECT.into(), object);
+            }
+            tool_error(input, text, metadata, time)
         })
     }
 }
@@ -295,6 +318,12 @@ fn unknown_progress(call_id: &str) -> Error {
         "preliminary tool-result for call {call_id}, which is unknown"
     ))
 }
+
+/// `providerExecuted`: on a tool part whose tool the provider ran itself.
+pub const PROVIDER_EXECUTED: &str = "providerExecuted";
+
+/// `metadata.error` of an `error` state: the producer's error object, whole.
+pub const TOOL_ERROR_OBJECT: &str = "error";
 
 /// The error of a tool the user denied.
 pub const TOOL_DENIED: &str = "The user denied this tool call";
