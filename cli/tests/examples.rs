@@ -82,8 +82,8 @@ fn multi_turn_example_stores_closed_turns_with_tools_and_usage() {
     );
     let text = &parts(first)[5];
     assert_eq!(
-        text["text"], "It exports two modules, `engine` and `store`, and re-exports `Engine`.",
-        "text-end trims trailing whitespace"
+        text["text"], "It exports two modules, `engine` and `store`, and re-exports `Engine`.\n\n",
+        "text-end keeps the text as streamed, trailing whitespace too"
     );
     let edit_error = parts(&history[3])
         .iter()

@@ -134,7 +134,7 @@ async fn crash_right_after_a_boundary_keeps_the_completed_block_exactly() {
         answer_parts(&after),
         "the closed block is untouched"
     );
-    assert_eq!(text_of(&answer_parts(&after)[0]), Some("done."));
+    assert_eq!(text_of(&answer_parts(&after)[0]), Some("done. "));
 }
 
 #[tokio::test]

@@ -534,24 +534,19 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         }
         for (id, block) in &want.blocks {
             assert!(
-                stored_text
-                    .iter()
-                    .any(|s| s == block || s == block.trim_end()),
+                stored_text.iter().any(|s| s == block),
                 "{name}: block {id} {block:?} not stored as emitted; stored {stored_text:?}"
             );
         }
-        // Each block's provider metadata is on its part, in order (texts compared
-        // without trailing whitespace: a block closed by an abort keeps it).
-        let stored_blocks: Vec<Block> = stored_blocks
-            .into_iter()
-            .map(|(text, m, c)| (text.trim_end().to_owned(), m, c))
-            .collect();
+        // Each block is stored exactly as streamed (trailing whitespace too: a
+        // provider's signature covers the exact text), with its provider metadata and
+        // citations, in order.
         let want_blocks: Vec<Block> = want
             .blocks
             .iter()
             .zip(&want.block_metadata)
             .zip(&want.block_citations)
-            .map(|(((_, text), m), c)| (text.trim_end().to_owned(), m.clone(), c.clone()))
+            .map(|(((_, text), m), c)| (text.clone(), m.clone(), c.clone()))
             .collect();
         assert_eq!(
             stored_blocks, want_blocks,

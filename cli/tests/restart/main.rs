@@ -77,10 +77,11 @@ pub(crate) fn turn(i: usize, deltas: usize) -> String {
 }
 
 pub(crate) fn answer_text(i: usize, deltas: usize) -> String {
-    (0..deltas)
-        .map(|k| format!("w{i}-{k}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    use std::fmt::Write as _;
+    (0..deltas).fold(String::new(), |mut s, k| {
+        let _ = write!(s, "w{i}-{k} ");
+        s
+    })
 }
 
 /// What a stored session holds of the turns: per turn index, how many complete copies

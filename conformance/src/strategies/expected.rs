@@ -90,7 +90,7 @@ pub fn feed(events: &[StreamEvent]) -> Fed {
                     streamed, closed, ..
                 }) = blocks.remove(id).and_then(|i| fed.parts.get_mut(i))
                 {
-                    *closed = Some(streamed.trim_end().to_owned());
+                    *closed = Some(streamed.clone());
                 }
             }
             StreamEvent::ToolInputStart { id, tool_name, .. } => {

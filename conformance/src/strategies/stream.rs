@@ -346,7 +346,7 @@ mod tests {
             Expected::Block {
                 reasoning: false,
                 streamed: "ab ".into(),
-                closed: Some("ab".into())
+                closed: Some("ab ".into())
             }
         );
         assert_eq!(fed.parts.last(), Some(&Expected::Patch("h0".into())));

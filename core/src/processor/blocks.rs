@@ -12,11 +12,6 @@ use crate::error::{Error, Result};
 use crate::event::PartDelta;
 use crate::id::PartId;
 
-fn trim_end_in_place(s: &mut String) {
-    let len = s.trim_end().len();
-    s.truncate(len);
-}
-
 impl Machine {
     /// The delta path: append to the open block and publish. With
     /// [`ProcessorOptions::persist_every_delta`](super::ProcessorOptions::persist_every_delta)
@@ -111,7 +106,6 @@ impl Machine {
         if provider_metadata.is_some() {
             *block.body.metadata_mut() = provider_metadata;
         }
-        trim_end_in_place(block.body.text_mut());
         if let BlockBody::Text(t) = &mut block.body {
             if let Some(hook) = &self.opts.text_hook {
                 hook(&mut t.text);

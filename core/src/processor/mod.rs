@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `text-start`, `reasoning-start` | create an empty part, persist it |
 //! | `text-delta`, `reasoning-delta` | bus only (`message.part.delta`) |
-//! | `text-end`, `reasoning-end` | persist the whole part: trailing whitespace trimmed, hook applied (text), `time.end` set |
+//! | `text-end`, `reasoning-end` | persist the whole part as streamed (hook applied to text), `time.end` set |
 //! | `tool-input-start` | persist the tool `pending` |
 //! | `tool-input-delta`, `tool-input-end` | nothing |
 //! | `tool-call` | persist `running` |

@@ -11,7 +11,7 @@ use crate::model::MessageError;
 /// deterministic.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
-/// Post-processing applied to a text block's text at `text-end`, after trimming.
+/// Post-processing applied to a text block's text at `text-end`.
 pub type TextHook = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// Options of a [`Processor`](super::Processor).
