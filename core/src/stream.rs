@@ -300,6 +300,14 @@ pub enum StreamEvent {
         /// running; only a result without it completes the tool.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         preliminary: bool,
+        /// The provider's metadata of the result, kept on the tool part as
+        /// `resultMetadata` where it is not the call's.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// The tool call needs the user's approval before it runs (AI SDK 6+). The tool
     /// waits: finalize and recover leave it as it is until a later `tool-result`,
@@ -348,6 +356,13 @@ pub enum StreamEvent {
         /// A string, or `{message}`, or any JSON.
         #[serde(default)]
         error: Value,
+        /// The provider's metadata of the result, kept as on `tool-result`.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
     },
     /// A model step finished.
     #[serde(rename_all = "camelCase")]
@@ -370,6 +385,18 @@ pub enum StreamEvent {
         /// Files the step changed (extension).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         patch: Option<StepPatch>,
+        /// The provider's metadata of the step (cache usage, response ids, …), kept on
+        /// the step-finish part as `metadata`.
+        #[serde(
+            default,
+            rename = "providerMetadata",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_metadata: Option<Value>,
+        /// The step's response (`{id, modelId, timestamp, headers?}`), kept on the
+        /// step-finish part as `response`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response: Option<Value>,
     },
     /// The stream finished.
     #[serde(rename_all = "camelCase")]

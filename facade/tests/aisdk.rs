@@ -71,6 +71,8 @@ struct Emitted {
     provider_executed: Vec<String>,
     /// Failed calls: id and the error as emitted (a string or an error object).
     errors: Vec<(String, Value)>,
+    /// Each step's provider metadata and response, from its `finish-step`.
+    steps: Vec<(Option<Value>, Option<Value>)>,
 }
 
 /// A fixture line as JSON. A lone UTF-16 surrogate half (`\ud83d` with no other half
@@ -201,6 +203,10 @@ fn emitted(text: &str) -> Emitted {
                 );
                 e.files.push((url, kind == "reasoning-file"));
             }
+            Some("finish-step") => e.steps.push((
+                v.get("providerMetadata").filter(|m| !m.is_null()).cloned(),
+                v.get("response").filter(|r| !r.is_null()).cloned(),
+            )),
             Some("steering-message") => e.steering.push((
                 v["id"].as_str().expect("id").to_owned(),
                 v["message"].clone(),
@@ -481,6 +487,7 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
         let mut stored_steering = Vec::new();
         let mut stored_provider_executed = Vec::new();
         let mut stored_errors = Vec::new();
+        let mut stored_steps = Vec::new();
         for m in history.iter().filter(|m| m.info.as_assistant().is_some()) {
             for p in &m.parts {
                 match &p.body {
@@ -496,6 +503,10 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
                         stored_text.push(r.text.clone());
                         stored_blocks.push((r.text.clone(), r.metadata.clone(), None));
                     }
+                    PartBody::StepFinish(f) => stored_steps.push((
+                        f.extra.get("metadata").cloned(),
+                        f.extra.get("response").cloned(),
+                    )),
                     PartBody::Steering(st) => {
                         stored_steering.push((st.steering_id.clone(), st.message.clone()));
                     }
@@ -568,6 +579,10 @@ async fn recorded_ai_sdk_streams_replay_and_store_what_they_emitted() {
             "{name}: provider-executed calls"
         );
         assert_eq!(stored_errors, want.errors, "{name}: tool errors");
+        assert_eq!(
+            stored_steps, want.steps,
+            "{name}: each step's provider metadata and response"
+        );
         check_answers(&name, &text, &history);
         if name.ends_with("/error-part") {
             // The SDK follows the error with the step's finish-step and a finish: one

@@ -355,7 +355,8 @@ const scenarios = {
 
   // Provider metadata as Anthropic and OpenAI send it: a thinking block whose signature
   // arrives on a last, empty delta; a redacted thinking block (its data in the start's
-  // metadata); a text block with an item id on its end; a tool call with metadata.
+  // metadata); a text block with an item id on its end; a tool call with metadata; the
+  // step's own metadata on its finish.
   'provider-metadata': (sdk) =>
     oneRequest('Think, then look up the weather in Paris.', {
       tools: { weather: weatherTool(sdk) },
@@ -373,7 +374,8 @@ const scenarios = {
           { type: 'text-delta', id: 'txt-0', delta: 'Let me check.' },
           { type: 'text-end', id: 'txt-0', providerMetadata: { openai: { itemId: 'msg_001', phase: 'final' } } },
           { type: 'tool-call', toolCallId: 'call-1', toolName: 'weather', input: '{"city":"Paris"}', providerMetadata: { openai: { itemId: 'fc_001' } } },
-          P.toolUse(sdk),
+          // the step's own metadata (cache usage), on its finish
+          P.toolUse(sdk).map((f) => ({ ...f, providerMetadata: { anthropic: { cacheCreationInputTokens: 0, stopSequence: null } } })),
         ),
         step('resp-2', P.text('txt-1', ['Paris: 18°C.']), P.stop(sdk)),
       ]),
@@ -542,7 +544,14 @@ const scenarios = {
         step(
           'resp-1',
           { type: 'tool-call', toolCallId: 'srv-1', toolName: 'web_search', input: JSON.stringify({ query: 'AI SDK' }), providerExecuted: true },
-          { type: 'tool-result', toolCallId: 'srv-1', toolName: 'web_search', result: [{ url: 'https://ai-sdk.dev', title: 'AI SDK' }], providerExecuted: true },
+          {
+            type: 'tool-result',
+            toolCallId: 'srv-1',
+            toolName: 'web_search',
+            result: [{ url: 'https://ai-sdk.dev', title: 'AI SDK' }],
+            providerExecuted: true,
+            providerMetadata: { mock: { searchId: 'ws_001' } },
+          },
           P.text('txt-0', ['The AI SDK is a TypeScript toolkit.']),
           P.stop(sdk),
         ),

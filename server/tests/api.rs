@@ -251,7 +251,7 @@ async fn an_upload_is_processed_while_it_arrives() {
         .find(|p| p["type"] == "text")
         .expect("text part")["text"]
         .clone();
-    assert_eq!(text, "word word word word");
+    assert_eq!(text, "word word word word ", "stored as streamed");
     s.stop().await;
 }
 

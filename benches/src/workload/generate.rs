@@ -291,6 +291,7 @@ impl Builder {
                 tool_name,
                 output: Value::String(output),
                 preliminary: false,
+                provider_metadata: None,
             },
         );
     }
@@ -317,6 +318,8 @@ impl Builder {
                 cost: None,
                 snapshot: None,
                 patch: None,
+                provider_metadata: None,
+                response: None,
             },
         );
     }

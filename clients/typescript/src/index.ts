@@ -106,9 +106,10 @@ export class ForgeClient {
    * session's streaming upload while the app reads `stream`. Each part is written as a
    * replay line as it passes; subscribers of the session see the deltas live.
    *
-   * A server that is away when the upload starts is tried again (`retries`, with a
-   * doubling wait) while up to `maxBufferedBytes` of lines wait; the app's stream waits
-   * when that is full. A server still away after the last try, or an upload that fails
+   * Before the upload starts, the client asks the server for the session: a server that
+   * is away (no answer, or 503) is tried again (`retries`, with a doubling wait) while up
+   * to `maxBufferedBytes` of lines wait, and the app's stream waits when that is full; a
+   * server that refuses (a bad token: 401) is an error at once. A server still away after the last try, or an upload that fails
    * once started (the server then closes the open answer as a stream that ended early,
    * keeping what it stored), ends the recording: `done` rejects with an error saying
    * so, and the app's stream goes on.
@@ -216,7 +217,7 @@ export class ForgeClient {
   private async upload(sessionID: string, body: ReadableStream<Uint8Array>, options: RecordOptions): Promise<ReplayReport> {
     let wait = this.retryDelayMs;
     for (let attempt = 0; ; attempt++) {
-      const away = await this.unreachable();
+      const away = await this.unreachable(sessionID);
       if (away === undefined) break;
       if (attempt >= this.retries) {
         throw new ForgeStoreError(
@@ -249,16 +250,27 @@ export class ForgeClient {
     return this.answer(response, `the upload of session ${sessionID}`);
   }
 
-  /** `undefined` when the server answers (a 503 means its backend is away: try again),
-   * else why not. */
-  private async unreachable(): Promise<string | undefined> {
+  /**
+   * `undefined` when the server takes the session (it answers for it: 200, or 404 for a
+   * session the upload creates); why not when it is away (no answer, or 503: its backend
+   * is down or busy). Any other answer (a token it refuses: 401) is an error at once.
+   */
+  private async unreachable(sessionID: string): Promise<string | undefined> {
+    let r: Response;
     try {
-      const r = await this.fetch(`${this.base}/health`, { headers: this.headers() });
-      await r.body?.cancel();
-      return r.status === 503 ? 'its health check answered 503' : undefined;
+      r = await this.fetch(`${this.base}/session/${encodeURIComponent(sessionID)}`, { headers: this.headers() });
     } catch (error) {
       return describe(error);
     }
+    if (r.status === 503) {
+      await r.body?.cancel();
+      return 'it answered 503';
+    }
+    if (r.ok || r.status === 404) {
+      await r.body?.cancel();
+      return undefined;
+    }
+    return this.answer(r, `the upload of session ${sessionID}`);
   }
 
   private async answer(response: Response, what: string): Promise<any> {

@@ -214,17 +214,20 @@ fn block_events(block: &BlockSpec, n: usize) -> Vec<StreamEvent> {
                     tool_name,
                     output: Value::String(o.clone()),
                     preliminary: false,
+                    provider_metadata: None,
                 }),
                 ToolOutcome::Titled(o, t) => out.push(StreamEvent::ToolResult {
                     tool_call_id,
                     tool_name,
                     output: json!({"output": o, "title": t}),
                     preliminary: false,
+                    provider_metadata: None,
                 }),
                 ToolOutcome::Failed(e) => out.push(StreamEvent::ToolError {
                     tool_call_id,
                     tool_name,
                     error: Value::String(e.clone()),
+                    provider_metadata: None,
                 }),
                 ToolOutcome::Unanswered => {}
             }
@@ -286,6 +289,8 @@ impl StreamSpec {
                     hash: format!("h{k}"),
                     files: vec![format!("src/f{k}.rs")],
                 }),
+                provider_metadata: None,
+                response: None,
             });
         }
         match &self.end {

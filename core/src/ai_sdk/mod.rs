@@ -98,6 +98,13 @@ fn provider_executed(t: &ToolPart) -> bool {
     t.extra.get(crate::processor::PROVIDER_EXECUTED) == Some(&Value::Bool(true))
 }
 
+/// The provider metadata of a tool's result: its own where it had one other than the
+/// call's, else the call's (the SDK repeats the call's on the result).
+fn result_metadata(t: &ToolPart) -> Option<Value> {
+    metadata(t.extra.get(crate::processor::RESULT_METADATA))
+        .or_else(|| metadata(t.metadata.as_ref()))
+}
+
 /// The metadata of a tool's state.
 fn state_metadata(state: &ToolState) -> Option<&Value> {
     match state {

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::{
     approval, denied, error_text, file_data, file_metadata, is_reasoning_file, metadata, object,
-    provider_executed, string, tool_input, AiSdk,
+    provider_executed, result_metadata, string, tool_input, AiSdk,
 };
 use crate::model::{ErrorName, MessageWithParts, Part, PartBody, ToolPart, ToolState};
 
@@ -215,6 +215,6 @@ fn tool_result(t: &ToolPart, sdk: AiSdk, by_provider: bool) -> Option<Value> {
             "providerExecuted",
             (by_provider && sdk == AiSdk::V5).then_some(Value::Bool(true)),
         ),
-        ("providerOptions", metadata(t.metadata.as_ref())),
+        ("providerOptions", result_metadata(t)),
     ]))
 }

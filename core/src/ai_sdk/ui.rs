@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::{
     approval, denied, file_metadata, is_reasoning_file, metadata, object, provider_executed,
-    string, tool_input, AiSdk, Approval,
+    result_metadata, string, tool_input, AiSdk, Approval,
 };
 use crate::model::{MessageWithParts, Part, PartBody, PartTime, ToolPart, ToolState};
 
@@ -145,7 +145,7 @@ fn tool_part(t: &ToolPart, sdk: AiSdk) -> Value {
     let meta = metadata(t.metadata.as_ref());
     // ai 6 and 7 repeat the call's metadata for its result; ai 5 has the call's only.
     let result_meta = (sdk != AiSdk::V5 && matches!(t.state, ToolState::Completed(_)))
-        .then(|| meta.clone())
+        .then(|| result_metadata(t))
         .flatten();
     object([
         ("type", Some(Value::String(format!("tool-{}", t.tool)))),

@@ -83,6 +83,7 @@ mod tools;
 use crate::error::{Error, Result};
 use crate::model::{JsonMap, Part, PartTime, ReasoningPart, TextPart};
 use crate::stream::StreamEvent;
+use serde_json::Value;
 
 use inflight::BlockBody;
 
@@ -91,7 +92,7 @@ pub use machine::{Effect, Ended, Machine};
 pub use messages::{assistant_message, message_error_from, user_message};
 pub use options::{Clock, Flow, Outcome, ProcessorOptions, ProcessorStats, TextHook};
 pub use shell::Processor;
-pub use tools::{PROVIDER_EXECUTED, TOOL_DENIED, TOOL_ERROR_OBJECT};
+pub use tools::{PROVIDER_EXECUTED, RESULT_METADATA, TOOL_DENIED, TOOL_ERROR_OBJECT};
 
 impl Machine {
     /// Handles one stream event: changes the turn's state and queues its effects.
@@ -236,13 +237,15 @@ impl Machine {
             StreamEvent::ToolResult {
                 tool_call_id,
                 output,
+                provider_metadata,
                 ..
-            } => self.tool_result(&tool_call_id, output, waiting)?,
+            } => self.tool_result(&tool_call_id, output, provider_metadata, waiting)?,
             StreamEvent::ToolError {
                 tool_call_id,
                 error,
+                provider_metadata,
                 ..
-            } => self.tool_error(&tool_call_id, &error, waiting)?,
+            } => self.tool_error(&tool_call_id, &error, provider_metadata, waiting)?,
             StreamEvent::StartStep {} => self.start_step()?,
             StreamEvent::FinishStep {
                 finish_reason,
@@ -251,14 +254,28 @@ impl Machine {
                 cost,
                 snapshot,
                 patch,
+                provider_metadata,
+                response,
             } => {
                 if !self.in_step {
                     return Err(Error::invalid("finish-step without its start-step"));
                 }
                 self.in_step = false;
+                // What the step-finish part keeps beside opencode's fields.
+                let mut kept = JsonMap::new();
+                let fields = [
+                    ("rawReason", raw_finish_reason.map(Value::String)),
+                    ("metadata", provider_metadata.filter(|m| !m.is_null())),
+                    ("response", response.filter(|r| !r.is_null())),
+                ];
+                for (key, value) in fields {
+                    if let Some(value) = value {
+                        kept.insert(key.into(), value);
+                    }
+                }
                 self.finish_step(
                     finish_reason,
-                    raw_finish_reason,
+                    kept,
                     &usage,
                     cost.unwrap_or(0.0),
                     snapshot,

@@ -1,8 +1,6 @@
 //! Steps: a step-finish with its usage and cost, and the patch of the files it changed,
 //! committed with the assistant message in one batch.
 
-use serde_json::Value;
-
 use super::machine::Machine;
 use crate::error::{Error, Result};
 use crate::event::SyncEvent;
@@ -31,17 +29,13 @@ impl Machine {
     pub(super) fn finish_step(
         &mut self,
         reason: String,
-        raw_reason: Option<String>,
+        extra: JsonMap,
         usage: &Usage,
         cost: f64,
         snapshot: Option<String>,
         patch: Option<StepPatch>,
     ) {
         let tokens = usage.tokens();
-        let mut extra = JsonMap::new();
-        if let Some(raw) = raw_reason {
-            extra.insert("rawReason".into(), Value::String(raw));
-        }
         let mut events = vec![SyncEvent::PartUpdated {
             part: self.new_part(PartBody::StepFinish(StepFinishPart {
                 reason: reason.clone(),

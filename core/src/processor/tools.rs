@@ -180,14 +180,22 @@ impl Machine {
         call_id: &str,
         what: &str,
         waiting: Option<Part>,
+        result_metadata: Option<Value>,
         close: impl FnOnce(Value, Option<Value>, ToolTimeEnded) -> ToolState,
     ) -> Result<()> {
         let Taken {
-            head,
+            mut head,
             input,
             start,
             approval,
         } = self.take_running(call_id, what, waiting)?;
+        // The result's provider metadata, where it is not the call's (the SDK repeats
+        // the call's on the result of a tool the app ran).
+        if let Some(m) =
+            result_metadata.filter(|m| !m.is_null() && Some(m) != head.metadata.as_ref())
+        {
+            head.extra.insert(RESULT_METADATA.into(), m);
+        }
         let time = ended(start, self.now());
         self.commit_part(head.into_part(close(input, approval, time)));
         Ok(())
@@ -199,6 +207,7 @@ impl Machine {
             call_id,
             "tool-output-denied",
             waiting,
+            None,
             |input, approval, time| {
                 let mut approval = match approval {
                     Some(Value::Object(m)) => m,
@@ -222,20 +231,28 @@ impl Machine {
         &mut self,
         call_id: &str,
         output: Value,
+        provider_metadata: Option<Value>,
         waiting: Option<Part>,
     ) -> Result<()> {
         let (output, title, metadata, marks) = split_output(output);
-        self.finish_call(call_id, "tool-result", waiting, |input, approval, time| {
-            ToolState::Completed(ToolCompleted {
-                input,
-                output,
-                title,
-                metadata: with_approval(metadata, approval),
-                time,
-                attachments: None,
-                extra: marks,
-            })
-        })
+        let result = provider_metadata;
+        self.finish_call(
+            call_id,
+            "tool-result",
+            waiting,
+            result,
+            |input, approval, time| {
+                ToolState::Completed(ToolCompleted {
+                    input,
+                    output,
+                    title,
+                    metadata: with_approval(metadata, approval),
+                    time,
+                    attachments: None,
+                    extra: marks,
+                })
+            },
+        )
     }
 
     /// A preliminary result: the tool stays running, its latest progress value in
@@ -270,6 +287,7 @@ impl Machine {
         &mut self,
         call_id: &str,
         error: &Value,
+        provider_metadata: Option<Value>,
         waiting: Option<Part>,
     ) -> Result<()> {
         // An error object (`{name, message, …}`) is kept whole in `metadata.error`: its
@@ -285,15 +303,22 @@ impl Machine {
             ),
             other => (other.to_string(), None),
         };
-        self.finish_call(call_id, "tool-error", waiting, |input, approval, time| {
-            let mut metadata = approval
-                .map(|a| with_approval(Value::Object(JsonMap::new()), Some(a)))
-                .or_else(|| object.is_some().then(|| Value::Object(JsonMap::new())));
-            if let (Some(Value::Object(m)), Some(object)) = (metadata.as_mut(), object) {
-                m.insert(TOOL_ERROR_OBJECT.into(), object);
-            }
-            tool_error(input, text, metadata, time)
-        })
+        let result = provider_metadata;
+        self.finish_call(
+            call_id,
+            "tool-error",
+            waiting,
+            result,
+            |input, approval, time| {
+                let mut metadata = approval
+                    .map(|a| with_approval(Value::Object(JsonMap::new()), Some(a)))
+                    .or_else(|| object.is_some().then(|| Value::Object(JsonMap::new())));
+                if let (Some(Value::Object(m)), Some(object)) = (metadata.as_mut(), object) {
+                    m.insert(TOOL_ERROR_OBJECT.into(), object);
+                }
+                tool_error(input, text, metadata, time)
+            },
+        )
     }
 }
 
@@ -321,6 +346,10 @@ fn unknown_progress(call_id: &str) -> Error {
 
 /// `providerExecuted`: on a tool part whose tool the provider ran itself.
 pub const PROVIDER_EXECUTED: &str = "providerExecuted";
+
+/// `resultMetadata`: on a tool part whose result carried provider metadata other than
+/// its call's (a provider-executed tool's result).
+pub const RESULT_METADATA: &str = "resultMetadata";
 
 /// `metadata.error` of an `error` state: the producer's error object, whole.
 pub const TOOL_ERROR_OBJECT: &str = "error";
