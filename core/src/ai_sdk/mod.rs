@@ -189,3 +189,6 @@ fn error_text(state: &ToolState, sdk: AiSdk) -> String {
         _ => e.error.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,6 +11,9 @@ use crate::model::{ErrorName, MessageWithParts, Part, PartBody, ToolPart, ToolSt
 /// The text opencode sends for a user message that asks for a summary.
 const COMPACTION_PROMPT: &str = "What did we do so far?";
 
+/// The output opencode sends for a tool output it pruned from the model's view.
+const PRUNED_OUTPUT: &str = "[Old tool result content cleared]";
+
 /// The messages of `history` as the AI SDK's `ModelMessage[]`, in the shapes of `sdk`.
 ///
 /// A user message is one `user` message (its text and files). An assistant message is,
@@ -21,6 +24,9 @@ const COMPACTION_PROMPT: &str = "What did we do so far?";
 /// with its result, as the app sends them. A steering message (a user message added to
 /// the run between two steps) is that user message, before the step that received it.
 /// Provider metadata becomes `providerOptions`.
+///
+/// A tool output pruned from the model's view (`time.compacted`, opencode's pruning) is
+/// opencode's `[Old tool result content cleared]`.
 ///
 /// Left out, as the SDK leaves them out of its response messages: an answer that was
 /// aborted (the SDK returns no messages for it), sources and citations, step
@@ -192,6 +198,10 @@ fn assistant_step(parts: &[Part], sdk: AiSdk, out: &mut Vec<Value>) {
 /// The `tool-result` of a finished call; `None` while it runs or waits.
 fn tool_result(t: &ToolPart, sdk: AiSdk, by_provider: bool) -> Option<Value> {
     let output = match &t.state {
+        // An output pruned from the model's view (opencode's `time.compacted`).
+        ToolState::Completed(c) if c.time.compacted.is_some() => {
+            json!({"type": "text", "value": PRUNED_OUTPUT})
+        }
         ToolState::Completed(c) => match c.returned() {
             Value::String(s) => json!({"type": "text", "value": s}),
             value => json!({"type": "json", "value": value}),
