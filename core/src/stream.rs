@@ -394,7 +394,7 @@ pub enum StreamEvent {
         )]
         provider_metadata: Option<Value>,
         /// The step's response (`{id, modelId, timestamp, headers?}`), kept on the
-        /// step-finish part as `response`.
+        /// step-finish part as `response`, less its HTTP `headers`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         response: Option<Value>,
     },

@@ -205,7 +205,14 @@ fn emitted(text: &str) -> Emitted {
             }
             Some("finish-step") => e.steps.push((
                 v.get("providerMetadata").filter(|m| !m.is_null()).cloned(),
-                v.get("response").filter(|r| !r.is_null()).cloned(),
+                // less its HTTP headers, which the store leaves out
+                v.get("response").filter(|r| !r.is_null()).map(|r| {
+                    let mut r = r.clone();
+                    if let Some(o) = r.as_object_mut() {
+                        o.remove("headers");
+                    }
+                    r
+                }),
             )),
             Some("steering-message") => e.steering.push((
                 v["id"].as_str().expect("id").to_owned(),

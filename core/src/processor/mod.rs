@@ -266,7 +266,7 @@ impl Machine {
                 let fields = [
                     ("rawReason", raw_finish_reason.map(Value::String)),
                     ("metadata", provider_metadata.filter(|m| !m.is_null())),
-                    ("response", response.filter(|r| !r.is_null())),
+                    ("response", response.and_then(step_response)),
                 ];
                 for (key, value) in fields {
                     if let Some(value) = value {
@@ -291,5 +291,20 @@ impl Machine {
             StreamEvent::Abort { reason } => self.abort(reason),
         }
         Ok(())
+    }
+}
+
+/// What a step-finish part keeps of the step's `response`: all but its HTTP `headers`
+/// (transport, not conversation: a provider's rate-limit and tracing headers would be
+/// most of the step's bytes) and any `body`.
+fn step_response(response: Value) -> Option<Value> {
+    match response {
+        Value::Object(mut m) => {
+            m.remove("headers");
+            m.remove("body");
+            (!m.is_empty()).then_some(Value::Object(m))
+        }
+        Value::Null => None,
+        other => Some(other),
     }
 }
