@@ -88,7 +88,20 @@ async fn the_typescript_client_records_a_run_and_rebuilds_its_next_request() {
         .spawn()
         .expect("node starts");
 
-    // The server that is away at first: it comes up on its port 1.5 s later.
+    // The server that is away at first: it comes up on its port 1.5 s after the client
+    // started recording to it.
+    let waiting = out.path().join("away-waiting");
+    let started = std::time::Instant::now();
+    while !waiting.exists() {
+        assert!(
+            started.elapsed() < Duration::from_mins(2),
+            "the client test never started recording to the server that is away"
+        );
+        if let Ok(Some(status)) = node.try_wait() {
+            panic!("the TypeScript client's tests ended early: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", away_port))
         .await

@@ -1,7 +1,7 @@
 // The client against a running `forge-store serve`, driven by the real AI SDK (ai 7) with
 // its mock model. Run by `server/tests/ts_client.rs`, which starts the servers and passes:
 //   FORGE_URL  a running serve;  TOKEN  a token of its tenant
-//   AWAY_URL   a serve that starts about 1.5 s after this test does (it writes OUT/away-up)
+//   AWAY_URL   a serve that starts 1.5 s after this test writes OUT/away-waiting (then OUT/away-up)
 //   DEAD_URL   nothing listens there
 //   OUT        a directory: each recorded session's stream is written to OUT/<session>.jsonl
 //              (what `forge-store replay` is given, to compare with what serve stored)
@@ -140,6 +140,8 @@ test('a server that is briefly away: lines wait in a bounded buffer, the app wai
   const maxBufferedBytes = 2048;
   const client = new ForgeClient({ baseUrl: env('AWAY_URL'), token: TOKEN, maxBufferedBytes, retries: 20, retryDelayMs: 100 });
   const rec = client.record('ses_ts_away', run().fullStream, { prompt: PROMPT });
+  // The harness starts the late server once this file exists, and writes OUT/away-up.
+  writeFileSync(join(OUT, 'away-waiting'), '');
   let awayBytes = 0;
   let largest = 0;
   const parts = await consume('ses_ts_away', rec.stream, (part) => {
