@@ -6,7 +6,6 @@
 //! call is a stored tool part with its final result, files and sources are parts, each
 //! step's usage is kept without losing a count, and errors and aborts keep their shape.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use forge_store::model::{PartBody, ToolState};
@@ -80,36 +79,7 @@ struct Emitted {
 /// refuses, is read as the text `<U+D83D>`; [`halves_joined`] makes the characters of
 /// a block's text out of them.
 fn fixture_json(line: &str) -> Value {
-    let surrogate = |s: &str| -> Option<u32> {
-        let hex = s.strip_prefix("\\u")?.get(..4)?;
-        u32::from_str_radix(hex, 16)
-            .ok()
-            .filter(|u| (0xD800..=0xDFFF).contains(u))
-    };
-    let mut out = String::new();
-    let mut i = 0;
-    while i < line.len() {
-        let rest = &line[i..];
-        if rest.starts_with("\\\\") {
-            out.push_str("\\\\");
-            i += 2;
-        } else if let Some(u) = surrogate(rest) {
-            let paired = (0xD800..=0xDBFF).contains(&u)
-                && surrogate(&rest[6..]).is_some_and(|l| (0xDC00..=0xDFFF).contains(&l));
-            if paired {
-                out.push_str(&rest[..12]);
-                i += 12;
-            } else {
-                let _ = write!(out, "<U+{u:04X}>");
-                i += 6;
-            }
-        } else {
-            let c = rest.chars().next().expect("a character");
-            out.push(c);
-            i += c.len_utf8();
-        }
-    }
-    serde_json::from_str(&out).expect("fixture line")
+    forge_testkit::json_with_lone_halves(line, |u| format!("<U+{u:04X}>"))
 }
 
 /// `text` with each `<U+high><U+low>` of [`fixture_json`] as its character, and every

@@ -75,39 +75,11 @@ fn sdk_returned_nothing(name: &str) -> bool {
     .any(|s| name.ends_with(&format!("/{s}")))
 }
 
-/// JSON whose lone UTF-16 surrogate halves (`\ud83d` with no other half: the SDK keeps
-/// a half a provider never completed) are read as U+FFFD, which is what the store keeps
-/// for them by design (with a warning); strict JSON refuses them.
+/// JSON whose lone UTF-16 surrogate halves (the SDK keeps a half a provider never
+/// completed) are read as U+FFFD, which is what the store keeps for them by design (with
+/// a warning).
 fn json_with_lone_halves(text: &str) -> Value {
-    let half = |s: &str| -> Option<u32> {
-        let hex = s.strip_prefix("\\u")?.get(..4)?;
-        u32::from_str_radix(hex, 16)
-            .ok()
-            .filter(|u| (0xD800..=0xDFFF).contains(u))
-    };
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("\\u") {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        match half(rest) {
-            Some(high @ 0xD800..=0xDBFF) if half(&rest[6..]).is_some_and(|l| l >= 0xDC00) => {
-                let _ = high;
-                out.push_str(&rest[..12]);
-                rest = &rest[12..];
-            }
-            Some(_) => {
-                out.push_str("\\ufffd");
-                rest = &rest[6..];
-            }
-            None => {
-                out.push_str(&rest[..2]);
-                rest = &rest[2..];
-            }
-        }
-    }
-    out.push_str(rest);
-    serde_json::from_str(&out).expect("JSON")
+    forge_testkit::json_with_lone_halves(text, |_| "\\ufffd".to_owned())
 }
 
 fn pretty(v: &Value) -> String {

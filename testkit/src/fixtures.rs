@@ -151,6 +151,41 @@ pub fn normalized(doc: &Value) -> Value {
     walk(doc, &mut std::collections::BTreeMap::new(), false)
 }
 
+/// JSON `text` whose lone UTF-16 surrogate halves (`\ud83d` with no other half beside it:
+/// a provider that split a pair between two deltas, or a half never completed), which
+/// strict JSON refuses, are replaced by `lone(code unit)` (written into the JSON text as
+/// is); whole pairs and escaped backslashes are kept. Panics if the result is not JSON.
+pub fn json_with_lone_halves(text: &str, lone: impl Fn(u32) -> String) -> Value {
+    let half = |s: &str| -> Option<u32> {
+        let hex = s.strip_prefix("\\u")?.get(..4)?;
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .filter(|u| (0xD800..=0xDFFF).contains(u))
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with("\\\\") {
+            out.push_str("\\\\");
+            rest = &rest[2..];
+        } else if let Some(u) = half(rest) {
+            let paired =
+                (0xD800..=0xDBFF).contains(&u) && half(&rest[6..]).is_some_and(|l| l >= 0xDC00);
+            let taken = if paired { 12 } else { 6 };
+            if paired {
+                out.push_str(&rest[..taken]);
+            } else {
+                out.push_str(&lone(u));
+            }
+            rest = &rest[taken..];
+        } else {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON: {e}"))
+}
+
 /// Waits until `ready` holds, checking every 50 ms up to `limit`; panics naming `what`
 /// otherwise.
 pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {

@@ -9,8 +9,8 @@ pub mod services;
 pub mod stores;
 
 pub use fixtures::{
-    current_thread_runtime, delta, env_number, env_usize, normalized, runtime, text_of,
-    user_message, user_message_with, wait_until, OnPublish, TapBus,
+    current_thread_runtime, delta, env_number, env_usize, json_with_lone_halves, normalized,
+    runtime, text_of, user_message, user_message_with, wait_until, OnPublish, TapBus,
 };
 pub use services::{node_project, required, service_url, skip, skip_unless, REQUIRE_SERVICES};
 
