@@ -228,9 +228,36 @@ pub enum Command {
         #[command(flatten)]
         claiming: Claiming,
     },
-    /// The sessions of the tenant.
+    /// The sessions of the tenant (all, or one page in id order with --limit/--after).
     Sessions {
         /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// One page of at most this many sessions, in id order (1-1000).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: Option<u16>,
+        /// The page after this session id (the `next` the previous page printed).
+        #[arg(long, requires = "limit")]
+        after: Option<String>,
+    },
+    /// What the tenant stores (sessions, messages, parts, logical bytes, the largest
+    /// sessions) and what the backend occupies (files, relations, server memory).
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete what a retention policy no longer keeps: idle sessions, sessions beyond a
+    /// limit, history behind old compactions. Sessions a writer holds, with an open
+    /// answer, or written while it runs are left alone. Deletions are published on the
+    /// bus.
+    Prune {
+        #[command(flatten)]
+        retention: RetentionArgs,
+        /// Show what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -316,6 +343,62 @@ impl Command {
     }
 }
 
+/// A retention policy on the command line (`prune`, and `serve`'s pruner).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct RetentionArgs {
+    /// Delete sessions idle for longer than this (e.g. 30d, 12h).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub idle: Option<std::time::Duration>,
+    /// Keep at most this many sessions: the most recently active.
+    #[arg(long, value_name = "N")]
+    pub keep: Option<usize>,
+    /// Drop the history hidden behind a session's last compaction once the compaction
+    /// is older than this (the compacted view does not change).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub compacted: Option<std::time::Duration>,
+    /// The most messages one transaction removes.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub batch: u16,
+}
+
+impl RetentionArgs {
+    /// The policy.
+    pub fn retention(&self) -> forge_store::prune::Retention {
+        forge_store::prune::Retention {
+            idle: self.idle,
+            keep: self.keep,
+            compacted: self.compacted,
+        }
+    }
+}
+
+/// An age: a number with a unit (`s`, `m`, `h`, `d`, `w`); at most 100 years.
+pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    let text = s.trim();
+    let bad = || {
+        format!(
+            "{s:?} is not an age: give a whole number with a unit, s, m, h, d or w (90m, 12h,              30d, 2w), of at most 100 years"
+        )
+    };
+    let (number, unit_secs) = [
+        ("s", 1u64),
+        ("m", 60),
+        ("h", 3600),
+        ("d", 86_400),
+        ("w", 604_800),
+    ]
+    .iter()
+    .find_map(|(unit, secs)| text.strip_suffix(unit).map(|n| (n.trim(), *secs)))
+    .ok_or_else(bad)?;
+    let value: u64 = number.parse().map_err(|_| bad())?;
+    let secs = value.checked_mul(unit_secs).ok_or_else(bad)?;
+    if secs > 100 * 365 * 86_400 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs(secs))
+}
+
 fn parse_tenant(s: &str) -> std::result::Result<TenantId, String> {
     TenantId::new(s).map_err(|e| e.to_string())
 }
@@ -368,6 +451,28 @@ mod tests {
     use std::time::Duration;
 
     use super::parse_duration;
+
+    #[test]
+    fn ages_take_a_unit_and_bad_ones_say_what_is_expected() {
+        use super::parse_age;
+        assert_eq!(parse_age("30d"), Ok(Duration::from_hours(30 * 24)));
+        assert_eq!(parse_age("2w"), Ok(Duration::from_hours(14 * 24)));
+        assert_eq!(parse_age("90m"), Ok(Duration::from_mins(90)));
+        assert_eq!(parse_age(" 12h "), Ok(Duration::from_hours(12)));
+        assert_eq!(parse_age("0s"), Ok(Duration::ZERO));
+        for bad in [
+            "30",
+            "d",
+            "-1d",
+            "1.5d",
+            "101y",
+            "36501d",
+            "99999999999999999999w",
+        ] {
+            let e = parse_age(bad).expect_err(bad);
+            assert!(e.contains("is not an age"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn durations_take_a_unit_or_seconds_and_bad_ones_say_what_is_expected() {

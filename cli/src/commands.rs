@@ -114,12 +114,64 @@ pub async fn run(
         Command::Recover { session, json, .. } => {
             recover(forge, tenant, session.map(SessionId::from), json, out).await
         }
-        Command::Sessions { json } => {
+        Command::Sessions {
+            json, limit: None, ..
+        } => {
             let list = forge.sessions(tenant).await?;
             if json {
                 return print_json(out, &list);
             }
             show::sessions(out, &list)?;
+            Ok(())
+        }
+        Command::Sessions {
+            json,
+            limit: Some(limit),
+            after,
+        } => {
+            let after = after.map(SessionId::from);
+            let page = forge
+                .sessions_after(tenant, after.as_ref(), usize::from(limit))
+                .await?;
+            if json {
+                return print_json(out, &page);
+            }
+            show::sessions(out, &page.sessions)?;
+            if let Some(next) = &page.next {
+                writeln!(
+                    out,
+                    "next page: forge-store sessions --limit {limit} --after {next}"
+                )?;
+            }
+            Ok(())
+        }
+        Command::Stats { json } => {
+            let stats = forge.stats(tenant).await?;
+            if json {
+                return print_json(out, &stats);
+            }
+            show::stats(out, &stats)?;
+            Ok(())
+        }
+        Command::Prune {
+            retention,
+            dry_run,
+            json,
+        } => {
+            let policy = retention.retention();
+            if policy.is_empty() {
+                anyhow::bail!("prune needs a policy: --idle AGE, --keep N and/or --compacted AGE");
+            }
+            let opts = forge_store::prune::PruneOptions {
+                dry_run,
+                batch_messages: usize::from(retention.batch),
+                ..Default::default()
+            };
+            let report = forge.prune(tenant, &policy, &opts).await?;
+            if json {
+                return print_json(out, &report);
+            }
+            show::prune(out, &report)?;
             Ok(())
         }
         Command::Demo => demo::run(forge, tenant, out).await,

@@ -34,6 +34,48 @@ pub struct ServeArgs {
     /// `--take-over`: a request writing a session another writer holds takes it over.
     #[command(flatten)]
     pub claiming: crate::args::Claiming,
+    /// Prune every tenant the server serves (the --tenant without auth, or every
+    /// tenant of the tokens) with this policy, at start and every --prune-every.
+    #[command(flatten, next_help_heading = "Retention (the background pruner)")]
+    pub prune: PruneArgs,
+    /// `GET /stats` also shows every tenant what the backend occupies for all tenants
+    /// (files, relations, server memory).
+    #[arg(long)]
+    pub share_footprint: bool,
+}
+
+/// `serve`'s background pruner.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PruneArgs {
+    /// Delete sessions idle for longer than this (e.g. 30d).
+    #[arg(long = "prune-idle", value_name = "AGE", value_parser = crate::args::parse_age)]
+    pub idle: Option<Duration>,
+    /// Keep at most this many sessions per tenant.
+    #[arg(long = "prune-keep", value_name = "N")]
+    pub keep: Option<usize>,
+    /// Drop history behind compactions older than this.
+    #[arg(long = "prune-compacted", value_name = "AGE", value_parser = crate::args::parse_age)]
+    pub compacted: Option<Duration>,
+    /// The pause between two rounds.
+    #[arg(long = "prune-every", value_name = "AGE", default_value = "1h",
+          value_parser = crate::args::parse_age)]
+    pub every: Duration,
+}
+
+impl PruneArgs {
+    /// The pruner, when a policy was given.
+    fn pruning(&self) -> Option<forge_server::Pruning> {
+        let retention = forge_store::prune::Retention {
+            idle: self.idle,
+            keep: self.keep,
+            compacted: self.compacted,
+        };
+        (!retention.is_empty()).then(|| forge_server::Pruning {
+            retention,
+            every: self.every.max(Duration::from_secs(1)),
+            batch_messages: forge_store::prune::DEFAULT_BATCH_MESSAGES,
+        })
+    }
 }
 
 /// Who may call, from the arguments and `FORGE_TOKENS`.
@@ -81,6 +123,8 @@ pub async fn run(
     options.max_body = args.max_body_mib.max(1) << 20;
     options.max_line = args.max_line_mib.max(1) << 20;
     options.heartbeat = Duration::from_secs(args.heartbeat_secs.max(1));
+    options.pruning = args.prune.pruning();
+    options.share_footprint = args.share_footprint;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -90,6 +134,13 @@ pub async fn run(
         "forge-store serve: listening on http://{addr} ({}; {who})",
         forge.url()
     )?;
+    if let Some(p) = &options.pruning {
+        writeln!(
+            out,
+            "forge-store serve: pruning every {:?}: {:?}",
+            p.every, p.retention
+        )?;
+    }
     out.flush()?;
     let shutdown = on_signal("shutting down (closing open uploads, committing)");
     forge_server::serve(listener, forge.clone(), options, shutdown).await?;

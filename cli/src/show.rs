@@ -252,6 +252,117 @@ pub fn sessions(out: &mut dyn Write, list: &[SessionState]) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes as `12.3 MiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {} ({n} bytes)", UNITS[unit])
+    }
+}
+
+/// What `forge-store stats` prints.
+pub fn stats(out: &mut dyn Write, s: &forge_store::Stats) -> io::Result<()> {
+    let st = &s.stored;
+    writeln!(out, "tenant {} on {}", s.tenant, s.backend)?;
+    writeln!(
+        out,
+        "  {} sessions, {} messages, {} parts, {} logical (JSON)",
+        st.sessions,
+        st.messages,
+        st.parts,
+        bytes(st.logical_bytes)
+    )?;
+    if let (Some(o), Some(n)) = (st.oldest_ms, st.newest_ms) {
+        writeln!(
+            out,
+            "  oldest session created {}, last activity {}",
+            time(o),
+            time(n)
+        )?;
+    }
+    if !st.largest.is_empty() {
+        writeln!(out, "  largest sessions:")?;
+        for l in &st.largest {
+            writeln!(
+                out,
+                "    {}  {} messages, {} parts, {}",
+                l.session,
+                l.messages,
+                l.parts,
+                bytes(l.bytes)
+            )?;
+        }
+    }
+    if s.footprint.items.is_empty() {
+        writeln!(out, "backend footprint: nothing to measure ({})", s.backend)?;
+        return Ok(());
+    }
+    writeln!(out, "backend footprint (all tenants):")?;
+    for i in &s.footprint.items {
+        writeln!(out, "  {:<8} {}  {}", i.kind, bytes(i.bytes), i.name)?;
+    }
+    for kind in ["file", "relation"] {
+        let total = s.footprint.total(kind);
+        if total > 0 {
+            writeln!(out, "  total on disk ({kind}s): {}", bytes(total))?;
+        }
+    }
+    Ok(())
+}
+
+/// What `forge-store prune` prints.
+pub fn prune(out: &mut dyn Write, r: &forge_store::prune::PruneReport) -> io::Result<()> {
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    for p in &r.pruned {
+        let why = match p.reason {
+            forge_store::prune::Reason::Idle => "idle",
+            forge_store::prune::Reason::OverLimit => "over the session limit",
+            forge_store::prune::Reason::Compacted => "history behind an old compaction",
+        };
+        let what = if p.reason == forge_store::prune::Reason::Compacted {
+            "trimmed"
+        } else {
+            "deleted"
+        };
+        writeln!(
+            out,
+            "{}  {what} ({why}): {} messages, {} parts",
+            p.session, p.messages, p.parts
+        )?;
+    }
+    writeln!(
+        out,
+        "prune{}: {} sessions examined; {verb} {} sessions and trimmed {}, {} messages, {} \
+         parts; skipped {} held by a writer, {} with something open, {} written meanwhile",
+        if r.dry_run { " (dry run)" } else { "" },
+        r.examined,
+        r.sessions_deleted,
+        r.sessions_trimmed,
+        r.messages_removed,
+        r.parts_removed,
+        r.skipped_held,
+        r.skipped_open,
+        r.skipped_written
+    )?;
+    if !r.dry_run && r.transactions > 0 {
+        writeln!(
+            out,
+            "  {} transactions, the longest {:.1} ms",
+            r.transactions,
+            r.longest_transaction_us as f64 / 1000.0
+        )?;
+    }
+    Ok(())
+}
+
 /// A page of history (or all of it) with the command for the next page.
 pub fn history(
     out: &mut dyn Write,

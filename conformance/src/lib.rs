@@ -73,6 +73,9 @@ pub enum Property {
     /// Contract property 10: one writer per session: claims grant growing epochs, a
     /// batch of a stale epoch never lands, racing writers lose nothing confirmed.
     Fencing,
+    /// Contract property 11: retention removes what its policy says, nothing half, and
+    /// never a session written while it runs.
+    Prune,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
     /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
@@ -81,7 +84,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 13] = [
+    pub const ALL: [Property; 14] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -94,6 +97,7 @@ impl Property {
         Property::Concurrency,
         Property::RoundTrip,
         Property::Fencing,
+        Property::Prune,
         Property::Reopen,
     ];
 
@@ -112,6 +116,7 @@ impl Property {
             Property::Concurrency => "concurrency",
             Property::RoundTrip => "round_trip",
             Property::Fencing => "fencing",
+            Property::Prune => "prune",
             Property::Reopen => "reopen",
         }
     }
@@ -174,6 +179,11 @@ impl Property {
                 "claims grant growing epochs per session and tenant, a batch of a stale \
                  epoch never lands (also racing a claim), racing writers lose nothing \
                  confirmed"
+            }
+            Property::Prune => {
+                "prune (idle, session limit, compacted history) removes exactly what the \
+                 policy says, concurrently with writers: nothing written meanwhile is lost, \
+                 nothing deleted is left half, the compacted view does not change"
             }
             Property::Reopen => {
                 "closed and opened again, the store equals the reference model, seqs \
@@ -381,6 +391,7 @@ macro_rules! conformance_tests {
             concurrency => Concurrency,
             round_trip => RoundTrip,
             fencing => Fencing,
+            prune => Prune,
             reopen => Reopen,
         );
     };

@@ -7,7 +7,9 @@ use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
-use crate::store::{Capabilities, Cursor, OpenItems, Page, SessionState, Store};
+use crate::store::{
+    Capabilities, Cursor, Footprint, OpenItems, Page, SessionPage, SessionState, Store, TenantStats,
+};
 use crate::tenant::TenantId;
 
 /// A store that wraps another: every [`Store`] method forwards to [`inner`](Self::inner)
@@ -98,6 +100,26 @@ pub trait Forward: std::fmt::Debug + Send + Sync + 'static {
         self.inner().sessions(tenant).await
     }
 
+    /// [`Store::sessions_after`]; forwards by default.
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        self.inner().sessions_after(tenant, after, limit).await
+    }
+
+    /// [`Store::stats`]; forwards by default.
+    async fn stats(&self, tenant: &TenantId) -> Result<TenantStats> {
+        self.inner().stats(tenant).await
+    }
+
+    /// [`Store::footprint`]; forwards by default.
+    async fn footprint(&self) -> Result<Footprint> {
+        self.inner().footprint().await
+    }
+
     /// [`Store::message`]; forwards by default.
     async fn message(
         &self,
@@ -167,6 +189,23 @@ impl<T: Forward> Store for T {
 
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         Forward::sessions(self, tenant).await
+    }
+
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        Forward::sessions_after(self, tenant, after, limit).await
+    }
+
+    async fn stats(&self, tenant: &TenantId) -> Result<TenantStats> {
+        Forward::stats(self, tenant).await
+    }
+
+    async fn footprint(&self) -> Result<Footprint> {
+        Forward::footprint(self).await
     }
 
     async fn message(

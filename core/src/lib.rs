@@ -20,10 +20,12 @@ pub mod memory;
 pub mod model;
 pub mod processor;
 pub mod projector;
+pub mod prune;
 pub mod read;
 mod reconcile;
 pub mod recover;
 pub mod retry;
+pub mod stats;
 pub mod store;
 pub mod stream;
 pub mod tenant;
@@ -48,8 +50,8 @@ pub use read::{filter_compacted, filter_compacted_reference, read_all, Compacted
 pub use recover::{recover, RecoverReport};
 pub use retry::{RetryPolicy, RetryStore, DEFAULT_RETRY_DEADLINE};
 pub use store::{
-    Capabilities, Cursor, OpenItems, Page, SessionState, Store, Tenancy, DEFAULT_PAGE_LIMIT,
-    MAX_PAGE_LIMIT,
+    Capabilities, Cursor, Footprint, Occupied, OpenItems, Page, SessionPage, SessionSize,
+    SessionState, Store, Tenancy, TenantStats, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 pub use stream::StreamEvent;
 pub use tenant::TenantId;

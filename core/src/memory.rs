@@ -10,7 +10,9 @@ use crate::event::{Envelope, SyncEvent};
 use crate::fence::{self, Claim, ClaimRequest};
 use crate::id::{MessageId, PartId, SessionId};
 use crate::model::{Message, MessageWithParts, Part};
-use crate::store::{clamp_limit, Capabilities, Cursor, OpenItems, Page, SessionState, Store};
+use crate::store::{
+    clamp_limit, Capabilities, Cursor, OpenItems, Page, SessionPage, SessionState, Store,
+};
 use crate::tenant::TenantId;
 
 type SessionKey = (TenantId, SessionId);
@@ -314,10 +316,32 @@ impl Store for MemoryStore {
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         let map = self.sessions.read();
         Ok(map
-            .iter()
-            .filter(|((t, _), _)| t == tenant)
+            .range((tenant.clone(), SessionId::from(""))..)
+            .take_while(|((t, _), _)| t == tenant)
             .map(|(_, s)| s.state.clone())
             .collect())
+    }
+
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        use std::ops::Bound;
+        let limit = clamp_limit(limit);
+        let map = self.sessions.read();
+        let from = match after {
+            Some(a) => Bound::Excluded((tenant.clone(), a.clone())),
+            None => Bound::Included((tenant.clone(), SessionId::from(""))),
+        };
+        let mut rest = map
+            .range((from, Bound::Unbounded))
+            .take_while(|((t, _), _)| t == tenant)
+            .map(|(_, s)| s.state.clone());
+        let sessions: Vec<SessionState> = rest.by_ref().take(limit).collect();
+        let next = rest.next().and(sessions.last()).map(|s| s.info.id.clone());
+        Ok(SessionPage { sessions, next })
     }
 
     async fn message(

@@ -29,7 +29,9 @@ use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
-use crate::store::{Capabilities, Cursor, OpenItems, Page, SessionState, Store};
+use crate::store::{
+    Capabilities, Cursor, Footprint, OpenItems, Page, SessionPage, SessionState, Store, TenantStats,
+};
 use crate::tenant::TenantId;
 
 /// How long a call keeps retrying by default before it fails.
@@ -307,6 +309,26 @@ impl Store for RetryStore {
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         self.retried("sessions", || self.inner.sessions(tenant))
             .await
+    }
+
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        self.retried("sessions_after", || {
+            self.inner.sessions_after(tenant, after, limit)
+        })
+        .await
+    }
+
+    async fn stats(&self, tenant: &TenantId) -> Result<TenantStats> {
+        self.retried("stats", || self.inner.stats(tenant)).await
+    }
+
+    async fn footprint(&self) -> Result<Footprint> {
+        self.retried("footprint", || self.inner.footprint()).await
     }
 
     async fn message(

@@ -192,6 +192,124 @@ impl OpenItems {
     }
 }
 
+/// One page of a tenant's sessions, in id order ([`Store::sessions_after`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionPage {
+    /// Sessions in id order, all after the page's `after`.
+    pub sessions: Vec<SessionState>,
+    /// The id to continue after; `None` when this page holds the last session.
+    pub next: Option<SessionId>,
+}
+
+/// A session's share of a tenant's rows ([`TenantStats::largest`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSize {
+    /// The session.
+    pub session: SessionId,
+    /// Its messages.
+    pub messages: u64,
+    /// Its parts.
+    pub parts: u64,
+    /// JSON bytes of its session row, messages and parts.
+    pub bytes: u64,
+}
+
+/// What a tenant stores ([`Store::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantStats {
+    /// Sessions.
+    pub sessions: u64,
+    /// Messages.
+    pub messages: u64,
+    /// Parts.
+    pub parts: u64,
+    /// Logical bytes: the JSON encoding of every session, message and part row, as
+    /// exports write them. What a backend holds on disk is [`Store::footprint`].
+    pub logical_bytes: u64,
+    /// The earliest `time.created` of a session, Unix ms.
+    pub oldest_ms: Option<i64>,
+    /// The latest activity of a session (its `time.updated`, or a message's
+    /// `time.created`/`time.completed`, whichever is later), Unix ms.
+    pub newest_ms: Option<i64>,
+    /// The largest sessions by logical bytes, largest first ([`STATS_LARGEST`] at most).
+    pub largest: Vec<SessionSize>,
+}
+
+/// How many sessions [`TenantStats::largest`] names.
+pub const STATS_LARGEST: usize = 10;
+
+/// One thing a backend occupies ([`Store::footprint`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Occupied {
+    /// What it is: a file path, a relation name, `used_memory`.
+    pub name: String,
+    /// `file`, `relation` or `memory`.
+    pub kind: String,
+    /// Bytes: a file's length on disk (allocated blocks), a relation's size with its
+    /// indexes and TOAST, a server's memory.
+    pub bytes: u64,
+}
+
+/// What a backend occupies, for all its tenants together (a shared file or database
+/// cannot be split by tenant).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprint {
+    /// Each file, relation or server the backend uses.
+    pub items: Vec<Occupied>,
+}
+
+impl Footprint {
+    /// The sum of the items' bytes of `kind`.
+    pub fn total(&self, kind: &str) -> u64 {
+        self.items
+            .iter()
+            .filter(|i| i.kind == kind)
+            .map(|i| i.bytes)
+            .sum()
+    }
+
+    /// The footprint of files: each path's allocated size (its blocks), leaving out
+    /// files that do not exist.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when a file exists but its size cannot be read.
+    pub fn of_files(paths: &[std::path::PathBuf]) -> Result<Self> {
+        let mut items = Vec::new();
+        for p in paths {
+            match std::fs::metadata(p) {
+                Ok(m) => items.push(Occupied {
+                    name: p.display().to_string(),
+                    kind: "file".to_owned(),
+                    bytes: allocated(&m),
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let named = std::io::Error::new(
+                        e.kind(),
+                        format!("reading the size of {}: {e}", p.display()),
+                    );
+                    return Err(Error::backend("file", false, named));
+                }
+            }
+        }
+        Ok(Self { items })
+    }
+}
+
+/// Bytes a file occupies on disk: its allocated 512-byte blocks (a sparse or
+/// preallocated file differs from its length).
+fn allocated(m: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        m.blocks().saturating_mul(512)
+    }
+    #[cfg(not(unix))]
+    {
+        m.len()
+    }
+}
+
 /// Durable storage of sessions, messages and parts.
 ///
 /// Backends are chosen at run time by URL and used as `Arc<dyn Store>`. The conformance
@@ -278,6 +396,52 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 
     /// Lists the sessions of a tenant, in id order.
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>>;
+
+    /// Lists a page of the sessions of a tenant, in id order, after `after`.
+    ///
+    /// # Behavior
+    /// - Returns the first `limit` sessions (after [`clamp_limit`]) whose ids sort after
+    ///   `after` (from the first when `None`), in id order.
+    /// - `next` is the last id of the page when more sessions follow, `None` otherwise.
+    /// - Paging from `None` until `next` is `None` yields every session of the tenant
+    ///   exactly once (sessions created or deleted meanwhile may or may not appear).
+    /// - The default lists every session and cuts the page from it; a backend overrides
+    ///   it to read only the page (its cost then grows with `limit`, not the tenant).
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        let limit = clamp_limit(limit);
+        let all = self.sessions(tenant).await?;
+        let mut rest = all
+            .into_iter()
+            .filter(|s| after.is_none_or(|a| &s.info.id > a))
+            .peekable();
+        let sessions: Vec<SessionState> = rest.by_ref().take(limit).collect();
+        let next = rest.peek().and(sessions.last()).map(|s| s.info.id.clone());
+        Ok(SessionPage { sessions, next })
+    }
+
+    /// Counts what a tenant stores.
+    ///
+    /// # Behavior
+    /// - Exactly the tenant's rows: every session, message and part that reads return,
+    ///   and nothing else (a row left behind by a removal counts, so it shows).
+    /// - The default reads the whole tenant through [`Store::sessions_after`] and
+    ///   [`Store::messages`] ([`crate::stats::scan`]); its cost grows with the tenant.
+    async fn stats(&self, tenant: &TenantId) -> Result<TenantStats> {
+        crate::stats::scan(self, tenant).await
+    }
+
+    /// What the backend occupies on disk or in memory, for all tenants.
+    ///
+    /// # Behavior
+    /// - The default is empty (a backend with nothing to measure, as the in-memory one).
+    async fn footprint(&self) -> Result<Footprint> {
+        Ok(Footprint::default())
+    }
 
     /// Reads one message with its parts (in part-id order).
     ///

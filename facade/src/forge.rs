@@ -4,10 +4,12 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use forge_core::prune::{PruneOptions, PruneReport, Retention};
 use forge_core::store::MAX_PAGE_LIMIT;
 use forge_core::{
-    read_all, CompactedView, CountingStore, Cursor, Engine, MessageId, MessageWithParts, OpenItems,
-    Page, RecoverReport, Session, SessionId, SessionState, Store, SyncEvent, TenantId, WriteCounts,
+    read_all, CompactedView, CountingStore, Cursor, Engine, Footprint, MessageId, MessageWithParts,
+    OpenItems, Page, RecoverReport, Session, SessionId, SessionPage, SessionState, Store,
+    SyncEvent, TenantId, TenantStats, WriteCounts,
 };
 use futures::Stream;
 use serde::Serialize;
@@ -54,6 +56,20 @@ pub struct ViewReport {
     pub stored: usize,
     /// Stored messages the view leaves out (behind a compaction boundary).
     pub hidden: usize,
+}
+
+/// What [`Forge::stats`] counted.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    /// The backend (`redb`, `postgres`, …).
+    pub backend: &'static str,
+    /// The tenant counted.
+    pub tenant: TenantId,
+    /// What the tenant stores.
+    #[serde(flatten)]
+    pub stored: TenantStats,
+    /// What the backend occupies, for all tenants.
+    pub footprint: Footprint,
 }
 
 /// What [`Forge::recover`] closed.
@@ -349,6 +365,72 @@ impl Forge {
             .sessions(tenant)
             .await
             .map_err(|e| Error::store(format!("listing the sessions of tenant {tenant}"), e))
+    }
+
+    /// A page of the sessions of a tenant in id order, after `after` (from the first
+    /// when `None`); its `next` continues. The cost grows with `limit`, not with the
+    /// tenant.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        self.engine
+            .store
+            .sessions_after(tenant, after, limit)
+            .await
+            .map_err(|e| Error::store(format!("listing the sessions of tenant {tenant}"), e))
+    }
+
+    /// What a tenant stores ([`Store::stats`]) and what the backend occupies for all
+    /// tenants ([`Store::footprint`]).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn stats(&self, tenant: &TenantId) -> Result<Stats> {
+        let store = &self.engine.store;
+        let counted = store
+            .stats(tenant)
+            .await
+            .map_err(|e| Error::store(format!("counting what tenant {tenant} stores"), e))?;
+        let footprint = store
+            .footprint()
+            .await
+            .map_err(|e| Error::store("measuring what the backend occupies", e))?;
+        Ok(Stats {
+            backend: store.capabilities().name,
+            tenant: tenant.clone(),
+            stored: counted,
+            footprint,
+        })
+    }
+
+    /// Applies a retention policy to a tenant ([`forge_core::prune`]): deletes the
+    /// sessions it no longer keeps and the compacted history it lets go, in small
+    /// transactions, publishing the deletions on the bus; sessions held by a writer,
+    /// with something open, or written while it runs are left alone.
+    ///
+    /// # Errors
+    /// The store's or the bus's error (what was removed before it stays removed).
+    pub async fn prune(
+        &self,
+        tenant: &TenantId,
+        retention: &Retention,
+        opts: &PruneOptions,
+    ) -> Result<PruneReport> {
+        forge_core::prune::prune(
+            &self.engine.store,
+            &self.engine.bus,
+            tenant,
+            retention,
+            opts,
+        )
+        .await
+        .map_err(|e| Error::store(format!("pruning tenant {tenant}"), e))
     }
 
     /// One session.

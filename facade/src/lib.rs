@@ -12,7 +12,7 @@ mod transfer;
 // The user's API: open a backend, the engine and its options, the model, errors.
 
 pub use error::{Error, Result};
-pub use forge::{Forge, ImportReport, Recovered, ViewReport};
+pub use forge::{Forge, ImportReport, Recovered, Stats, ViewReport};
 pub use open::{
     open, open_store, open_store_with, open_with, OpenOptions, Projection, DEFAULT_URL,
 };
@@ -27,15 +27,16 @@ pub use forge_core::fence;
 pub use forge_core::id;
 pub use forge_core::model;
 pub use forge_core::processor;
+pub use forge_core::prune;
 pub use forge_core::turn;
 pub use forge_core::url::redact;
 pub use forge_core::{
     filter_compacted, read_all, Bus, BusEvent, Claim, ClaimMode, ClaimPolicy, ClaimRequest,
-    CompactedView, Cursor, Engine, Envelope, ErrorKind, Event, Flow, GroupCommitOptions, Message,
-    MessageId, MessageWithParts, OnHeld, OpenItems, Outcome, Page, Part, PartDelta, PartId,
-    Processor, ProcessorOptions, Projector, RecoverReport, RetryPolicy, Session, SessionId,
-    SessionState, Store, StreamEvent, Subscription, SyncEvent, TenantId, Topic, WriteCounts,
-    DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    CompactedView, Cursor, Engine, Envelope, ErrorKind, Event, Flow, Footprint, GroupCommitOptions,
+    Message, MessageId, MessageWithParts, Occupied, OnHeld, OpenItems, Outcome, Page, Part,
+    PartDelta, PartId, Processor, ProcessorOptions, Projector, RecoverReport, RetryPolicy, Session,
+    SessionId, SessionPage, SessionSize, SessionState, Store, StreamEvent, Subscription, SyncEvent,
+    TenantId, TenantStats, Topic, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 
 /// The error type of the engine's traits (stores, buses, projectors), which

@@ -41,6 +41,7 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/session/{id}/export", get(export))
         .route("/session/{id}/stream", post(stream))
         .route("/import", post(import))
+        .route("/stats", get(stats))
 }
 
 /// The tenant the request's bearer token opens.
@@ -113,6 +114,19 @@ async fn health(State(st): St) -> Json<Value> {
         "bus": st.forge.engine().bus.capabilities().name,
         "version": env!("CARGO_PKG_VERSION"),
     }))
+}
+
+/// What the caller's tenant stores: sessions, messages, parts, logical bytes, oldest and
+/// newest, the largest sessions; with `share_footprint`, what the backend occupies for
+/// all tenants (else `footprint` is `null`).
+async fn stats(State(st): St, Tenant(tenant): Tenant) -> Result<Response, ApiError> {
+    let stats = st.forge.stats(&tenant).await?;
+    let mut body = serde_json::to_value(&stats)
+        .map_err(|e| ApiError::storage(format!("encoding the stats: {e}")))?;
+    if !st.options.share_footprint {
+        body["footprint"] = Value::Null;
+    }
+    Ok(Json(body).into_response())
 }
 
 /// Query parameters of the listings. opencode's clients also send `directory`,

@@ -115,6 +115,12 @@ impl Tokens {
         self.by_hash.get(&hash(token))
     }
 
+    /// Every tenant a token opens, once each, in order.
+    pub fn tenants(&self) -> Vec<TenantId> {
+        let set: std::collections::BTreeSet<&TenantId> = self.by_hash.values().collect();
+        set.into_iter().cloned().collect()
+    }
+
     fn add_entry(&mut self, line: &str) -> Result<(), String> {
         let mut fields = line.split_whitespace();
         let (Some(tenant), Some(digest), None) = (fields.next(), fields.next(), fields.next())

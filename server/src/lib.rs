@@ -24,6 +24,7 @@ mod events;
 pub mod follow;
 mod ingest;
 mod inspector;
+pub mod pruner;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use tokio::sync::watch;
 pub use auth::{new_token, Tokens};
 pub use error::ApiError;
 pub use follow::{follow, FollowOptions, FollowReport};
+pub use pruner::Pruning;
 
 /// Who may call the API.
 #[derive(Clone, Debug)]
@@ -66,6 +68,13 @@ pub struct ServerOptions {
     /// Events a client of `GET /event` may be behind before it is dropped (a session
     /// stream's limit is its bus's).
     pub client_buffer: usize,
+    /// The background pruner: a retention policy applied to every tenant the server
+    /// serves, at an interval. `None`: nothing is pruned.
+    pub pruning: Option<Pruning>,
+    /// `GET /stats` includes what the backend occupies for all tenants (its files,
+    /// relations or server memory). Off by default: a tenant then sees only its own
+    /// counts.
+    pub share_footprint: bool,
 }
 
 impl ServerOptions {
@@ -79,6 +88,8 @@ impl ServerOptions {
             heartbeat: Duration::from_secs(10),
             event_replay: 10_000,
             client_buffer: 4096,
+            pruning: None,
+            share_footprint: false,
         }
     }
 }
@@ -157,6 +168,13 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
+    let pruner = options.pruning.clone().map(|p| {
+        let tenants = match &options.access {
+            Access::Open(t) => vec![t.clone()],
+            Access::Tokens(tokens) => tokens.tenants(),
+        };
+        tokio::spawn(pruner::run(forge.clone(), tenants, p, shutdown.subscribe()))
+    });
     let app = router(forge.clone(), options, &shutdown);
     let down = shutting_down(shutdown.subscribe());
     axum::serve(
@@ -166,6 +184,10 @@ pub async fn serve(
     .with_graceful_shutdown(down)
     .await
     .map_err(ServeError::Io)?;
+    if let Some(p) = pruner {
+        // It stops at the shutdown, between two transactions.
+        let _ = p.await;
+    }
     forge.flush().await.map_err(ServeError::Flush)
 }
 

@@ -535,3 +535,110 @@ async fn the_view_is_served_as_the_ai_sdks_next_request() {
     s.json("/session/ses_next/view?format=model-messages", TOKEN_B, 404)
         .await;
 }
+
+/// `GET /stats` counts the caller's tenant only; what the backend occupies is shown
+/// only when the server shares it.
+#[tokio::test]
+async fn stats_count_the_callers_tenant_and_share_the_footprint_only_when_told() {
+    for share in [false, true] {
+        let mut opts = options();
+        opts.share_footprint = share;
+        let s = redb_server(opts, OpenOptions::new()).await;
+        s.create(TOKEN_A, "ses_counted").await;
+        let (status, _) = s
+            .upload(TOKEN_A, "ses_counted", ndjson(&turn("hi", 3, "a ")))
+            .await;
+        assert_eq!(status, 200);
+        let a = s.json("/stats", TOKEN_A, 200).await;
+        let b = s.json("/stats", TOKEN_B, 200).await;
+        assert_eq!(
+            (a["sessions"].as_u64(), a["messages"].as_u64()),
+            (Some(1), Some(2)),
+            "{a}"
+        );
+        assert!(a["parts"].as_u64().unwrap() >= 2, "{a}");
+        assert_eq!(a["largest"][0]["session"], "ses_counted");
+        assert_eq!(a["tenant"], "acme");
+        assert_eq!(
+            (b["sessions"].as_u64(), b["messages"].as_u64()),
+            (Some(0), Some(0)),
+            "{b}"
+        );
+        assert!(b["largest"].as_array().unwrap().is_empty());
+        if share {
+            let items = a["footprint"]["items"].as_array().unwrap();
+            assert!(
+                items
+                    .iter()
+                    .any(|i| i["name"].as_str().unwrap().ends_with("serve.redb")),
+                "{a}"
+            );
+        } else {
+            assert!(a["footprint"].is_null() && b["footprint"].is_null(), "{a}");
+        }
+        s.stop().await;
+    }
+}
+
+/// `serve`'s pruner keeps each tenant's newest sessions, and a subscriber of the tenant's
+/// events sees the deletion.
+#[tokio::test]
+async fn the_background_pruner_deletes_what_the_policy_does_not_keep() {
+    let mut opts = options();
+    opts.pruning = Some(forge_server::Pruning {
+        retention: forge_store::prune::Retention {
+            keep: Some(1),
+            ..Default::default()
+        },
+        every: std::time::Duration::from_millis(100),
+        batch_messages: 2,
+    });
+    let s = redb_server(opts, OpenOptions::new()).await;
+    let mut events = SseReader::connect(&s, "/event", TOKEN_A, None).await;
+    s.create(TOKEN_A, "ses_old").await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_old", ndjson(&turn("hi", 3, "a ")))
+        .await;
+    assert_eq!(status, 200);
+    s.create(TOKEN_A, "ses_new").await;
+    let (status, _) = s
+        .upload(TOKEN_A, "ses_new", ndjson(&turn("hi", 3, "b ")))
+        .await;
+    assert_eq!(status, 200);
+    s.create(TOKEN_B, "ses_other").await;
+    // The server's own writer lets go of the sessions when its lease ends; the pruner
+    // then deletes the older one.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_mins(1);
+    loop {
+        let list = s.json("/session", TOKEN_A, 200).await;
+        let ids: Vec<&str> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap())
+            .collect();
+        if ids == ["ses_new"] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still listed: {ids:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut deleted = false;
+    while !deleted {
+        let e = events.expect().await;
+        deleted = e.kind() == "session.deleted";
+    }
+    // Tenant B has one session: within its limit.
+    assert_eq!(
+        s.json("/session", TOKEN_B, 200)
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    s.stop().await;
+}

@@ -5,8 +5,8 @@
 
 use forge_core::store::clamp_limit;
 use forge_core::{
-    Cursor, Message, MessageWithParts, OpenItems, Page, Part, Result, SessionId, SessionState,
-    TenantId,
+    Cursor, Message, MessageWithParts, OpenItems, Page, Part, Result, SessionId, SessionPage,
+    SessionState, TenantId,
 };
 use redb::{ReadTransaction, ReadableTable};
 
@@ -65,6 +65,47 @@ pub(crate) fn sessions(txn: &ReadTransaction, tenant: &TenantId) -> Result<Vec<S
         out.push(session_state(value.value(), kt, ks)?);
     }
     Ok(out)
+}
+
+/// A page of a tenant's sessions after `after`, in id order.
+pub(crate) fn sessions_after(
+    txn: &ReadTransaction,
+    tenant: &TenantId,
+    after: Option<&SessionId>,
+    limit: usize,
+) -> Result<SessionPage> {
+    use std::ops::Bound;
+    let limit = clamp_limit(limit);
+    let t = tenant.as_str();
+    let sessions = txn.open_table(SESSIONS).map_err(map)?;
+    let from = match after {
+        Some(a) => Bound::Excluded((t, a.as_str())),
+        None => Bound::Included((t, "")),
+    };
+    let mut out = Vec::new();
+    let mut more = false;
+    for entry in sessions
+        .range::<(&str, &str)>((from, Bound::Unbounded))
+        .map_err(map)?
+    {
+        let (key, value) = entry.map_err(map)?;
+        let (kt, ks) = key.value();
+        if kt != t {
+            break;
+        }
+        if out.len() == limit {
+            more = true;
+            break;
+        }
+        out.push(session_state(value.value(), kt, ks)?);
+    }
+    let next = more
+        .then(|| out.last().map(|s: &SessionState| s.info.id.clone()))
+        .flatten();
+    Ok(SessionPage {
+        sessions: out,
+        next,
+    })
 }
 
 /// The parts of one message, in part-id order.

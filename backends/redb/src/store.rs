@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use forge_core::{
-    fence, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, MessageId, MessageWithParts,
-    OpenItems, Page, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    fence, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, Footprint, MessageId,
+    MessageWithParts, OpenItems, Page, Result, SessionId, SessionPage, SessionState, Store,
+    SyncEvent, TenantId,
 };
 use parking_lot::Mutex;
 use redb::backends::FileBackend;
@@ -658,6 +659,21 @@ impl Store for RedbStore {
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         let tenant = tenant.clone();
         self.read(move |txn| read::sessions(txn, &tenant)).await
+    }
+
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        let (tenant, after) = (tenant.clone(), after.cloned());
+        self.read(move |txn| read::sessions_after(txn, &tenant, after.as_ref(), limit))
+            .await
+    }
+
+    async fn footprint(&self) -> Result<Footprint> {
+        Footprint::of_files(&[self.path.clone(), journal::path_for(&self.path)])
     }
 
     async fn message(

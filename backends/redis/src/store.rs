@@ -4,9 +4,9 @@ use std::fmt;
 
 use async_trait::async_trait;
 use forge_core::{
-    codec, store::clamp_limit, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, Message,
-    MessageId, MessageWithParts, OpenItems, Page, Part, Result, Session, SessionId, SessionState,
-    Store, SyncEvent, TenantId,
+    codec, store::clamp_limit, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error,
+    Footprint, Message, MessageId, MessageWithParts, Occupied, OpenItems, Page, Part, Result,
+    Session, SessionId, SessionPage, SessionState, Store, SyncEvent, TenantId,
 };
 use redis::Script;
 
@@ -410,6 +410,70 @@ impl Store for RedisStore {
     async fn sessions(&self, tenant: &TenantId) -> Result<Vec<SessionState>> {
         let ids = self.session_ids(tenant).await?;
         self.sessions_of(tenant, ids).await
+    }
+
+    /// A range of the session index (all scores 0, so ordered by id): one more id than
+    /// the page is read to know whether more follow.
+    async fn sessions_after(
+        &self,
+        tenant: &TenantId,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<SessionPage> {
+        let limit = clamp_limit(limit);
+        let from = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let mut ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.sessions(tenant))
+            .arg(from)
+            .arg("+")
+            .arg("BYLEX")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit + 1)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map)?;
+        let more = ids.len() > limit;
+        ids.truncate(limit);
+        let sessions = self
+            .sessions_of(tenant, ids.into_iter().map(SessionId::from).collect())
+            .await?;
+        let next = more
+            .then(|| sessions.last().map(|s| s.info.id.clone()))
+            .flatten();
+        Ok(SessionPage { sessions, next })
+    }
+
+    /// The server's memory (`used_memory`) and, with AOF on, its file
+    /// (`aof_current_size`): the whole server, every prefix and tenant. Empty where the
+    /// server does not answer `INFO` as one text (a cluster answers per node).
+    async fn footprint(&self) -> Result<Footprint> {
+        let mut items = Vec::new();
+        for (section, field, kind) in [
+            ("memory", "used_memory", "memory"),
+            ("persistence", "aof_current_size", "file"),
+        ] {
+            let Ok(text) = redis::cmd("INFO")
+                .arg(section)
+                .query_async::<String>(&mut self.conn())
+                .await
+            else {
+                continue;
+            };
+            let value = text.lines().find_map(|l| {
+                l.strip_prefix(field)
+                    .and_then(|v| v.strip_prefix(':'))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            });
+            if let Some(bytes) = value {
+                items.push(Occupied {
+                    name: field.to_owned(),
+                    kind: kind.to_owned(),
+                    bytes,
+                });
+            }
+        }
+        Ok(Footprint { items })
     }
 
     async fn message(

@@ -299,6 +299,9 @@ pub(crate) trait Backend: Send + Sync {
     /// Its write counters.
     fn counters(&self) -> &Counters;
 
+    /// What it occupies: its files, or its relations.
+    async fn footprint(&self) -> Result<forge_core::Footprint>;
+
     /// The database, as errors name it (`SQLite database PATH`, `Postgres schema NAME`).
     fn place(&self) -> &str;
 
@@ -371,6 +374,19 @@ macro_rules! impl_store {
                 tenant: &forge_core::TenantId,
             ) -> forge_core::Result<Vec<forge_core::SessionState>> {
                 crate::read::sessions(self, tenant).await
+            }
+
+            async fn sessions_after(
+                &self,
+                tenant: &forge_core::TenantId,
+                after: Option<&forge_core::SessionId>,
+                limit: usize,
+            ) -> forge_core::Result<forge_core::SessionPage> {
+                crate::read::sessions_after(self, tenant, after, limit).await
+            }
+
+            async fn footprint(&self) -> forge_core::Result<forge_core::Footprint> {
+                crate::dialect::Backend::footprint(self).await
             }
 
             async fn message(

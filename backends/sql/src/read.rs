@@ -5,7 +5,7 @@
 use forge_core::store::clamp_limit;
 use forge_core::{
     Capabilities, Cursor, MessageId, MessageWithParts, OpenItems, Page, Part, Result, SessionId,
-    SessionState, TenantId,
+    SessionPage, SessionState, TenantId,
 };
 use sqlx::{Database, QueryBuilder};
 
@@ -111,6 +111,33 @@ pub(crate) async fn sessions<B: Backend>(b: &B, tenant: &TenantId) -> Result<Vec
     let out = session_states(&mut *conn, tenant, b.place(), q).await?;
     conn.finish().await.map_err(B::Db::map)?;
     Ok(out)
+}
+
+/// A page of a tenant's sessions after `after`, in id order: one more row than the
+/// page is read to know whether more follow.
+pub(crate) async fn sessions_after<B: Backend>(
+    b: &B,
+    tenant: &TenantId,
+    after: Option<&SessionId>,
+    limit: usize,
+) -> Result<SessionPage> {
+    let limit = clamp_limit(limit);
+    let mut conn = b.reader(tenant, false).await?;
+    let columns = format!("seq, {}", checked::<B::Db>("id"));
+    let mut q = select::<B::Db>(&columns, "sessions", tenant);
+    if let Some(a) = after {
+        q.push(" AND id > ");
+        B::Db::bind(&mut q, Arg::Id(a.as_str()));
+    }
+    q.push(format_args!(" ORDER BY id LIMIT {}", limit + 1));
+    let mut sessions = session_states(&mut *conn, tenant, b.place(), q).await?;
+    conn.finish().await.map_err(B::Db::map)?;
+    let more = sessions.len() > limit;
+    sessions.truncate(limit);
+    let next = more
+        .then(|| sessions.last().map(|s| s.info.id.clone()))
+        .flatten();
+    Ok(SessionPage { sessions, next })
 }
 
 /// The parts of messages `first..=last` of a session, by message and id.

@@ -8,6 +8,7 @@ pub mod crash;
 pub mod fencing;
 pub mod filter;
 pub mod pagination;
+pub mod prune;
 pub mod reopen;
 pub mod round_trip;
 pub mod tenant;
@@ -59,6 +60,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::Concurrency => concurrency::run(ctx),
         Property::RoundTrip => round_trip::run(ctx),
         Property::Fencing => fencing::run(ctx),
+        Property::Prune => prune::run(ctx),
         Property::Reopen => reopen::run(ctx),
     }
 }
@@ -89,6 +91,7 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::Concurrency => concurrency::check(ctx, &parse(json)?),
         Property::RoundTrip => round_trip::check(ctx, &parse(json)?),
         Property::Fencing => fencing::check(ctx, &parse(json)?),
+        Property::Prune => prune::check(ctx, &parse(json)?),
         Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

@@ -162,6 +162,30 @@ impl PostgresStore {
 impl Backend for PostgresStore {
     type Db = Postgres;
 
+    /// Each table of the schema with its indexes and TOAST
+    /// (`pg_total_relation_size`), for all tenants: sizes are not split by rows.
+    async fn footprint(&self) -> Result<forge_core::Footprint> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT c.relname::text, pg_total_relation_size(c.oid) FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY c.relname",
+        )
+        .bind(&self.options.schema)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map)?;
+        Ok(forge_core::Footprint {
+            items: rows
+                .into_iter()
+                .map(|(name, bytes)| forge_core::Occupied {
+                    name: format!("{}.{name}", self.options.schema),
+                    kind: "relation".to_owned(),
+                    bytes: u64::try_from(bytes).unwrap_or(0),
+                })
+                .collect(),
+        })
+    }
+
     /// Always a read-only transaction with `tenant` set, `REPEATABLE READ`: all its
     /// statements read one snapshot, so a page's parts belong to exactly the page's
     /// messages even while writers commit in between (under the default `READ

@@ -364,6 +364,17 @@ fn in_file(err: Error, path: &std::path::Path) -> Error {
 impl Backend for SqliteStore {
     type Db = Sqlite;
 
+    /// The database file with its `-wal` and `-shm`.
+    async fn footprint(&self) -> Result<forge_core::Footprint> {
+        let path = &self.options.path;
+        let beside = |suffix: &str| {
+            let mut p = path.clone().into_os_string();
+            p.push(suffix);
+            std::path::PathBuf::from(p)
+        };
+        forge_core::Footprint::of_files(&[path.clone(), beside("-wal"), beside("-shm")])
+    }
+
     /// Readers see the last commit (WAL); the tenant is only a key column.
     async fn reader(&self, _tenant: &TenantId, snapshot: bool) -> Result<Reader<Sqlite>> {
         Ok(if snapshot {
