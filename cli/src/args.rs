@@ -285,6 +285,10 @@ pub enum Command {
         /// (refused by the target store, or trimmed before it was applied).
         #[arg(long)]
         until_idle: bool,
+        /// Serve Prometheus metrics (`GET /metrics`: commits, latency, projector lag
+        /// per shard, dead letters, …) on this address while it runs.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Serve the backend over HTTP: opencode's session API, live events (SSE with
     /// Last-Event-ID resume), streaming uploads, and the inspector page at /.

@@ -213,6 +213,7 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             group,
             consumer,
             until_idle,
+            metrics_listen,
         } => {
             let opts = project::Options {
                 from: &from,
@@ -222,6 +223,7 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 consumer: &consumer,
                 until_idle,
                 retry,
+                metrics_listen,
             };
             project::run(opts, out).await
         }
@@ -233,11 +235,13 @@ async fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             finish(&forge, None, result).await
         }
         Command::Follow(args) => {
+            let options = options.metrics(args.metrics_listen.is_some());
             let (forge, printer) = open_confirming(&cli.backend, options, wait, confirming).await?;
             let result = serve::follow(&forge, &cli.tenant, &args, out).await;
             finish(&forge, printer, result).await
         }
         Command::Serve(args) => {
+            let options = options.metrics(true);
             let (forge, printer) = open_confirming(&cli.backend, options, wait, confirming).await?;
             let result = serve::run(&forge, &cli.tenant, &args, out).await;
             finish(&forge, printer, result).await

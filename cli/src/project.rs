@@ -30,6 +30,8 @@ pub struct Options<'a> {
     /// failing rounds go on before the worker gives up (a worker running until Ctrl-C
     /// keeps reconnecting).
     pub retry: std::time::Duration,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address while it runs.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn print_stats(out: &mut dyn Write, stats: WorkerStats) -> Result<()> {
@@ -56,6 +58,19 @@ pub async fn run(opts: Options<'_>, out: &mut dyn Write) -> Result<()> {
     }
     let retry = RetryPolicy::with_deadline(opts.retry);
     let store = forge_store::open_store_with(opts.to, retry).await?;
+    let (_metrics_stop, store) = match opts.metrics_listen {
+        Some(addr) => {
+            let (stop, rx) = tokio::sync::watch::channel(false);
+            let bound = forge_server::metrics::listen(addr, rx)
+                .await
+                .map_err(|e| anyhow!("--metrics-listen {addr}: {e}"))?;
+            writeln!(out, "metrics: http://{bound}/metrics")?;
+            let metered: Arc<dyn forge_store::Store> =
+                Arc::new(forge_store::metrics::MeteredStore::new(store));
+            (Some(stop), metered)
+        }
+        None => (None, store),
+    };
     let from = RedisOptions::from_url(opts.from)
         .map_err(|e| anyhow!("--from {}: {e}", redact(opts.from)))?
         .with_retry(retry);

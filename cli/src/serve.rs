@@ -207,6 +207,9 @@ pub struct FollowArgs {
     /// `--take-over`: the sessions followed are taken over from a writer that holds them.
     #[command(flatten)]
     pub claiming: crate::args::Claiming,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address while it runs.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Follows until SIGTERM or Ctrl-C, then prints what it did.
@@ -233,8 +236,14 @@ pub async fn follow(
         opts.url,
         forge.url()
     )?;
-    out.flush()?;
     let shutdown = on_signal("stopping");
+    if let Some(addr) = args.metrics_listen {
+        let bound = forge_server::metrics::listen(addr, shutdown.subscribe())
+            .await
+            .with_context(|| format!("--metrics-listen {addr}"))?;
+        writeln!(out, "metrics: http://{bound}/metrics")?;
+    }
+    out.flush()?;
     let mut report = forge_server::FollowReport::default();
     let result =
         forge_server::follow(forge, tenant, &opts, shutdown.subscribe(), &mut report).await;

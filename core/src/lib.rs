@@ -17,6 +17,7 @@ pub mod group;
 pub mod id;
 pub mod local_bus;
 pub mod memory;
+pub mod metrics;
 pub mod model;
 pub mod processor;
 pub mod projector;

@@ -225,6 +225,7 @@ fn live(
         match next {
             Ok(ev) => Some((Ok(ev), r)),
             Err(broadcast::error::RecvError::Lagged(missed)) => {
+                metrics::counter!(crate::metrics::BUS_LAGGED, "bus" => "local").increment(missed);
                 Some((Err(Error::Lagged { missed }), r))
             }
             Err(broadcast::error::RecvError::Closed) => None,

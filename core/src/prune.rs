@@ -271,7 +271,27 @@ pub async fn prune(
             pruner.trim(&id, cut, &mut report).await?;
         }
     }
+    if !opts.dry_run {
+        record(&report);
+    }
     Ok(report)
+}
+
+/// Adds a finished run to the prune metrics ([`crate::metrics`]).
+fn record(r: &PruneReport) {
+    use crate::metrics as m;
+    metrics::counter!(m::PRUNE_RUNS).increment(1);
+    metrics::counter!(m::PRUNE_SESSIONS).increment(r.sessions_deleted);
+    metrics::counter!(m::PRUNE_TRIMMED).increment(r.sessions_trimmed);
+    metrics::counter!(m::PRUNE_MESSAGES).increment(r.messages_removed);
+    for (why, n) in [
+        ("held", r.skipped_held),
+        ("open", r.skipped_open),
+        ("written", r.skipped_written),
+    ] {
+        metrics::counter!(m::PRUNE_SKIPPED, "why" => why).increment(n);
+    }
+    metrics::gauge!(m::PRUNE_LONGEST_SECONDS).set(r.longest_transaction_us as f64 / 1e6);
 }
 
 /// What prune does to one session at a time.

@@ -130,6 +130,12 @@ impl RetryPolicy {
                     .then(|| (attempts, now.duration_since(start)));
                 return Err(at_server(e, server, gave_up));
             }
+            metrics::counter!(
+                crate::metrics::RETRIES,
+                "backend" => backend,
+                "cause" => e.kind().as_str()
+            )
+            .increment(1);
             tracing::warn!(
                 backend,
                 server,

@@ -25,6 +25,7 @@ pub use transfer::{Export, ImportedSession};
 pub use forge_core::ai_sdk;
 pub use forge_core::fence;
 pub use forge_core::id;
+pub use forge_core::metrics;
 pub use forge_core::model;
 pub use forge_core::processor;
 pub use forge_core::prune;

@@ -64,6 +64,10 @@ pub struct OpenOptions {
     /// its bytes and per-part write counts are kept: meant for tools and tests, not
     /// for a long-running service.
     pub count_writes: bool,
+    /// Record commits, their latency, rows and bytes into the process's metrics
+    /// recorder ([`forge_core::metrics::MeteredStore`]); each batch is measured as JSON
+    /// once more. Without a recorder installed the calls do nothing.
+    pub metrics: bool,
     /// How calls to a server (Postgres, Redis) ride out its restart: a call that fails
     /// with a retryable error (a lost connection, a refused connection, a server still
     /// starting) is retried with exponential backoff (50 ms doubling up to 2 s) until
@@ -89,6 +93,7 @@ impl Default for OpenOptions {
             replay_per_session: DEFAULT_REPLAY_PER_SESSION,
             replay_total: forge_core::DEFAULT_REPLAY_TOTAL,
             count_writes: false,
+            metrics: false,
             retry: RetryPolicy::default(),
             claims: ClaimPolicy::default(),
         }
@@ -110,6 +115,13 @@ impl OpenOptions {
             window,
             ..GroupCommitOptions::default()
         });
+        self
+    }
+
+    /// Record store metrics (see [`OpenOptions::metrics`]).
+    #[must_use]
+    pub fn metrics(mut self, yes: bool) -> Self {
+        self.metrics = yes;
         self
     }
 
@@ -196,6 +208,11 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
             options.replay_total,
         ))
     });
+    let store: Arc<dyn Store> = if options.metrics {
+        Arc::new(forge_core::metrics::MeteredStore::new(store))
+    } else {
+        store
+    };
     let counting = options
         .count_writes
         .then(|| Arc::new(CountingStore::new(Arc::clone(&store))));

@@ -76,26 +76,44 @@ fn connected() -> Sse_ {
     data(&json!({"type": "server.connected", "properties": {}}))
 }
 
+/// One SSE client in [`forge_store::metrics::SSE_CLIENTS`], from its connection until
+/// its stream is dropped.
+struct Client;
+
+impl Client {
+    fn connected() -> Self {
+        metrics::gauge!(forge_store::metrics::SSE_CLIENTS).increment(1.0);
+        Self
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        metrics::gauge!(forge_store::metrics::SSE_CLIENTS).decrement(1.0);
+    }
+}
+
 fn sse(st: &AppState, events: SseStream) -> Response {
     // At shutdown the connection is cut, not ended: clients reconnect (to the server
     // that comes back) with their Last-Event-ID. The stream also stops after the first
     // error it yields.
     let down = Box::pin(shutting_down(st.shutdown.clone()));
+    let client = Client::connected();
     let events = stream::unfold(
-        (events, down, false),
-        |(mut events, mut down, done)| async move {
+        (events, down, false, client),
+        |(mut events, mut down, done, client)| async move {
             if done {
                 return None;
             }
             tokio::select! {
                 item = events.next() => match item {
-                    Some(Ok(e)) => Some((Ok(e), (events, down, false))),
-                    Some(Err(e)) => Some((Err(e), (events, down, true))),
+                    Some(Ok(e)) => Some((Ok(e), (events, down, false, client))),
+                    Some(Err(e)) => Some((Err(e), (events, down, true, client))),
                     None => None,
                 },
                 () = &mut down => Some((
                     drop_client("the server is shutting down".to_owned()),
-                    (events, down, true),
+                    (events, down, true, client),
                 )),
             }
         },
@@ -193,6 +211,7 @@ async fn session_events(
                 }
                 Err(CoreError::Lagged { missed }) => {
                     let reason = format!("the client fell {missed} events behind");
+                    metrics::counter!(forge_store::metrics::SSE_DROPPED).increment(1);
                     tracing::warn!(tenant = %tenant_name, session = %sid, missed,
                         "SSE client dropped: {reason}");
                     Some(Some(drop_client(reason)))
@@ -264,6 +283,7 @@ async fn tenant_events(
                     Ok(item) => return Some((Ok(item.sse(&hub_id)), (rx, item.n))),
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         let reason = format!("the client fell {missed} events behind");
+                        metrics::counter!(forge_store::metrics::SSE_DROPPED).increment(1);
                         tracing::warn!(tenant = %tenant_name, missed,
                                 "SSE client of /event dropped: {reason}");
                         return Some((drop_client(reason), (rx, after)));

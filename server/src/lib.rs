@@ -24,6 +24,7 @@ mod events;
 pub mod follow;
 mod ingest;
 mod inspector;
+pub mod metrics;
 pub mod pruner;
 
 use std::net::SocketAddr;
@@ -150,9 +151,11 @@ pub fn router(forge: Forge, options: ServerOptions, shutdown: &Shutdown) -> Rout
         options,
         shutdown: shutdown.subscribe(),
     });
+    metrics::prometheus();
     api::routes()
         .merge(events::routes())
         .merge(inspector::routes())
+        .merge(metrics::routes())
         .with_state(state)
 }
 

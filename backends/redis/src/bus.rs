@@ -294,9 +294,12 @@ impl Follow {
             return None;
         }
         match trimmed_through(&mut self.conn, &self.key).await {
-            Ok(trimmed) if trimmed > after => Some(Err(Error::Lagged {
-                missed: trimmed.min(first - 1) - after,
-            })),
+            Ok(trimmed) if trimmed > after => {
+                let missed = trimmed.min(first - 1) - after;
+                metrics::counter!(forge_core::metrics::BUS_LAGGED, "bus" => "redis")
+                    .increment(missed);
+                Some(Err(Error::Lagged { missed }))
+            }
             Ok(_) => None,
             Err(e) => Some(Err(e)),
         }
@@ -437,7 +440,11 @@ impl Follow {
             match self.resolve(slots).await {
                 // Deltas retention dropped from their session streams before this
                 // subscriber read them: reported once the rest of the batch is out.
-                Ok(missed) if missed > 0 => self.buf.push_back(Err(Error::Lagged { missed })),
+                Ok(missed) if missed > 0 => {
+                    metrics::counter!(forge_core::metrics::BUS_LAGGED, "bus" => "redis")
+                        .increment(missed);
+                    self.buf.push_back(Err(Error::Lagged { missed }));
+                }
                 Ok(_) => {}
                 Err(e) => {
                     self.done = true;

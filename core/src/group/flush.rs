@@ -141,6 +141,9 @@ impl GroupCommitProjector {
             let mut state = self.state.lock();
             state.stats.commits += u64::from(!all.is_empty());
             state.stats.rows += rows;
+            if !all.is_empty() {
+                metrics::histogram!(crate::metrics::GROUP_BATCHES).record(batches.len() as f64);
+            }
             for (key, _, through) in &batches {
                 self.committed(&mut state, key, *through, at);
             }
@@ -212,6 +215,8 @@ impl GroupCommitProjector {
                     .unwrap_or(HISTOGRAM_MS)
                     .min(HISTOGRAM_MS);
                 stats.delay_histogram[delay] += 1;
+                metrics::histogram!(crate::metrics::PUBLISH_DELAY_SECONDS)
+                    .record((at - h.arrived).max(0) as f64 / 1000.0);
             }
             // A publish failure (a closed bus) must not undo the commit; the bus
             // reports it to its own subscribers.

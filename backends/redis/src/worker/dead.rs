@@ -160,10 +160,14 @@ impl ProjectorWorker {
                          acknowledged",
                     );
                     self.stats.rejected += 1;
+                    metrics::counter!(forge_core::metrics::DEAD_LETTERS, "reason" => "refused")
+                        .increment(1);
                 }
                 Reason::Trimmed => {
                     self.log_trimmed(key, &letter.entry, 1);
                     self.stats.trimmed += 1;
+                    metrics::counter!(forge_core::metrics::DEAD_LETTERS, "reason" => "trimmed")
+                        .increment(1);
                 }
             }
         }
@@ -252,6 +256,8 @@ impl ProjectorWorker {
             if missed > 0 {
                 self.log_trimmed(key, &format!("after {after}, before {before}"), missed);
                 self.stats.trimmed += missed;
+                metrics::counter!(forge_core::metrics::DEAD_LETTERS, "reason" => "trimmed")
+                    .increment(missed);
             }
         }
         Ok(())

@@ -107,8 +107,33 @@ impl ProjectorWorker {
             {
                 handled += entries.len();
             }
+            self.record_lag(shard, &key).await;
         }
         Ok(handled)
+    }
+
+    /// Sets [`forge_core::metrics::PROJECTOR_LAG`] for `shard`: the entries of its
+    /// stream the group has not read yet (`XINFO GROUPS`' `lag`, Redis 7). A failed or
+    /// unknown answer leaves the gauge as it was.
+    async fn record_lag(&mut self, shard: usize, key: &str) {
+        let groups: redis::RedisResult<Vec<std::collections::HashMap<String, redis::Value>>> =
+            redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(key)
+                .query_async(&mut self.conn)
+                .await;
+        let Ok(groups) = groups else { return };
+        let lag = groups.iter().find_map(|g| {
+            let name: String = redis::from_redis_value_ref(g.get("name")?).ok()?;
+            if name != self.group {
+                return None;
+            }
+            redis::from_redis_value_ref::<u64>(g.get("lag")?).ok()
+        });
+        if let Some(lag) = lag {
+            metrics::gauge!(forge_core::metrics::PROJECTOR_LAG, "shard" => shard.to_string())
+                .set(lag as f64);
+        }
     }
 
     /// Forgets `shard` and the claims this worker made for its sessions.
@@ -225,6 +250,8 @@ impl ProjectorWorker {
                 self.log_trimmed(key, id, 1);
             }
             self.stats.trimmed += trimmed.len() as u64;
+            metrics::counter!(forge_core::metrics::DEAD_LETTERS, "reason" => "trimmed")
+                .increment(trimmed.len() as u64);
             if next == "0-0" {
                 return Ok(());
             }
