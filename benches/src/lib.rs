@@ -11,10 +11,12 @@
 //! - [`report`]: the terminal table, JSON and the SVG charts.
 
 pub mod device;
+pub mod listing;
 pub mod probe;
 pub mod report;
 pub mod run;
 pub mod scale;
+pub mod steady;
 pub mod suite;
 pub mod workload;
 

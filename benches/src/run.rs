@@ -184,6 +184,38 @@ async fn open(target: &Target, dir: &Path) -> Result<Opened> {
     })
 }
 
+/// A fresh instance of a backend for a caller's own use (files in a directory, a fresh
+/// schema or key prefix on a server), deleted by [`Instance::close`].
+pub struct Instance(Opened);
+
+impl Instance {
+    /// Opens a fresh instance of `target`, its files in `dir`.
+    ///
+    /// # Errors
+    /// When the backend cannot be opened.
+    pub async fn open(target: &Target, dir: &Path) -> Result<Self> {
+        open(target, dir).await.map(Self)
+    }
+
+    /// Its store.
+    pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.0.store)
+    }
+
+    /// Its bus (a live-only in-process one for a store-only backend).
+    pub fn bus(&self) -> Arc<dyn Bus> {
+        Arc::clone(&self.0.bus)
+    }
+
+    /// Deletes the instance.
+    ///
+    /// # Errors
+    /// When the teardown fails.
+    pub async fn close(self) -> Result<()> {
+        self.0.close().await
+    }
+}
+
 impl Opened {
     /// Deletes the instance and what the set shared.
     async fn close(self) -> Result<()> {

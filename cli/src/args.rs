@@ -240,6 +240,14 @@ pub enum Command {
         #[arg(long, requires = "limit")]
         after: Option<String>,
     },
+    /// Give back the space deletions freed: redb compacts its file (reads and writes
+    /// wait until it ends), SQLite runs its incremental vacuum in steps, Postgres
+    /// vacuums its tables.
+    Reclaim {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// What the tenant stores (sessions, messages, parts, logical bytes, the largest
     /// sessions) and what the backend occupies (files, relations, server memory).
     Stats {
@@ -257,6 +265,9 @@ pub enum Command {
         /// Show what would be removed; remove nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Then give the space back (as `reclaim` does).
+        #[arg(long, conflicts_with = "dry_run")]
+        reclaim: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

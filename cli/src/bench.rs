@@ -93,10 +93,183 @@ pub struct BenchArgs {
     /// Write the table as Markdown.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// The steady state instead: --days simulated days of --sessions-per-day sessions
+    /// of --turns-per-session W1 turns, pruned to the last --retention-days days and
+    /// reclaimed each day; what each backend occupies, per day (--json, --svg write
+    /// them).
+    #[arg(long, conflicts_with_all = ["from", "input", "quick", "device", "markdown"])]
+    steady_state: bool,
+    /// Simulated days of --steady-state.
+    #[arg(long, default_value_t = 60, requires = "steady_state")]
+    days: u32,
+    /// New sessions a day (--steady-state).
+    #[arg(long, default_value_t = 20, requires = "steady_state")]
+    sessions_per_day: u32,
+    /// W1 turns per session (--steady-state).
+    #[arg(long, default_value_t = 5, requires = "steady_state")]
+    turns_per_session: u32,
+    /// Days of sessions kept (--steady-state).
+    #[arg(long, default_value_t = 7, requires = "steady_state")]
+    retention_days: u32,
+    /// Time listing a tenant of this many sessions instead: the first page of 50 and a
+    /// page from the middle (`Store::sessions_after`), 200 calls each, p50 and p99.
+    #[arg(long, value_name = "N", conflicts_with_all = ["from", "input", "quick", "device", "markdown", "steady_state"])]
+    list_sessions: Option<u64>,
+}
+
+/// `--list-sessions N` on every backend named.
+async fn listing(args: &BenchArgs, sessions: u64, out: &mut dyn Write) -> Result<()> {
+    let tmp = tempfile::Builder::new()
+        .prefix("forge-listing-")
+        .tempdir_in(
+            args.dir
+                .as_deref()
+                .unwrap_or_else(|| std::path::Path::new(".")),
+        )
+        .context("creating a directory for the benchmark's files")?;
+    let mut rows = Vec::new();
+    writeln!(
+        out,
+        "| backend | sessions | first page p50 | first page p99 | middle page p50 | middle page p99 | fill |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|")?;
+    for target in targets(args)? {
+        let dir = tmp.path().join(target.name());
+        std::fs::create_dir_all(&dir)?;
+        let instance = forge_bench::run::Instance::open(&target, &dir).await?;
+        let r = forge_bench::listing::run(instance.store(), sessions, 50, 200).await;
+        instance.store().close().await?;
+        instance.close().await?;
+        let r = r.with_context(|| format!("listing on {}", target.name()))?;
+        writeln!(
+            out,
+            "| {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} s |",
+            r.backend,
+            r.sessions,
+            r.first_p50_ms,
+            r.first_p99_ms,
+            r.middle_p50_ms,
+            r.middle_p99_ms,
+            r.fill_s
+        )?;
+        out.flush()?;
+        rows.push(r);
+    }
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
+}
+
+/// The steady state on every backend named, one after the other.
+async fn steady(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
+    let opts = forge_bench::steady::SteadyOptions {
+        days: args.days,
+        sessions_per_day: args.sessions_per_day,
+        turns_per_session: args.turns_per_session,
+        retention_days: args.retention_days,
+        seed: args.seed,
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("forge-steady-")
+        .tempdir_in(
+            args.dir
+                .as_deref()
+                .unwrap_or_else(|| std::path::Path::new(".")),
+        )
+        .context("creating a directory for the benchmark's files")?;
+    let mut runs = Vec::new();
+    for target in targets(args)? {
+        if target.kind() == forge_store::backend::Kind::Memory {
+            writeln!(
+                out,
+                "steady state: {} skipped (it occupies no disk)",
+                target.name()
+            )?;
+            continue;
+        }
+        let dir = tmp.path().join(target.name());
+        std::fs::create_dir_all(&dir)?;
+        let instance = forge_bench::run::Instance::open(&target, &dir).await?;
+        writeln!(out, "steady state: {} ({opts:?})", target.name())?;
+        out.flush()?;
+        let run = forge_bench::steady::run(instance.store(), instance.bus(), &opts, |d| {
+            tracing::info!(
+                day = d.day,
+                sessions = d.sessions,
+                disk = d.disk_bytes,
+                deleted = d.deleted,
+                reclaim_ms = d.reclaim_ms,
+                "steady state"
+            );
+        })
+        .await;
+        instance.close().await?;
+        let run = run.with_context(|| format!("steady state on {}", target.name()))?;
+        writeln!(
+            out,
+            "  {}: day {} {:.2} MiB, spread from day {} {:.1} %",
+            run.backend,
+            run.days.len(),
+            run.days
+                .last()
+                .map_or(0.0, |d| d.disk_bytes as f64 / f64::from(1 << 20)),
+            forge_bench::steady::FLAT_FROM_DAY,
+            run.spread * 100.0
+        )?;
+        runs.push(run);
+    }
+    write!(out, "{}", forge_bench::steady::table(&runs))?;
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&runs)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    if let Some(p) = &args.svg {
+        std::fs::write(p, forge_bench::steady::svg(&runs)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
+}
+
+/// The backends the arguments name.
+fn targets(args: &BenchArgs) -> Result<Vec<Target>> {
+    let mut targets = Vec::new();
+    for name in &args.backends {
+        let url = match name.trim() {
+            "memory" => "memory://".to_owned(),
+            "redb" => with_options("redb://", &args.redb_options),
+            "sqlite" => with_options("sqlite://", &args.sqlite_options),
+            "" => continue,
+            // Any backend of the registry, by URL (an installed third-party one too).
+            url if url.contains("://") => url.to_owned(),
+            other => bail!(
+                "unknown backend {other:?} in --backends; use memory, redb, sqlite or a \
+                 backend URL (Postgres and Redis also with --postgres URL / --redis URL)"
+            ),
+        };
+        targets.push(Target::new(&url)?);
+    }
+    for url in [&args.postgres, &args.redis].into_iter().flatten() {
+        targets.push(Target::new(url)?);
+    }
+    if targets.is_empty() {
+        bail!("no backend to measure");
+    }
+    Ok(targets)
 }
 
 /// Runs the benchmark and prints the table.
 pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> Result<()> {
+    if args.steady_state {
+        return steady(args, out).await;
+    }
+    if let Some(n) = args.list_sessions {
+        return listing(args, n, out).await;
+    }
     let peers = match &args.peers {
         Some(p) => forge_bench::report::read_peers(p)?,
         None => Vec::new(),
@@ -139,28 +312,7 @@ async fn measure(
     progress: Progress,
     out: &mut dyn Write,
 ) -> Result<Vec<forge_bench::Measurement>> {
-    let mut targets = Vec::new();
-    for name in &args.backends {
-        let url = match name.trim() {
-            "memory" => "memory://".to_owned(),
-            "redb" => with_options("redb://", &args.redb_options),
-            "sqlite" => with_options("sqlite://", &args.sqlite_options),
-            "" => continue,
-            // Any backend of the registry, by URL (an installed third-party one too).
-            url if url.contains("://") => url.to_owned(),
-            other => bail!(
-                "unknown backend {other:?} in --backends; use memory, redb, sqlite or a \
-                 backend URL (Postgres and Redis also with --postgres URL / --redis URL)"
-            ),
-        };
-        targets.push(Target::new(&url)?);
-    }
-    for url in [&args.postgres, &args.redis].into_iter().flatten() {
-        targets.push(Target::new(url)?);
-    }
-    if targets.is_empty() {
-        bail!("no backend to measure");
-    }
+    let targets = targets(args)?;
     let tmp;
     let dir = match &args.dir {
         Some(d) => {

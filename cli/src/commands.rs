@@ -153,9 +153,18 @@ pub async fn run(
             show::stats(out, &stats)?;
             Ok(())
         }
+        Command::Reclaim { json } => {
+            let r = forge.reclaim().await?;
+            if json {
+                return print_json(out, &r);
+            }
+            show::reclaimed(out, &r)?;
+            Ok(())
+        }
         Command::Prune {
             retention,
             dry_run,
+            reclaim,
             json,
         } => {
             let policy = retention.retention();
@@ -168,10 +177,18 @@ pub async fn run(
                 ..Default::default()
             };
             let report = forge.prune(tenant, &policy, &opts).await?;
+            let reclaimed = if reclaim {
+                Some(forge.reclaim().await?)
+            } else {
+                None
+            };
             if json {
-                return print_json(out, &report);
+                return print_json(out, &json!({"prune": report, "reclaim": reclaimed}));
             }
             show::prune(out, &report)?;
+            if let Some(r) = &reclaimed {
+                show::reclaimed(out, r)?;
+            }
             Ok(())
         }
         Command::Demo => demo::run(forge, tenant, out).await,

@@ -318,6 +318,18 @@ pub fn stats(out: &mut dyn Write, s: &forge_store::Stats) -> io::Result<()> {
     Ok(())
 }
 
+/// What `forge-store reclaim` prints.
+pub fn reclaimed(out: &mut dyn Write, r: &forge_store::Reclaimed) -> io::Result<()> {
+    writeln!(
+        out,
+        "reclaim: {}; {} before, {} after, {} given back",
+        r.action,
+        bytes(r.before),
+        bytes(r.after),
+        bytes(r.bytes)
+    )
+}
+
 /// What `forge-store prune` prints.
 pub fn prune(out: &mut dyn Write, r: &forge_store::prune::PruneReport) -> io::Result<()> {
     let verb = if r.dry_run { "would remove" } else { "removed" };

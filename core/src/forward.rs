@@ -8,7 +8,8 @@ use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
 use crate::store::{
-    Capabilities, Cursor, Footprint, OpenItems, Page, SessionPage, SessionState, Store, TenantStats,
+    Capabilities, Cursor, Footprint, OpenItems, Page, Reclaimed, SessionPage, SessionState, Store,
+    TenantStats,
 };
 use crate::tenant::TenantId;
 
@@ -120,6 +121,11 @@ pub trait Forward: std::fmt::Debug + Send + Sync + 'static {
         self.inner().footprint().await
     }
 
+    /// [`Store::reclaim`]; forwards by default.
+    async fn reclaim(&self) -> Result<Reclaimed> {
+        self.inner().reclaim().await
+    }
+
     /// [`Store::message`]; forwards by default.
     async fn message(
         &self,
@@ -206,6 +212,10 @@ impl<T: Forward> Store for T {
 
     async fn footprint(&self) -> Result<Footprint> {
         Forward::footprint(self).await
+    }
+
+    async fn reclaim(&self) -> Result<Reclaimed> {
+        Forward::reclaim(self).await
     }
 
     async fn message(

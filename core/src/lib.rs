@@ -51,8 +51,8 @@ pub use read::{filter_compacted, filter_compacted_reference, read_all, Compacted
 pub use recover::{recover, RecoverReport};
 pub use retry::{RetryPolicy, RetryStore, DEFAULT_RETRY_DEADLINE};
 pub use store::{
-    Capabilities, Cursor, Footprint, Occupied, OpenItems, Page, SessionPage, SessionSize,
-    SessionState, Store, Tenancy, TenantStats, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    Capabilities, Cursor, Footprint, Occupied, OpenItems, Page, Reclaimed, SessionPage,
+    SessionSize, SessionState, Store, Tenancy, TenantStats, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 pub use stream::StreamEvent;
 pub use tenant::TenantId;

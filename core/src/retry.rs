@@ -30,7 +30,8 @@ use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
 use crate::store::{
-    Capabilities, Cursor, Footprint, OpenItems, Page, SessionPage, SessionState, Store, TenantStats,
+    Capabilities, Cursor, Footprint, OpenItems, Page, Reclaimed, SessionPage, SessionState, Store,
+    TenantStats,
 };
 use crate::tenant::TenantId;
 
@@ -335,6 +336,10 @@ impl Store for RetryStore {
 
     async fn footprint(&self) -> Result<Footprint> {
         self.retried("footprint", || self.inner.footprint()).await
+    }
+
+    async fn reclaim(&self) -> Result<Reclaimed> {
+        self.retried("reclaim", || self.inner.reclaim()).await
     }
 
     async fn message(

@@ -296,6 +296,31 @@ impl Footprint {
     }
 }
 
+/// What [`Store::reclaim`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reclaimed {
+    /// What the backend occupied before ([`Store::footprint`]'s files or relations).
+    pub before: u64,
+    /// And after.
+    pub after: u64,
+    /// Bytes given back: `before - after` (0 when it did not shrink).
+    pub bytes: u64,
+    /// What was done, in a few words (`compacted`, `incremental_vacuum: 120 pages`, …).
+    pub action: String,
+}
+
+impl Reclaimed {
+    /// A reclaim that went from `before` to `after` doing `action`.
+    pub fn new(before: u64, after: u64, action: impl Into<String>) -> Self {
+        Self {
+            before,
+            after,
+            bytes: before.saturating_sub(after),
+            action: action.into(),
+        }
+    }
+}
+
 /// Bytes a file occupies on disk: its allocated 512-byte blocks (a sparse or
 /// preallocated file differs from its length).
 fn allocated(m: &std::fs::Metadata) -> u64 {
@@ -433,6 +458,20 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     ///   [`Store::messages`] ([`crate::stats::scan`]); its cost grows with the tenant.
     async fn stats(&self, tenant: &TenantId) -> Result<TenantStats> {
         crate::stats::scan(self, tenant).await
+    }
+
+    /// Gives back the space that deletions freed (the backend's files shrink, or their
+    /// free pages are returned to the file system).
+    ///
+    /// # Behavior
+    /// - Never changes what reads return.
+    /// - Bounded: writers wait for at most what the backend documents (redb: the whole
+    ///   compaction; SQLite: one step of the incremental vacuum).
+    /// - The default does nothing (a backend that gives space back by itself).
+    async fn reclaim(&self) -> Result<Reclaimed> {
+        let size = self.footprint().await?;
+        let total = size.total("file") + size.total("relation");
+        Ok(Reclaimed::new(total, total, "nothing to do"))
     }
 
     /// What the backend occupies on disk or in memory, for all tenants.

@@ -8,8 +8,8 @@ use forge_core::prune::{PruneOptions, PruneReport, Retention};
 use forge_core::store::MAX_PAGE_LIMIT;
 use forge_core::{
     read_all, CompactedView, CountingStore, Cursor, Engine, Footprint, MessageId, MessageWithParts,
-    OpenItems, Page, RecoverReport, Session, SessionId, SessionPage, SessionState, Store,
-    SyncEvent, TenantId, TenantStats, WriteCounts,
+    OpenItems, Page, Reclaimed, RecoverReport, Session, SessionId, SessionPage, SessionState,
+    Store, SyncEvent, TenantId, TenantStats, WriteCounts,
 };
 use futures::Stream;
 use serde::Serialize;
@@ -407,6 +407,19 @@ impl Forge {
             stored: counted,
             footprint,
         })
+    }
+
+    /// Gives back the space deletions freed ([`Store::reclaim`]): redb compacts its
+    /// file, SQLite runs its incremental vacuum in steps, Postgres vacuums its tables.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn reclaim(&self) -> Result<Reclaimed> {
+        self.engine
+            .store
+            .reclaim()
+            .await
+            .map_err(|e| Error::store("giving space back", e))
     }
 
     /// Applies a retention policy to a tenant ([`forge_core::prune`]): deletes the

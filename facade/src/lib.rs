@@ -35,9 +35,10 @@ pub use forge_core::{
     filter_compacted, read_all, Bus, BusEvent, Claim, ClaimMode, ClaimPolicy, ClaimRequest,
     CompactedView, Cursor, Engine, Envelope, ErrorKind, Event, Flow, Footprint, GroupCommitOptions,
     Message, MessageId, MessageWithParts, Occupied, OnHeld, OpenItems, Outcome, Page, Part,
-    PartDelta, PartId, Processor, ProcessorOptions, Projector, RecoverReport, RetryPolicy, Session,
-    SessionId, SessionPage, SessionSize, SessionState, Store, StreamEvent, Subscription, SyncEvent,
-    TenantId, TenantStats, Topic, WriteCounts, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    PartDelta, PartId, Processor, ProcessorOptions, Projector, Reclaimed, RecoverReport,
+    RetryPolicy, Session, SessionId, SessionPage, SessionSize, SessionState, Store, StreamEvent,
+    Subscription, SyncEvent, TenantId, TenantStats, Topic, WriteCounts, DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_LIMIT,
 };
 
 /// The error type of the engine's traits (stores, buses, projectors), which

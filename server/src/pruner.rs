@@ -18,8 +18,9 @@ pub struct Pruning {
     pub batch_messages: usize,
 }
 
-/// Prunes `tenants` every `pruning.every` until `shutdown` flips. A round that fails for
-/// a tenant is logged and tried again next round.
+/// Prunes `tenants` every `pruning.every` until `shutdown` flips, giving the space back
+/// ([`Forge::reclaim`]) after a round that removed something. A round that fails for a
+/// tenant is logged and tried again next round.
 pub async fn run(
     forge: Forge,
     tenants: Vec<TenantId>,
@@ -27,6 +28,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
+        let mut removed = false;
         for tenant in &tenants {
             if *shutdown.borrow() {
                 return;
@@ -44,7 +46,8 @@ pub async fn run(
                 Ok(r) if r.pruned.is_empty() => {
                     tracing::debug!(%tenant, examined = r.examined, "prune: nothing to remove");
                 }
-                Ok(r) => tracing::info!(
+                Ok(r) => {
+                    tracing::info!(
                     %tenant,
                     examined = r.examined,
                     deleted = r.sessions_deleted,
@@ -55,8 +58,18 @@ pub async fn run(
                     skipped_written = r.skipped_written,
                     longest_transaction_us = r.longest_transaction_us,
                     "prune"
-                ),
+                    );
+                    removed = true;
+                }
                 Err(e) => tracing::warn!(%tenant, error = %e, "prune failed; trying next round"),
+            }
+        }
+        // Something was removed: the space goes back once per round.
+        if removed {
+            match forge.reclaim().await {
+                Ok(r) => tracing::info!(action = %r.action, before = r.before, after = r.after,
+                    "reclaim"),
+                Err(e) => tracing::warn!(error = %e, "reclaim failed; trying next round"),
             }
         }
         tokio::select! {

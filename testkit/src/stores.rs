@@ -538,3 +538,149 @@ fn damaged_len(files: (&[u8], Option<&[u8]>), beside: bool) -> usize {
         files.0.len()
     }
 }
+
+/// Fills `store` with 120 sessions of 8 messages of 4 KiB of random letters each, deletes all but
+/// every tenth, and gives the space back while readers read the kept sessions. Asserts
+/// that every read during and after the reclaim returns the kept sessions as written,
+/// that the deleted ones stay deleted, and that the backend then occupies no more than
+/// with every row (after a first reclaim that settles it).
+/// Returns what was measured.
+///
+/// # Panics
+/// When a write, a read or the reclaim fails, or a read differs.
+pub async fn assert_reclaim_keeps_what_is_stored(store: Arc<dyn Store>) -> Reclaim {
+    use forge_core::{read_all, Session};
+    let t = TenantId::default();
+    // Text that does not compress (a journal that compresses would keep it all).
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut text = move || {
+        (0..4096)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from(b'a' + (seed % 26) as u8)
+            })
+            .collect::<String>()
+    };
+    let mut ids = Vec::new();
+    for i in 0..120 {
+        let session = Session::new(format!("s{i}"), 1_700_000_000_000 + i);
+        let id = session.id.clone();
+        let mut events = vec![SyncEvent::SessionUpdated { info: session }];
+        for _ in 0..8 {
+            let (m, p) = crate::fixtures::user_message(&id, &text());
+            events.push(SyncEvent::MessageUpdated { info: m });
+            events.push(SyncEvent::PartUpdated { part: p });
+        }
+        let batch: Vec<Envelope<SyncEvent>> = events
+            .into_iter()
+            .enumerate()
+            .map(|(n, event)| Envelope {
+                tenant: t.clone(),
+                session_id: id.clone(),
+                seq: n as u64 + 1,
+                epoch: None,
+                event,
+            })
+            .collect();
+        store.apply(&batch).await.expect("write a session");
+        ids.push(id);
+    }
+    // Everything written, settled (a journal checkpointed into its file, a WAL
+    // truncated): the size to compare with.
+    store.reclaim().await.expect("reclaim before the deletions");
+    let full = store.footprint().await.expect("footprint");
+    for (i, id) in ids.iter().enumerate() {
+        if i % 10 != 0 {
+            let deleted = Envelope {
+                tenant: t.clone(),
+                session_id: id.clone(),
+                seq: 100,
+                epoch: None,
+                event: SyncEvent::SessionDeleted {
+                    session_id: id.clone(),
+                },
+            };
+            store.apply(&[deleted]).await.expect("delete a session");
+        }
+    }
+    let kept: Vec<SessionId> = ids.iter().step_by(10).cloned().collect();
+    let mut want = Vec::new();
+    for id in &kept {
+        want.push(read_all(store.as_ref(), &t, id, 1000).await.expect("read"));
+    }
+    // Readers go on while the space is given back.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, t, kept, want, stop) = (
+                Arc::clone(&store),
+                t.clone(),
+                kept.clone(),
+                want.clone(),
+                Arc::clone(&stop),
+            );
+            tokio::spawn(async move {
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
+                    for (id, want) in kept.iter().zip(&want) {
+                        let got = read_all(store.as_ref(), &t, id, 1000).await.expect("read");
+                        assert_eq!(&got, want, "a read during the reclaim differs");
+                        reads += 1;
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    let reclaimed = store.reclaim().await.expect("reclaim");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert!(r.await.expect("reader") > 0);
+    }
+    for (id, want) in kept.iter().zip(&want) {
+        assert_eq!(
+            &read_all(store.as_ref(), &t, id, 1000).await.expect("read"),
+            want
+        );
+    }
+    assert_eq!(store.sessions(&t).await.expect("list").len(), kept.len());
+    let after = store.footprint().await.expect("footprint");
+    let total = |f: &forge_core::Footprint| f.total("file") + f.total("relation");
+    assert!(
+        total(&after) <= total(&full),
+        "a tenth of the rows takes more than all of them did: {full:?} -> {after:?} \
+         ({reclaimed:?})"
+    );
+    Reclaim {
+        full,
+        after,
+        reclaimed,
+    }
+}
+
+/// What [`assert_reclaim_keeps_what_is_stored`] measured.
+#[derive(Debug)]
+pub struct Reclaim {
+    /// The footprint with every row written, settled by a first reclaim.
+    pub full: forge_core::Footprint,
+    /// The footprint after nine in ten sessions were deleted and the space given back.
+    pub after: forge_core::Footprint,
+    /// What the second reclaim reported.
+    pub reclaimed: forge_core::Reclaimed,
+}
+
+impl Reclaim {
+    /// Bytes of the item named `suffix` (a file ending so) before and after.
+    pub fn item(&self, suffix: &str) -> (u64, u64) {
+        let of = |f: &forge_core::Footprint| {
+            f.items
+                .iter()
+                .filter(|i| i.name.ends_with(suffix))
+                .map(|i| i.bytes)
+                .sum()
+        };
+        (of(&self.full), of(&self.after))
+    }
+}

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_core::{
     fence, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, Footprint, MessageId,
-    MessageWithParts, OpenItems, Page, Result, SessionId, SessionPage, SessionState, Store,
-    SyncEvent, TenantId,
+    MessageWithParts, OpenItems, Page, Reclaimed, Result, SessionId, SessionPage, SessionState,
+    Store, SyncEvent, TenantId,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use redb::backends::FileBackend;
 use redb::{Builder, Database, ReadTransaction, ReadableDatabase};
 
@@ -43,7 +43,10 @@ use version::init_schema;
 /// so every claim that returned before it committed is seen, and a claim is durable
 /// when it returns (without the journal, by a durable commit whatever the durability).
 pub struct RedbStore {
-    db: Arc<Database>,
+    /// Every use takes it shared; [`Store::reclaim`]'s compaction takes it alone. A
+    /// journaled write takes the journal's lock first, then this one (so does the
+    /// compaction): the order never inverts.
+    db: Arc<RwLock<Database>>,
     journal: Option<Arc<Mutex<Journal>>>,
     path: PathBuf,
     options: RedbOptions,
@@ -147,7 +150,7 @@ impl RedbStore {
             None
         };
         Ok(Self {
-            db: Arc::new(db),
+            db: Arc::new(RwLock::new(db)),
             journal,
             path,
             options,
@@ -167,9 +170,17 @@ impl RedbStore {
             return Ok(());
         };
         let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || checkpoint(&db, &mut journal.lock()))
-            .await
-            .map_err(join)?
+        tokio::task::spawn_blocking(move || {
+            let mut journal = journal.lock();
+            checkpoint(&db.read(), &mut journal)
+        })
+        .await
+        .map_err(join)?
+    }
+
+    /// The database file and its journal.
+    fn files(&self) -> [PathBuf; 2] {
+        [self.path.clone(), journal::path_for(&self.path)]
     }
 
     /// The file this store was opened from.
@@ -204,7 +215,7 @@ impl RedbStore {
         drop(journal);
         let db = loop {
             match Arc::try_unwrap(db) {
-                Ok(db) => break db,
+                Ok(db) => break db.into_inner(),
                 Err(shared) => {
                     db = shared;
                     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -233,8 +244,11 @@ impl RedbStore {
         let journal = self.journal.clone();
         let every = self.options.checkpoint_bytes;
         tokio::task::spawn_blocking(move || match journal {
-            Some(journal) => commit_journaled(&db, &mut journal.lock(), every, write),
-            None => commit_direct(&db, durability, write),
+            Some(journal) => {
+                let mut journal = journal.lock();
+                commit_journaled(&db.read(), &mut journal, every, write)
+            }
+            None => commit_direct(&db.read(), durability, write),
         })
         .await
         .map_err(join)?
@@ -248,6 +262,7 @@ impl RedbStore {
     {
         let db = Arc::clone(&self.db);
         tokio::task::spawn_blocking(move || {
+            let db = db.read();
             let txn = db.begin_read().map_err(map)?;
             f(&txn)
         })
@@ -636,7 +651,8 @@ impl Store for RedbStore {
         if let Some(journal) = self.journal.clone() {
             let every = self.options.checkpoint_bytes;
             return tokio::task::spawn_blocking(move || {
-                commit_journaled(&db, &mut journal.lock(), every, |txn| write_batch(txn, ops))
+                let mut journal = journal.lock();
+                commit_journaled(&db.read(), &mut journal, every, |txn| write_batch(txn, ops))
             })
             .await
             .map_err(join)?
@@ -644,7 +660,7 @@ impl Store for RedbStore {
         }
         let durability = self.options.durability.to_redb();
         tokio::task::spawn_blocking(move || {
-            commit_direct(&db, durability, |txn| write_batch(txn, ops))
+            commit_direct(&db.read(), durability, |txn| write_batch(txn, ops))
         })
         .await
         .map_err(join)?
@@ -673,7 +689,39 @@ impl Store for RedbStore {
     }
 
     async fn footprint(&self) -> Result<Footprint> {
-        Footprint::of_files(&[self.path.clone(), journal::path_for(&self.path)])
+        Footprint::of_files(&self.files())
+    }
+
+    /// Checkpoints the journal into the database file, then compacts the file (redb's
+    /// `Database::compact`: live pages move to its start and the end is cut off). Every
+    /// read and write of this store waits until it ends: the compaction needs the
+    /// database alone.
+    async fn reclaim(&self) -> Result<Reclaimed> {
+        let before = Footprint::of_files(&self.files())?.total("file");
+        let db = Arc::clone(&self.db);
+        let journal = self.journal.clone();
+        let compacted = tokio::task::spawn_blocking(move || {
+            // Writers first (they take the journal before the database), then the
+            // journal's batches into the file, then the database alone.
+            let mut held = journal.as_ref().map(|j| j.lock());
+            if let Some(journal) = held.as_deref_mut() {
+                checkpoint(&db.read(), journal)?;
+            }
+            let mut db = db.write();
+            let compacted = db.compact().map_err(map)?;
+            drop(held);
+            Ok::<_, Error>(compacted)
+        })
+        .await
+        .map_err(join)?
+        .map_err(|e| self.write_error(e))?;
+        let after = Footprint::of_files(&self.files())?.total("file");
+        let action = if compacted {
+            "compacted"
+        } else {
+            "nothing to compact"
+        };
+        Ok(Reclaimed::new(before, after, action))
     }
 
     async fn message(
@@ -722,7 +770,7 @@ impl Store for RedbStore {
             if journal.len() == 0 {
                 return Ok(());
             }
-            checkpoint(&db, &mut journal)
+            checkpoint(&db.read(), &mut journal)
         })
         .await
         .map_err(join)?

@@ -30,7 +30,7 @@ use std::fmt;
 use async_trait::async_trait;
 use forge_core::{
     Bus, BusCapabilities, BusEvent, Error, Event, Replay, Result, SessionId, Subscription,
-    TenantId, Topic,
+    SyncEvent, TenantId, Topic,
 };
 use redis::aio::ConnectionLike;
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
@@ -588,6 +588,10 @@ fn layout<'a>(batch: &[&'a BusEvent]) -> Layout<'a> {
     Layout { runs, tenant }
 }
 
+/// How long the stream of a deleted session stays after its `session.deleted` is
+/// published, for subscribers to read it.
+pub const DELETED_STREAM_TTL: std::time::Duration = std::time::Duration::from_hours(1);
+
 /// Writes `events` with the publish script; `retry`: the batch was sent before and
 /// its answer lost. On a Redis Cluster the script runs once per tenant (a tenant's
 /// keys share one slot), in order of first appearance.
@@ -657,6 +661,19 @@ async fn write(
         // stream's last id); the failures are reported to the next flush.
         let refused: Vec<String> = invocation.invoke_async(&mut conn).await.map_err(map)?;
         failed.extend(refused);
+    }
+    // A deleted session's stream is kept a while for its subscribers to read the
+    // deletion, then goes with its keys (prune deletes many sessions over a year).
+    for ev in events {
+        if let Event::Sync(SyncEvent::SessionDeleted { .. }) = &ev.event {
+            let key = keys.session_stream(&ev.tenant, &ev.session_id);
+            let _: () = redis::cmd("PEXPIRE")
+                .arg(&key)
+                .arg(u64::try_from(DELETED_STREAM_TTL.as_millis()).unwrap_or(u64::MAX))
+                .query_async(&mut conn)
+                .await
+                .map_err(map)?;
+        }
     }
     if failed.is_empty() {
         Ok(())

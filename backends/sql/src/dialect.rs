@@ -302,6 +302,9 @@ pub(crate) trait Backend: Send + Sync {
     /// What it occupies: its files, or its relations.
     async fn footprint(&self) -> Result<forge_core::Footprint>;
 
+    /// Gives back the space deletions freed ([`forge_core::Store::reclaim`]).
+    async fn reclaim(&self) -> Result<forge_core::Reclaimed>;
+
     /// The database, as errors name it (`SQLite database PATH`, `Postgres schema NAME`).
     fn place(&self) -> &str;
 
@@ -387,6 +390,10 @@ macro_rules! impl_store {
 
             async fn footprint(&self) -> forge_core::Result<forge_core::Footprint> {
                 crate::dialect::Backend::footprint(self).await
+            }
+
+            async fn reclaim(&self) -> forge_core::Result<forge_core::Reclaimed> {
+                crate::dialect::Backend::reclaim(self).await
             }
 
             async fn message(

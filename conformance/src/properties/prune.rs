@@ -18,6 +18,8 @@
 //!   comes back (a store that leaves orphans is caught here);
 //! - [`Store::stats`] counts what reads return and [`Store::sessions_after`] pages
 //!   through the same sessions as [`Store::sessions`].
+//!
+//! Every check runs after [`Store::reclaim`], which must change nothing a read returns.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -435,6 +437,11 @@ pub(crate) fn check(ctx: &Ctx<'_>, case: &Case) -> Result<(), String> {
             written.insert(i, w);
         }
 
+        // Giving the space back changes nothing a read returns.
+        store
+            .reclaim()
+            .await
+            .map_err(ctx_err("reclaim after prune"))?;
         let fates = expected(case);
         let mut deleted = BTreeSet::new();
         for (i, s) in case.sessions.iter().enumerate() {

@@ -130,7 +130,7 @@ pub(crate) struct Setup {
     pub privileged: bool,
 }
 
-fn quoted(ident: &str) -> String {
+pub(crate) fn quoted(ident: &str) -> String {
     // Identifiers were checked to be plain; quoting keeps their case.
     format!("\"{ident}\"")
 }

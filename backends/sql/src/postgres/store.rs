@@ -162,6 +162,44 @@ impl PostgresStore {
 impl Backend for PostgresStore {
     type Db = Postgres;
 
+    /// Plain `VACUUM` of the store's tables, as autovacuum runs it: dead rows' space is
+    /// made free for new rows (the files shrink only by empty pages at their end), and
+    /// `action` says how many dead rows there were. Needs the tables' owner: run as the
+    /// application role, Postgres skips them with a warning, and autovacuum does the
+    /// work.
+    async fn reclaim(&self) -> Result<forge_core::Reclaimed> {
+        let before = self.footprint().await?.total("relation");
+        let dead = |pool: PgPool, schema: String| async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COALESCE(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables \
+                 WHERE schemaname = $1",
+            )
+            .bind(schema)
+            .fetch_one(&pool)
+            .await
+            .map_err(map)
+        };
+        let dead_before = dead(self.pool.clone(), self.options.schema.clone()).await?;
+        let mut conn = self.pool.acquire().await.map_err(map)?;
+        for table in ["sessions", "messages", "parts", "fences"] {
+            let sql = format!(
+                "VACUUM {}.{table}",
+                super::schema::quoted(&self.options.schema)
+            );
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        drop(conn);
+        let after = self.footprint().await?.total("relation");
+        Ok(forge_core::Reclaimed::new(
+            before,
+            after,
+            format!("VACUUM: {dead_before} dead rows before"),
+        ))
+    }
+
     /// Each table of the schema with its indexes and TOAST
     /// (`pg_total_relation_size`), for all tenants: sizes are not split by rows.
     async fn footprint(&self) -> Result<forge_core::Footprint> {

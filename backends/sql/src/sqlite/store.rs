@@ -5,7 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use forge_core::{Error, Result, SessionId, TenantId};
 use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+};
 use sqlx::{Connection, Row, SqlSafeStr, Sqlite, SqliteConnection, Transaction};
 
 use super::config::{Check, SqliteOptions, Synchronous};
@@ -81,6 +83,9 @@ impl SqliteStore {
             .create_if_missing(true)
             // Takes effect only while the file is empty (before WAL mode is set).
             .page_size(options.page_size)
+            // Takes effect only while the file has no table; an older file is
+            // converted below.
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(options.synchronous.to_sqlx())
             .pragma("wal_autocheckpoint", options.wal_autocheckpoint.to_string());
@@ -113,6 +118,9 @@ impl SqliteStore {
                 .map_err(|e| in_file(map(e), &options.path))?;
         }
         check(&writer, &options)
+            .await
+            .map_err(|e| in_file(e, &options.path))?;
+        incremental_vacuum_on(&writer, &options.path)
             .await
             .map_err(|e| in_file(e, &options.path))?;
         // The file is in WAL mode now (a persistent setting); readers need not set it.
@@ -247,6 +255,35 @@ async fn create_whole(options: &SqliteOptions) -> Result<()> {
     Ok(())
 }
 
+/// Turns on incremental auto-vacuum in a file made without it (before this release):
+/// `PRAGMA auto_vacuum = INCREMENTAL` takes effect at the next `VACUUM`, which rewrites
+/// the file once. A file that has it is left alone.
+async fn incremental_vacuum_on(writer: &SqlitePool, path: &std::path::Path) -> Result<()> {
+    let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
+        .fetch_one(writer)
+        .await
+        .map_err(map)?;
+    if mode == 2 {
+        return Ok(());
+    }
+    tracing::info!(file = %path.display(), mode,
+        "turning on incremental auto-vacuum: the file is rewritten once (VACUUM)");
+    let mut conn = writer.acquire().await.map_err(map)?;
+    sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    sqlx::query("VACUUM")
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    Ok(())
+}
+
 /// A failed directory sync: a store error naming the file, never ignored (the file's
 /// name would not survive a power cut).
 fn dir_error(path: &std::path::Path, e: &std::io::Error) -> forge_core::Error {
@@ -261,6 +298,7 @@ async fn make(tmp: &std::path::Path, options: &SqliteOptions) -> Result<()> {
         .filename(tmp)
         .create_if_missing(true)
         .page_size(options.page_size)
+        .auto_vacuum(SqliteAutoVacuum::Incremental)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
         .foreign_keys(true);
@@ -363,6 +401,53 @@ fn in_file(err: Error, path: &std::path::Path) -> Error {
 #[async_trait]
 impl Backend for SqliteStore {
     type Db = Sqlite;
+
+    /// `PRAGMA incremental_vacuum(1024)` (4 MiB of 4 KiB pages) until no page is
+    /// free, each a write transaction of its own (a writer waits for one step), then a
+    /// checkpoint that truncates the WAL when no reader holds it.
+    async fn reclaim(&self) -> Result<forge_core::Reclaimed> {
+        let before = self.footprint().await?.total("file");
+        let mut steps = 0u64;
+        let mut freed = 0i64;
+        loop {
+            let mut conn = self.writer_conn().await?;
+            let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map)?;
+            if free == 0 {
+                break;
+            }
+            sqlx::query("PRAGMA incremental_vacuum(1024)")
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+            let left: i64 = sqlx::query_scalar("PRAGMA freelist_count")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map)?;
+            drop(conn);
+            steps += 1;
+            freed += free - left;
+            if left >= free {
+                // Nothing moved (auto-vacuum is off in this file): stop.
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let mut conn = self.writer_conn().await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        drop(conn);
+        let after = self.footprint().await?.total("file");
+        Ok(forge_core::Reclaimed::new(
+            before,
+            after,
+            format!("incremental_vacuum: {freed} pages in {steps} steps"),
+        ))
+    }
 
     /// The database file with its `-wal` and `-shm`.
     async fn footprint(&self) -> Result<forge_core::Footprint> {
