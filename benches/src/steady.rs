@@ -1,8 +1,9 @@
 //! The steady state: many simulated days of a workload under a retention policy, with
 //! the bytes the backend occupies read after each day.
 //!
-//! Each day writes `sessions_per_day` new sessions of `turns_per_session` W1 turns (a
-//! replay through the engine, as a producer's stream would arrive), then prunes what the
+//! Each day writes `sessions_per_day` new sessions of `turns_per_session` W1 turns, all
+//! at once (replays through the engine with group commit, as producers' streams would
+//! arrive), then prunes what the
 //! policy no longer keeps (sessions idle since before the first of the last
 //! `retention_days` days), then gives space back ([`forge_store::Store::reclaim`]), then
 //! reads the backend's footprint. Days are compressed into wall time: a day is the span
@@ -147,16 +148,27 @@ pub async fn run(
     let mut measured = "nothing";
     for day in 1..=opts.days {
         starts.push(forge_store::id::now_ms());
+        // The day's sessions run at once, as a day's users do; their boundaries share
+        // group commits.
+        let mut texts = Vec::new();
         for s in 0..opts.sessions_per_day {
             let seed = opts.seed ^ (u64::from(day) << 24) ^ u64::from(s);
             let script = w1(opts.turns_per_session, seed);
             let mut text = Vec::new();
             write_jsonl(&script, &mut text)?;
-            let text = String::from_utf8(text).context("the workload is UTF-8")?;
-            forge
-                .replay_str(&tenant, &text, ReplayOptions::default())
-                .await
-                .map_err(|e| anyhow::anyhow!("day {day}, session {s}: {e}"))?;
+            texts.push(String::from_utf8(text).context("the workload is UTF-8")?);
+        }
+        let replays = texts.iter().enumerate().map(|(s, text)| {
+            let (forge, tenant) = (&forge, &tenant);
+            async move {
+                forge
+                    .replay_str(tenant, text, ReplayOptions::default())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("day {day}, session {s}: {e}"))
+            }
+        });
+        for r in futures::future::join_all(replays).await {
+            r?;
         }
         forge.flush().await?;
         // Activity comes from the wall clock: a day's sessions are active after its

@@ -163,40 +163,71 @@ impl Backend for PostgresStore {
     type Db = Postgres;
 
     /// Plain `VACUUM` of the store's tables, as autovacuum runs it: dead rows' space is
-    /// made free for new rows (the files shrink only by empty pages at their end), and
-    /// `action` says how many dead rows there were. Needs the tables' owner: run as the
-    /// application role, Postgres skips them with a warning, and autovacuum does the
-    /// work.
+    /// made free for new rows (the files shrink only by empty pages at their end).
+    /// `VACUUM` needs the tables' owner. A store opened by a privileged user (which
+    /// runs its queries as the application role) vacuums as that user; one opened by
+    /// the owner vacuums as itself; any other leaves the work to autovacuum and reports
+    /// the dead rows waiting for it.
     async fn reclaim(&self) -> Result<forge_core::Reclaimed> {
         let before = self.footprint().await?.total("relation");
-        let dead = |pool: PgPool, schema: String| async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT COALESCE(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables \
-                 WHERE schemaname = $1",
-            )
-            .bind(schema)
-            .fetch_one(&pool)
-            .await
-            .map_err(map)
-        };
-        let dead_before = dead(self.pool.clone(), self.options.schema.clone()).await?;
         let mut conn = self.pool.acquire().await.map_err(map)?;
+        let (dead, owner): (i64, bool) = sqlx::query_as(
+            "SELECT COALESCE(sum(s.n_dead_tup), 0)::bigint, \
+                    COALESCE(bool_and(pg_has_role(current_user, t.tableowner, 'USAGE')), false) \
+             FROM pg_stat_user_tables s JOIN pg_tables t \
+               ON t.schemaname = s.schemaname AND t.tablename = s.relname \
+             WHERE s.schemaname = $1",
+        )
+        .bind(&self.options.schema)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map)?;
+        if !owner && !self.privileged {
+            drop(conn);
+            return Ok(forge_core::Reclaimed::new(
+                before,
+                before,
+                format!("left to autovacuum (not the tables' owner): {dead} dead rows"),
+            ));
+        }
+        let schema = super::schema::quoted(&self.options.schema);
+        // One statement at a time: several in one query string are one transaction,
+        // which VACUUM refuses.
+        let mut statements = Vec::new();
+        if self.privileged {
+            // Back to the URL's user for the VACUUM, and to the application role after.
+            statements.push("RESET ROLE".to_owned());
+        }
         for table in ["sessions", "messages", "parts", "fences"] {
-            let sql = format!(
-                "VACUUM {}.{table}",
-                super::schema::quoted(&self.options.schema)
-            );
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            statements.push(format!("VACUUM {schema}.{table}"));
+        }
+        let mut vacuumed = Ok(());
+        for sql in statements {
+            if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
                 .execute(&mut *conn)
                 .await
-                .map_err(map)?;
+            {
+                vacuumed = Err(e);
+                break;
+            }
         }
-        drop(conn);
+        if self.privileged {
+            let back = format!("SET ROLE {}", super::schema::quoted(&self.options.app_role));
+            let reset = sqlx::raw_sql(sqlx::AssertSqlSafe(back))
+                .execute(&mut *conn)
+                .await;
+            if reset.is_err() {
+                // Never back to the pool with the URL's privileges.
+                let _ = conn.detach();
+            }
+            reset.map_err(map)?;
+        }
+        vacuumed.map_err(map)?;
         let after = self.footprint().await?.total("relation");
         Ok(forge_core::Reclaimed::new(
             before,
             after,
-            format!("VACUUM: {dead_before} dead rows before"),
+            format!("VACUUM: {dead} dead rows before"),
         ))
     }
 
