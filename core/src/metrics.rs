@@ -36,8 +36,6 @@ pub const PUBLISH_DELAY_SECONDS: &str = "forge_store_publish_delay_seconds";
 pub const RETRIES: &str = "forge_store_retries_total";
 /// Events a bus subscriber missed because it fell behind (`Lagged`), by bus.
 pub const BUS_LAGGED: &str = "forge_store_bus_lagged_events_total";
-/// Events published and not yet delivered to the bus's server (the Redis bus's queue).
-pub const BUS_QUEUED: &str = "forge_store_bus_queued_events";
 /// SSE clients connected to `serve`.
 pub const SSE_CLIENTS: &str = "forge_store_sse_clients";
 /// SSE clients `serve` dropped for falling behind.
@@ -100,10 +98,6 @@ pub fn describe() {
     describe_counter!(
         BUS_LAGGED,
         "Events a bus subscriber missed by falling behind"
-    );
-    describe_gauge!(
-        BUS_QUEUED,
-        "Events published and not yet delivered to the bus's server"
     );
     describe_gauge!(SSE_CLIENTS, "SSE clients connected");
     describe_counter!(SSE_DROPPED, "SSE clients dropped for falling behind");
