@@ -73,6 +73,11 @@ impl Target {
         })
     }
 
+    /// The URL it opens.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The backend's name: `memory`, `redb`, `sqlite`, `postgres`, `redis`.
     pub fn name(&self) -> &'static str {
         self.driver.info().name

@@ -112,6 +112,12 @@ pub async fn disk_bytes(forge: &Forge) -> Result<(u64, &'static str)> {
     Ok((0, "nothing"))
 }
 
+/// `url` with `key=value` added to its query.
+pub fn with_param(url: &str, key: &str, value: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{key}={value}")
+}
+
 /// `max / min - 1` of the sizes from day [`FLAT_FROM_DAY`] on (0 with fewer days).
 pub fn spread(days: &[Day]) -> f64 {
     let sizes: Vec<u64> = days

@@ -192,6 +192,17 @@ async fn steady(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         }
         let dir = tmp.path().join(target.name());
         std::fs::create_dir_all(&dir)?;
+        // A simulated day passes in seconds: a deleted session's Redis stream expires
+        // after a second instead of an hour.
+        let target = if target.name() == "redis" {
+            Target::new(&forge_bench::steady::with_param(
+                target.url(),
+                "deleted_stream_ttl_ms",
+                "1000",
+            ))?
+        } else {
+            target
+        };
         let instance = forge_bench::run::Instance::open(&target, &dir).await?;
         writeln!(out, "steady state: {} ({opts:?})", target.name())?;
         out.flush()?;

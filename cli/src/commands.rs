@@ -183,7 +183,10 @@ pub async fn run(
                 None
             };
             if json {
-                return print_json(out, &json!({"prune": report, "reclaim": reclaimed}));
+                // The report's fields, and `reclaim` (null without --reclaim).
+                let mut v = serde_json::to_value(&report)?;
+                v["reclaim"] = serde_json::to_value(&reclaimed)?;
+                return print_json(out, &v);
             }
             show::prune(out, &report)?;
             if let Some(r) = &reclaimed {

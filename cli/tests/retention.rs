@@ -74,7 +74,17 @@ fn prune_keeps_the_newest_sessions_and_a_dry_run_only_names_them() {
     assert_eq!(dry["sessions_deleted"], 2, "{dry}");
     assert_eq!(dry["dry_run"], true);
     assert_eq!(json(&["sessions", "--json"]).as_array().unwrap().len(), 3);
-    let done = json(&["prune", "--keep", "1", "--batch", "2", "--json"]);
+    let done = json(&[
+        "prune",
+        "--keep",
+        "1",
+        "--batch",
+        "2",
+        "--reclaim",
+        "--json",
+    ]);
+    assert_eq!(done["reclaim"]["action"], "compacted", "{done}");
+    assert!(dry["reclaim"].is_null(), "{dry}");
     assert_eq!(
         done["pruned"], dry["pruned"],
         "the dry run named what the run removed"

@@ -588,10 +588,6 @@ fn layout<'a>(batch: &[&'a BusEvent]) -> Layout<'a> {
     Layout { runs, tenant }
 }
 
-/// How long the stream of a deleted session stays after its `session.deleted` is
-/// published, for subscribers to read it.
-pub const DELETED_STREAM_TTL: std::time::Duration = std::time::Duration::from_hours(1);
-
 /// Writes `events` with the publish script; `retry`: the batch was sent before and
 /// its answer lost. On a Redis Cluster the script runs once per tenant (a tenant's
 /// keys share one slot), in order of first appearance.
@@ -669,7 +665,7 @@ async fn write(
             let key = keys.session_stream(&ev.tenant, &ev.session_id);
             let _: () = redis::cmd("PEXPIRE")
                 .arg(&key)
-                .arg(u64::try_from(DELETED_STREAM_TTL.as_millis()).unwrap_or(u64::MAX))
+                .arg(u64::try_from(opts.deleted_stream_ttl.as_millis()).unwrap_or(u64::MAX))
                 .query_async(&mut conn)
                 .await
                 .map_err(map)?;

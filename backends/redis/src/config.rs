@@ -46,6 +46,10 @@ pub struct RedisOptions {
     /// `appendfsync`, so that a confirmed boundary survives a power cut unless a weaker
     /// server is accepted here knowingly.
     pub fsync: Fsync,
+    /// How long a deleted session's event stream stays after its `session.deleted` is
+    /// published, for subscribers to read it (`deleted_stream_ttl_ms=N`, default one
+    /// hour); then it expires with the session's other keys gone.
+    pub deleted_stream_ttl: Duration,
     /// Response timeout of ordinary (non-blocking) commands.
     pub response_timeout: Duration,
     /// How long one blocking `XREAD` of a subscription waits before asking again.
@@ -65,6 +69,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("work_maxlen", &self.work_maxlen)
             .field("shards", &self.shards)
             .field("fsync", &self.fsync)
+            .field("deleted_stream_ttl", &self.deleted_stream_ttl)
             .field("response_timeout", &self.response_timeout)
             .field("block", &self.block)
             .field("retry", &self.retry)
@@ -105,6 +110,7 @@ impl RedisOptions {
             work_maxlen: None,
             fsync: Fsync::default(),
             shards: 1,
+            deleted_stream_ttl: Duration::from_hours(1),
             response_timeout: Duration::from_secs(10),
             block: Duration::from_secs(2),
             retry: RetryPolicy::default(),
@@ -147,6 +153,19 @@ impl RedisOptions {
                         .ok_or_else(|| {
                             Error::invalid(format!(
                                 "shards={v:?} in {} is not a number from 1 to {MAX_SHARDS}",
+                                shown(url)
+                            ))
+                        })?;
+                }
+                "deleted_stream_ttl_ms" => {
+                    opts.deleted_stream_ttl = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .map(Duration::from_millis)
+                        .ok_or_else(|| {
+                            Error::invalid(format!(
+                                "deleted_stream_ttl_ms={v:?} in {} is not a positive number",
                                 shown(url)
                             ))
                         })?;

@@ -5,8 +5,8 @@ use std::fmt;
 use async_trait::async_trait;
 use forge_core::{
     codec, store::clamp_limit, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error,
-    Footprint, Message, MessageId, MessageWithParts, Occupied, OpenItems, Page, Part, Result,
-    Session, SessionId, SessionPage, SessionState, Store, SyncEvent, TenantId,
+    Footprint, Message, MessageId, MessageWithParts, Occupied, OpenItems, Page, Part, Reclaimed,
+    Result, Session, SessionId, SessionPage, SessionState, Store, SyncEvent, TenantId,
 };
 use redis::Script;
 
@@ -442,6 +442,71 @@ impl Store for RedisStore {
             .then(|| sessions.last().map(|s| s.info.id.clone()))
             .flatten();
         Ok(SessionPage { sessions, next })
+    }
+
+    /// With AOF on, rewrites the append-only file (`BGREWRITEAOF`) so that it holds the
+    /// live data again instead of every write since the last rewrite, and waits up to
+    /// a minute for the rewrite to end. Memory needs nothing: deleted keys are freed at
+    /// once. The whole server is rewritten, every prefix and tenant; Redis itself
+    /// rewrites when the file doubles (`auto-aof-rewrite-percentage`).
+    async fn reclaim(&self) -> Result<Reclaimed> {
+        let aof = |info: &str, field: &str| -> Option<u64> {
+            info.lines().find_map(|l| {
+                l.strip_prefix(field)
+                    .and_then(|v| v.strip_prefix(':'))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        };
+        let persistence = || async {
+            redis::cmd("INFO")
+                .arg("persistence")
+                .query_async::<String>(&mut self.conn())
+                .await
+                .map_err(map)
+        };
+        // A cluster answers INFO per node, not as one text: its nodes rewrite their
+        // files by themselves (`auto-aof-rewrite-percentage`).
+        let Ok(info) = persistence().await else {
+            return Ok(Reclaimed::new(
+                0,
+                0,
+                "nothing to do: INFO is answered per node (a cluster rewrites by itself)",
+            ));
+        };
+        if aof(&info, "aof_enabled") != Some(1) {
+            return Ok(Reclaimed::new(
+                0,
+                0,
+                "nothing to do: memory is freed at once, no AOF",
+            ));
+        }
+        let before = aof(&info, "aof_current_size").unwrap_or(0);
+        let started: redis::RedisResult<String> = redis::cmd("BGREWRITEAOF")
+            .query_async(&mut self.conn())
+            .await;
+        // A rewrite already running (or scheduled) answers with an error: wait for it.
+        let note = match started {
+            Ok(_) => "BGREWRITEAOF",
+            Err(_) => "BGREWRITEAOF (one was running)",
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let info = persistence().await?;
+            let running = aof(&info, "aof_rewrite_in_progress") == Some(1)
+                || aof(&info, "aof_rewrite_scheduled") == Some(1);
+            if !running {
+                let after = aof(&info, "aof_current_size").unwrap_or(before);
+                return Ok(Reclaimed::new(before, after, note));
+            }
+            if std::time::Instant::now() > deadline {
+                return Ok(Reclaimed::new(
+                    before,
+                    before,
+                    format!("{note}: still running"),
+                ));
+            }
+        }
     }
 
     /// The server's memory (`used_memory`) and, with AOF on, its file
