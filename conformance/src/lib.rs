@@ -76,6 +76,10 @@ pub enum Property {
     /// Contract property 11: retention removes what its policy says, nothing half, and
     /// never a session written while it runs.
     Prune,
+    /// Contract property 12: large values stored once per tenant read back whole, are
+    /// kept once, stay in their tenant, and a sweep removes exactly the unreferenced
+    /// ones. Needs a backend that keeps blobs.
+    Blobs,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
     /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
@@ -84,7 +88,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 14] = [
+    pub const ALL: [Property; 15] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -98,6 +102,7 @@ impl Property {
         Property::RoundTrip,
         Property::Fencing,
         Property::Prune,
+        Property::Blobs,
         Property::Reopen,
     ];
 
@@ -117,6 +122,7 @@ impl Property {
             Property::RoundTrip => "round_trip",
             Property::Fencing => "fencing",
             Property::Prune => "prune",
+            Property::Blobs => "blobs",
             Property::Reopen => "reopen",
         }
     }
@@ -184,6 +190,10 @@ impl Property {
                 "prune (idle, session limit, compacted history) removes exactly what the \
                  policy says, concurrently with writers: nothing written meanwhile is lost, \
                  nothing deleted is left half, the compacted view does not change"
+            }
+            Property::Blobs => {
+                "large values stored once read back whole, are kept once per tenant and \
+                 only there, and a sweep removes exactly the blobs no row references"
             }
             Property::Reopen => {
                 "closed and opened again, the store equals the reference model, seqs \
@@ -392,6 +402,7 @@ macro_rules! conformance_tests {
             round_trip => RoundTrip,
             fencing => Fencing,
             prune => Prune,
+            blobs => Blobs,
             reopen => Reopen,
         );
     };

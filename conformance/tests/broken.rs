@@ -292,6 +292,9 @@ caught_tests! {
     // Prune deletes sessions with their messages and parts: a store whose removals leave
     // the parts behind gets them back when the ids are written again. Only cases that
     // delete a session holding messages reach it.
+    // Every case writes one value into a second tenant, so every case sees it.
+    blobs_catches_blobs_shared_across_tenants:
+        caught(Wrapper::Store(StoreBug::SharedBlobs)) => Blobs, &["tenant"];
     prune_catches_a_delete_that_leaves_orphan_parts:
         caught_rarely(Wrapper::Store(StoreBug::NoCascade)) => Prune, &["left orphan rows"];
     // Only cases that move a part to another message reach this bug. A stale copy shows

@@ -1,7 +1,10 @@
 //! `Forward`: a [`Store`] that wraps another and changes only some of its methods.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
+use crate::blob::{BlobEntry, BlobId, BlobSweep, BlobValue};
 use crate::error::Result;
 use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
@@ -156,6 +159,46 @@ pub trait Forward: std::fmt::Debug + Send + Sync + 'static {
         self.inner().open_items(tenant, session).await
     }
 
+    /// [`Store::put_blobs`]; forwards by default.
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        self.inner()
+            .put_blobs(tenant, blobs, now_ms, refresh_before_ms)
+            .await
+    }
+
+    /// [`Store::blobs`]; forwards by default.
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        self.inner().blobs(tenant, ids).await
+    }
+
+    /// [`Store::blob_list`]; forwards by default.
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        self.inner().blob_list(tenant).await
+    }
+
+    /// [`Store::delete_blobs`]; forwards by default.
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        self.inner()
+            .delete_blobs(tenant, ids, touched_before_ms)
+            .await
+    }
+
+    /// [`Store::sweep_blobs`]; forwards by default.
+    async fn sweep_blobs(&self, tenant: &TenantId) -> Result<BlobSweep> {
+        self.inner().sweep_blobs(tenant).await
+    }
+
     /// [`Store::close`]; forwards by default.
     async fn close(&self) -> Result<()> {
         self.inner().close().await
@@ -243,6 +286,37 @@ impl<T: Forward> Store for T {
         session: Option<&SessionId>,
     ) -> Result<OpenItems> {
         Forward::open_items(self, tenant, session).await
+    }
+
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        Forward::put_blobs(self, tenant, blobs, now_ms, refresh_before_ms).await
+    }
+
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        Forward::blobs(self, tenant, ids).await
+    }
+
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        Forward::blob_list(self, tenant).await
+    }
+
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        Forward::delete_blobs(self, tenant, ids, touched_before_ms).await
+    }
+
+    async fn sweep_blobs(&self, tenant: &TenantId) -> Result<BlobSweep> {
+        Forward::sweep_blobs(self, tenant).await
     }
 
     async fn close(&self) -> Result<()> {

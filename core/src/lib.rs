@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod ai_sdk;
+pub mod blob;
 pub mod bus;
 mod bus_event;
 pub mod close;
@@ -33,6 +34,7 @@ pub mod tenant;
 pub mod turn;
 pub mod url;
 
+pub use blob::{BlobId, BlobOptions, BlobStore, BlobSweep, Blobbed};
 pub use bus::{Bus, BusCapabilities, Replay, Subscription, Topic};
 pub use counting::{CountingStore, WriteCounts};
 pub use engine::Engine;

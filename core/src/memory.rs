@@ -1,10 +1,12 @@
 //! `MemoryStore`: the in-memory reference backend.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::RwLock;
 
+use crate::blob::{BlobEntry, BlobId, BlobValue};
 use crate::error::{Error, Result};
 use crate::event::{Envelope, SyncEvent};
 use crate::fence::{self, Claim, ClaimRequest};
@@ -51,6 +53,9 @@ enum Undo {
     Seq(SessionKey, u64),
 }
 
+/// A blob's value and its `touched` time.
+type StoredBlob = (Arc<str>, i64);
+
 /// A complete in-memory store: tenancy, cascading removes, pagination, seq, atomic
 /// batches. Nothing survives the process. It is the reference other backends are
 /// compared against.
@@ -60,6 +65,8 @@ pub struct MemoryStore {
     /// Fence records, apart from the sessions (they outlive a deleted session). Locked
     /// only while `sessions` is locked for writing, or alone.
     fences: RwLock<HashMap<SessionKey, Claim>>,
+    /// Large values stored once ([`crate::blob`]): the value and its `touched` time.
+    blobs: RwLock<HashMap<(TenantId, BlobId), StoredBlob>>,
 }
 
 impl MemoryStore {
@@ -250,6 +257,7 @@ impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             durable: false,
+            blobs: true,
             ..Capabilities::new("memory")
         }
     }
@@ -404,5 +412,73 @@ impl Store for MemoryStore {
             }
         }
         Ok(out)
+    }
+
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        let mut map = self.blobs.write();
+        let mut written = 0;
+        for b in blobs {
+            let key = (tenant.clone(), b.id.clone());
+            match map.get_mut(&key) {
+                Some(entry) if entry.1 >= refresh_before_ms => {}
+                Some(entry) => {
+                    entry.1 = now_ms;
+                    written += 1;
+                }
+                None => {
+                    map.insert(key, (Arc::clone(&b.value), now_ms));
+                    written += 1;
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        let map = self.blobs.read();
+        Ok(ids
+            .iter()
+            .map(|id| {
+                map.get(&(tenant.clone(), id.clone()))
+                    .map(|(v, _)| Arc::clone(v))
+            })
+            .collect())
+    }
+
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        let map = self.blobs.read();
+        Ok(map
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .map(|((_, id), (v, touched))| BlobEntry {
+                id: id.clone(),
+                bytes: v.len() as u64,
+                touched_ms: *touched,
+            })
+            .collect())
+    }
+
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        let mut map = self.blobs.write();
+        let mut deleted = 0;
+        for id in ids {
+            let key = (tenant.clone(), id.clone());
+            if map.get(&key).is_some_and(|(_, t)| *t < touched_before_ms) {
+                map.remove(&key);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
     }
 }

@@ -50,6 +50,8 @@ pub const PRUNE_SESSIONS: &str = "forge_store_prune_sessions_deleted_total";
 pub const PRUNE_TRIMMED: &str = "forge_store_prune_sessions_trimmed_total";
 /// Messages prune removed.
 pub const PRUNE_MESSAGES: &str = "forge_store_prune_messages_removed_total";
+/// Counter: large values prune removed because no row referenced them any more.
+pub const PRUNE_BLOBS: &str = "forge_store_prune_blobs_removed_total";
 /// Sessions prune left alone, by why (`held`, `open`, `written`).
 pub const PRUNE_SKIPPED: &str = "forge_store_prune_skipped_total";
 /// Prune runs finished.
@@ -112,6 +114,10 @@ pub fn describe() {
         "Sessions whose compacted history prune dropped"
     );
     describe_counter!(PRUNE_MESSAGES, "Messages prune removed");
+    describe_counter!(
+        PRUNE_BLOBS,
+        "Large values prune removed (no row referenced them)"
+    );
     describe_counter!(PRUNE_SKIPPED, "Sessions prune left alone, by why");
     describe_counter!(PRUNE_RUNS, "Prune runs finished");
     describe_gauge!(

@@ -143,6 +143,9 @@ pub struct PruneReport {
     pub longest_transaction_us: u64,
     /// Each session acted on, in the order it was.
     pub pruned: Vec<Pruned>,
+    /// Large values no row references any more, removed after the sessions
+    /// ([`Store::sweep_blobs`]; nothing on a dry run).
+    pub blobs: crate::blob::BlobSweep,
 }
 
 /// A session the walk picked, with the activity it read.
@@ -272,6 +275,7 @@ pub async fn prune(
         }
     }
     if !opts.dry_run {
+        report.blobs = store.sweep_blobs(tenant).await?;
         record(&report);
     }
     Ok(report)
@@ -284,6 +288,7 @@ fn record(r: &PruneReport) {
     metrics::counter!(m::PRUNE_SESSIONS).increment(r.sessions_deleted);
     metrics::counter!(m::PRUNE_TRIMMED).increment(r.sessions_trimmed);
     metrics::counter!(m::PRUNE_MESSAGES).increment(r.messages_removed);
+    metrics::counter!(m::PRUNE_BLOBS).increment(r.blobs.deleted);
     for (why, n) in [
         ("held", r.skipped_held),
         ("open", r.skipped_open),

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use crate::blob::{BlobEntry, BlobId, BlobSweep, BlobValue};
 use crate::error::{BoxError, Error, Result};
 use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
@@ -376,6 +377,47 @@ impl Store for RetryStore {
 
     /// Not retried: closing is the last call, and a server that is down has nothing of
     /// ours to settle.
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        self.retried("put_blobs", || {
+            self.inner
+                .put_blobs(tenant, blobs, now_ms, refresh_before_ms)
+        })
+        .await
+    }
+
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        self.retried("blobs", || self.inner.blobs(tenant, ids))
+            .await
+    }
+
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        self.retried("blob_list", || self.inner.blob_list(tenant))
+            .await
+    }
+
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        self.retried("delete_blobs", || {
+            self.inner.delete_blobs(tenant, ids, touched_before_ms)
+        })
+        .await
+    }
+
+    async fn sweep_blobs(&self, tenant: &TenantId) -> Result<BlobSweep> {
+        self.retried("sweep_blobs", || self.inner.sweep_blobs(tenant))
+            .await
+    }
+
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }

@@ -2,10 +2,12 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::blob::{BlobEntry, BlobId, BlobSweep, BlobValue};
 use crate::error::{Error, Result};
 use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
@@ -39,6 +41,7 @@ pub enum Tenancy {
 /// What a store can do; the conformance suite runs what applies and skips the rest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
+#[allow(clippy::struct_excessive_bools)] // independent yes/no facts, as the JSON shows them
 pub struct Capabilities {
     /// Backend name (`memory`, `redb`, …).
     pub name: &'static str,
@@ -50,6 +53,9 @@ pub struct Capabilities {
     pub tenancy: Tenancy,
     /// Several writers may call `apply` concurrently.
     pub concurrent_writers: bool,
+    /// Keeps large values once, per tenant ([`Store::put_blobs`] and its family;
+    /// [`crate::blob`]).
+    pub blobs: bool,
 }
 
 impl Capabilities {
@@ -62,6 +68,7 @@ impl Capabilities {
             transactions: true,
             tenancy: Tenancy::Keyed,
             concurrent_writers: true,
+            blobs: false,
         }
     }
 }
@@ -233,6 +240,13 @@ pub struct TenantStats {
     pub newest_ms: Option<i64>,
     /// The largest sessions by logical bytes, largest first ([`STATS_LARGEST`] at most).
     pub largest: Vec<SessionSize>,
+    /// Large values stored once ([`crate::blob`]): how many the tenant has. The rows
+    /// above count each as its reference.
+    #[serde(default)]
+    pub blobs: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub blob_bytes: u64,
 }
 
 /// How many sessions [`TenantStats::largest`] names.
@@ -519,6 +533,68 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// - Exactly the rows for which [`Message::is_open`] / [`Part::is_open`] hold.
     async fn open_items(&self, tenant: &TenantId, session: Option<&SessionId>)
         -> Result<OpenItems>;
+
+    /// Stores large values once ([`crate::blob::BlobStore::put`], whose contract this
+    /// is): writes the absent ones, refreshes the `touched` time of those last touched
+    /// before `refresh_before_ms`, leaves the others unwritten.
+    ///
+    /// # Behavior
+    /// - Per tenant: a blob put in one tenant is never read, listed or deleted
+    ///   through another.
+    /// - Durable when it returns, as a committed batch is.
+    /// - The default fails with [`Error::Unsupported`] (a backend whose
+    ///   [`Capabilities::blobs`] is false; its large values stay in the rows).
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        let _ = (tenant, blobs, now_ms, refresh_before_ms);
+        Err(Error::Unsupported(format!(
+            "{} keeps no blobs",
+            self.capabilities().name
+        )))
+    }
+
+    /// The values of `ids`, in order, `None` for one not stored in this tenant.
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        let _ = (tenant, ids);
+        Err(Error::Unsupported(format!(
+            "{} keeps no blobs",
+            self.capabilities().name
+        )))
+    }
+
+    /// Every blob of the tenant, with its length and `touched` time.
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        let _ = tenant;
+        Ok(Vec::new())
+    }
+
+    /// Deletes each of `ids` last touched before `touched_before_ms`, deciding per blob
+    /// in the transaction that deletes it. Returns how many were deleted.
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        let _ = (tenant, ids, touched_before_ms);
+        Ok(0)
+    }
+
+    /// Removes the tenant's blobs that no row references and that were untouched for
+    /// the grace ([`crate::blob::Blobbed`] does it; `prune` calls it).
+    ///
+    /// # Behavior
+    /// - Never removes a blob a row references; reads return what they returned.
+    /// - The default does nothing (a store whose values stay in its rows).
+    async fn sweep_blobs(&self, tenant: &TenantId) -> Result<BlobSweep> {
+        let _ = tenant;
+        Ok(BlobSweep::default())
+    }
 
     /// Ends the use of this handle before the process lets go of the backend: what was
     /// committed is made complete in the backend's own files (redb checkpoints its

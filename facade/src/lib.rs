@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod blobs;
 mod clip;
 mod create;
 mod error;

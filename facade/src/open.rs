@@ -189,13 +189,15 @@ pub async fn open_with(url: &str, options: OpenOptions) -> Result<Forge> {
     let driver = driver(url)?;
     let span = tracing::info_span!("open", backend = %driver.info().name, url = %redact(url));
     let opts = DriverOptions::with_retry(options.retry);
+    let (target, blobs) = split_blobs(url)?;
     let (store, bus) = async {
         let store = driver
-            .open_store(url, &opts)
+            .open_store(&target, &opts)
             .await
+            .and_then(|s| crate::blobs::wrap(s, &blobs))
             .map_err(|e| opened(url, e))?;
         let bus = driver
-            .open_bus(url, &opts)
+            .open_bus(&target, &opts)
             .await
             .map_err(|e| opened(url, e))?;
         Ok::<_, Error>((store, bus))
@@ -242,10 +244,21 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>> {
 /// # Errors
 /// As [`open`].
 pub async fn open_store_with(url: &str, retry: RetryPolicy) -> Result<Arc<dyn Store>> {
-    driver(url)?
-        .open_store(url, &DriverOptions::with_retry(retry))
+    let driver = driver(url)?;
+    let (target, blobs) = split_blobs(url)?;
+    driver
+        .open_store(&target, &DriverOptions::with_retry(retry))
         .await
+        .and_then(|s| crate::blobs::wrap(s, &blobs))
         .map_err(|e| opened(url, e))
+}
+
+/// The URL without its blob keys, and where its large values go ([`crate::blobs`]).
+fn split_blobs(url: &str) -> Result<(String, crate::blobs::BlobConfig)> {
+    crate::blobs::split(url).map_err(|e| Error::Url {
+        url: shown(url),
+        reason: e.to_string(),
+    })
 }
 
 fn opened(url: &str, source: forge_core::Error) -> Error {

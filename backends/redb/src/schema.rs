@@ -15,6 +15,8 @@
 //! | `open_parts` | (tenant, session, message, part) | `()` |
 //! | `part_messages` | (tenant, session, part, message) | `()` |
 //! | `fences` | (tenant, session) | [`FenceRow`] |
+//! | `blobs` | (tenant, SHA-256 hex) | codec-encoded [`BlobRow`]: a large value stored once |
+//! | `blob_touched` | (tenant, SHA-256 hex) | `i64`: when the blob was last written or refreshed |
 //!
 //! The two `open_*` tables index exactly the rows for which `Message::is_open` /
 //! `Part::is_open` hold; `part_messages` indexes every part row by its id within the
@@ -31,6 +33,11 @@
 //! journal holding a claim. Opening a version 1, 2 or 3 file upgrades it in place (a
 //! file without `fences` has no claims: every session is unclaimed).
 //!
+//! Version 5 added `blobs` and `blob_touched` ([`forge_core::blob`]): rows may hold a
+//! reference to a blob in place of a large value, which a release that does not know
+//! blobs would return as the value, so it must refuse the file. Opening a version 4 file
+//! creates the two empty tables.
+//!
 //! A fence record is apart from the session's rows: it may exist before its session,
 //! and removing the session leaves it, so epochs never go back.
 
@@ -38,7 +45,7 @@ use forge_core::{codec, Error, Result};
 use redb::TableDefinition;
 
 /// The schema version this release writes and reads.
-pub(crate) const SCHEMA_VERSION: u64 = 4;
+pub(crate) const SCHEMA_VERSION: u64 = 5;
 
 /// Key of the schema version in [`META`].
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
@@ -79,6 +86,20 @@ pub(crate) const PART_MESSAGES: TableDefinition<PartKey, ()> =
     TableDefinition::new("part_messages");
 /// Fence records by (tenant, session): codec-encoded [`FenceRow`].
 pub(crate) const FENCES: TableDefinition<SessionKey, &[u8]> = TableDefinition::new("fences");
+
+/// Large values stored once: codec-encoded [`BlobRow`].
+pub(crate) const BLOBS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("blobs");
+/// When each blob was last written or refreshed, Unix ms (apart from the value, so a
+/// refresh rewrites 8 bytes, not the value).
+pub(crate) const BLOB_TOUCHED: TableDefinition<(&str, &str), i64> =
+    TableDefinition::new("blob_touched");
+
+/// A blob's value.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(crate) struct BlobRow {
+    /// The value.
+    pub(crate) value: String,
+}
 
 /// A session row: the session's JSON and the highest `seq` applied to it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use forge_core::blob::{BlobEntry, BlobId, BlobValue};
 use forge_core::{
     fence, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, Footprint, MessageId,
     MessageWithParts, OpenItems, Page, Reclaimed, Result, SessionId, SessionPage, SessionState,
@@ -22,6 +23,7 @@ use crate::journal::{self, Journal};
 use crate::schema::{FENCES, JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL_SIZE_KEY, META};
 use crate::{read, write};
 
+mod blobs;
 mod version;
 
 use version::init_schema;
@@ -586,6 +588,7 @@ impl Store for RedbStore {
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new(BACKEND);
         caps.durable = self.options.durability == Durability::Immediate;
+        caps.blobs = true;
         caps
     }
 
@@ -690,6 +693,34 @@ impl Store for RedbStore {
 
     async fn footprint(&self) -> Result<Footprint> {
         Footprint::of_files(&self.files())
+    }
+
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        self.put_blobs_in(tenant, blobs, now_ms, refresh_before_ms)
+            .await
+    }
+
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        self.blobs_in(tenant, ids).await
+    }
+
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        self.blob_list_in(tenant).await
+    }
+
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        self.delete_blobs_in(tenant, ids, touched_before_ms).await
     }
 
     /// Checkpoints the journal into the database file, then compacts the file (redb's

@@ -241,6 +241,17 @@ impl Keys {
         format!("{}:bus", self.tenant(tenant))
     }
 
+    /// The zset of a tenant's blobs ([`forge_core::blob`]): members are blob ids,
+    /// scores when each was last written or refreshed (Unix ms).
+    pub fn blobs(&self, tenant: &TenantId) -> String {
+        format!("{}:blobs", self.tenant(tenant))
+    }
+
+    /// The string holding one blob's value, in the tenant's slot.
+    pub fn blob(&self, tenant: &TenantId, id: &str) -> String {
+        format!("{}:blob:{id}", self.tenant(tenant))
+    }
+
     /// The dead-letter stream of a tenant's projector workers: what a target store
     /// refused and what was trimmed from a work stream before it was applied. In the
     /// tenant's slot, like every key of the tenant.

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod blobs;
 mod bus;
 mod config;
 mod conn;

@@ -1,8 +1,10 @@
 //! `RedisStore`: sessions, messages and parts in hashes with sorted-set indexes.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use forge_core::blob::{BlobEntry, BlobId, BlobValue};
 use forge_core::{
     codec, store::clamp_limit, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error,
     Footprint, Message, MessageId, MessageWithParts, Occupied, OpenItems, Page, Part, Reclaimed,
@@ -152,6 +154,11 @@ impl RedisStore {
     }
 
     fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
+    /// A handle on the store's connection (for the blob calls).
+    pub(crate) fn connection(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -338,7 +345,37 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redis")
+        let mut caps = Capabilities::new("redis");
+        caps.blobs = true;
+        caps
+    }
+
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        self.put_blobs_in(tenant, blobs, now_ms, refresh_before_ms)
+            .await
+    }
+
+    async fn blobs(&self, tenant: &TenantId, ids: &[BlobId]) -> Result<Vec<Option<Arc<str>>>> {
+        self.blobs_in(tenant, ids).await
+    }
+
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<BlobEntry>> {
+        self.blob_list_in(tenant).await
+    }
+
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        self.delete_blobs_in(tenant, ids, touched_before_ms).await
     }
 
     async fn claim(

@@ -396,6 +396,44 @@ macro_rules! impl_store {
                 crate::dialect::Backend::reclaim(self).await
             }
 
+            async fn put_blobs(
+                &self,
+                tenant: &forge_core::TenantId,
+                blobs: &[forge_core::blob::BlobValue],
+                now_ms: i64,
+                refresh_before_ms: i64,
+            ) -> forge_core::Result<u64> {
+                crate::blobs::put(self, tenant, blobs, now_ms, refresh_before_ms)
+                    .await
+                    .map_err(|e| crate::dialect::Backend::name_place(self, e))
+            }
+
+            async fn blobs(
+                &self,
+                tenant: &forge_core::TenantId,
+                ids: &[forge_core::BlobId],
+            ) -> forge_core::Result<Vec<Option<std::sync::Arc<str>>>> {
+                crate::blobs::get(self, tenant, ids).await
+            }
+
+            async fn blob_list(
+                &self,
+                tenant: &forge_core::TenantId,
+            ) -> forge_core::Result<Vec<forge_core::blob::BlobEntry>> {
+                crate::blobs::list(self, tenant).await
+            }
+
+            async fn delete_blobs(
+                &self,
+                tenant: &forge_core::TenantId,
+                ids: &[forge_core::BlobId],
+                touched_before_ms: i64,
+            ) -> forge_core::Result<u64> {
+                crate::blobs::delete(self, tenant, ids, touched_before_ms)
+                    .await
+                    .map_err(|e| crate::dialect::Backend::name_place(self, e))
+            }
+
             async fn message(
                 &self,
                 tenant: &forge_core::TenantId,

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod blobs;
 mod dialect;
 mod error;
 mod fence;

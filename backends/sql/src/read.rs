@@ -16,6 +16,7 @@ use crate::rows::{self, Origin};
 pub(crate) fn capabilities<B: Backend>() -> Capabilities {
     let mut caps = Capabilities::new(B::Db::BACKEND);
     caps.tenancy = B::Db::TENANCY;
+    caps.blobs = true;
     caps
 }
 

@@ -2,6 +2,7 @@
 //! contract"), plus `reopen`. Each module documents what it checks and exposes its case
 //! type and strategy; [`crate::replay`] re-runs a case from JSON.
 
+pub mod blobs;
 pub mod bus;
 pub mod concurrency;
 pub mod crash;
@@ -37,6 +38,10 @@ pub(crate) fn applies(property: Property, caps: &Caps) -> Result<(), String> {
         }
         Property::BusResume => durable_bus("resuming from a seq"),
         Property::CrashDurableBus => durable_bus("rebuilding streamed text after a crash"),
+        Property::Blobs if !caps.store.blobs => Err(format!(
+            "store `{}` keeps no blobs (capabilities.blobs = false)",
+            caps.store.name
+        )),
         Property::Concurrency if !caps.store.concurrent_writers => Err(format!(
             "store `{}` declares concurrent_writers = false",
             caps.store.name
@@ -61,6 +66,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::RoundTrip => round_trip::run(ctx),
         Property::Fencing => fencing::run(ctx),
         Property::Prune => prune::run(ctx),
+        Property::Blobs => blobs::run(ctx),
         Property::Reopen => reopen::run(ctx),
     }
 }
@@ -92,6 +98,7 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::RoundTrip => round_trip::check(ctx, &parse(json)?),
         Property::Fencing => fencing::check(ctx, &parse(json)?),
         Property::Prune => prune::check(ctx, &parse(json)?),
+        Property::Blobs => blobs::check(ctx, &parse(json)?),
         Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

@@ -27,6 +27,9 @@ pub enum StoreBug {
     NoCascade,
     /// Every tenant reads and writes the same rows.
     TenantLeak,
+    /// Large values stored once are kept for all tenants together: a tenant lists,
+    /// reads and sweeps another's blobs.
+    SharedBlobs,
     /// `open_items` does not report tools, so recover leaves them running.
     HidesTools,
     /// Pages report failed summaries as successful, so `filter_compacted` cuts there.
@@ -100,6 +103,16 @@ pub struct BrokenStore {
 }
 
 impl BrokenStore {
+    /// The tenant blob calls go to: the one shared tenant under
+    /// [`StoreBug::SharedBlobs`].
+    fn blob_tenant(&self, tenant: &TenantId) -> TenantId {
+        if self.bug == StoreBug::SharedBlobs {
+            SHARED.clone()
+        } else {
+            tenant.clone()
+        }
+    }
+
     pub fn new(bug: StoreBug) -> Self {
         Self {
             inner: Arc::new(MemoryStore::new()),
@@ -510,6 +523,42 @@ impl Forward for BrokenStore {
             .lock()
             .get(&(tenant.clone(), session.clone()))
             .cloned())
+    }
+
+    async fn put_blobs(
+        &self,
+        tenant: &TenantId,
+        blobs: &[forge_core::blob::BlobValue],
+        now_ms: i64,
+        refresh_before_ms: i64,
+    ) -> Result<u64> {
+        let tenant = self.blob_tenant(tenant);
+        self.inner
+            .put_blobs(&tenant, blobs, now_ms, refresh_before_ms)
+            .await
+    }
+
+    async fn blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[forge_core::BlobId],
+    ) -> Result<Vec<Option<Arc<str>>>> {
+        self.inner.blobs(&self.blob_tenant(tenant), ids).await
+    }
+
+    async fn blob_list(&self, tenant: &TenantId) -> Result<Vec<forge_core::blob::BlobEntry>> {
+        self.inner.blob_list(&self.blob_tenant(tenant)).await
+    }
+
+    async fn delete_blobs(
+        &self,
+        tenant: &TenantId,
+        ids: &[forge_core::BlobId],
+        touched_before_ms: i64,
+    ) -> Result<u64> {
+        self.inner
+            .delete_blobs(&self.blob_tenant(tenant), ids, touched_before_ms)
+            .await
     }
 
     async fn apply(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {

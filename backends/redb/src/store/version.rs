@@ -9,8 +9,8 @@ use redb::{Database, ReadableDatabase, TableError};
 use super::begin_durable;
 use crate::error::{map, open as open_error};
 use crate::schema::{
-    FENCES, MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SCHEMA_VERSION,
-    SCHEMA_VERSION_KEY, SESSIONS,
+    BLOBS, BLOB_TOUCHED, FENCES, MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES,
+    SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
 };
 
 /// Checks the schema version, or stamps it and creates the tables in a new file.
@@ -28,7 +28,7 @@ pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
     };
     match version {
         Some(SCHEMA_VERSION) => return Ok(()),
-        Some(v @ (1..=3)) => {
+        Some(v @ (1..=4)) => {
             drop(txn);
             let kept = keep_copy(path, v)?;
             upgrade(db, v)?;
@@ -77,6 +77,8 @@ pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(OPEN_PARTS).map_err(map)?;
         txn.open_table(PART_MESSAGES).map_err(map)?;
         txn.open_table(FENCES).map_err(map)?;
+        txn.open_table(BLOBS).map_err(map)?;
+        txn.open_table(BLOB_TOUCHED).map_err(map)?;
     }
     txn.commit().map_err(map)
 }
@@ -136,10 +138,11 @@ fn copy_whole(from_file: &Path, to: &Path, path: &Path, from: u64) -> Result<()>
     })
 }
 
-/// Upgrades a file of schema version `from` (1, 2 or 3) in one durable write
+/// Upgrades a file of schema version `from` (1 to 4) in one durable write
 /// transaction: 1 → 2 builds `part_messages` from the part rows; 2 → 3 only stamps the
 /// version (the journal's `meta` keys start absent: generation 0, nothing applied);
-/// 3 → 4 creates the empty `fences` (no session was ever claimed). The journal is
+/// 3 → 4 creates the empty `fences` (no session was ever claimed); 4 → 5 the empty
+/// `blobs` and `blob_touched`. The journal is
 /// replayed after the upgrade: its records of version 3 are read as they were written.
 fn upgrade(db: &Database, from: u64) -> Result<()> {
     use redb::ReadableTable;
@@ -155,6 +158,8 @@ fn upgrade(db: &Database, from: u64) -> Result<()> {
             }
         }
         txn.open_table(FENCES).map_err(map)?;
+        txn.open_table(BLOBS).map_err(map)?;
+        txn.open_table(BLOB_TOUCHED).map_err(map)?;
         txn.open_table(META)
             .map_err(map)?
             .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)

@@ -18,7 +18,7 @@ use super::config::PostgresOptions;
 use crate::error::postgres as map;
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Serializes migrations of every forge-store schema of the database (an advisory lock
 /// key; any constant unlikely to be used by others).
@@ -106,6 +106,37 @@ ALTER TABLE fences ENABLE ROW LEVEL SECURITY;
 ALTER TABLE fences FORCE ROW LEVEL SECURITY;
 
 CREATE POLICY tenant_isolation ON fences
+    USING (tenant = current_setting('forge.tenant', true))
+    WITH CHECK (tenant = current_setting('forge.tenant', true));
+"#,
+    // Version 5: large values stored once (`crate::blobs`): the value, and apart from
+    // it its length and when it was last written or refreshed (a refresh updates the
+    // small row; the value's TOAST stays as it is). Same tenant policy.
+    r#"
+CREATE TABLE blobs (
+    tenant  text COLLATE "C" NOT NULL,
+    id      text COLLATE "C" NOT NULL,
+    value   text NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+
+CREATE TABLE blob_touched (
+    tenant  text COLLATE "C" NOT NULL,
+    id      text COLLATE "C" NOT NULL,
+    bytes   bigint NOT NULL,
+    touched bigint NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+
+ALTER TABLE blobs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE blobs FORCE ROW LEVEL SECURITY;
+ALTER TABLE blob_touched ENABLE ROW LEVEL SECURITY;
+ALTER TABLE blob_touched FORCE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON blobs
+    USING (tenant = current_setting('forge.tenant', true))
+    WITH CHECK (tenant = current_setting('forge.tenant', true));
+CREATE POLICY tenant_isolation ON blob_touched
     USING (tenant = current_setting('forge.tenant', true))
     WITH CHECK (tenant = current_setting('forge.tenant', true));
 "#,
@@ -248,7 +279,7 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
         }
         sqlx::raw_sql(AssertSqlSafe(format!(
             "GRANT USAGE ON SCHEMA {schema} TO {role};
-             GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, parts, fences TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, parts, fences, blobs, blob_touched TO {role};
              GRANT SELECT ON forge_meta TO {role};"
         )))
         .execute(&mut *tx)

@@ -198,7 +198,14 @@ impl Backend for PostgresStore {
             // Back to the URL's user for the VACUUM, and to the application role after.
             statements.push("RESET ROLE".to_owned());
         }
-        for table in ["sessions", "messages", "parts", "fences"] {
+        for table in [
+            "sessions",
+            "messages",
+            "parts",
+            "fences",
+            "blobs",
+            "blob_touched",
+        ] {
             statements.push(format!("VACUUM {schema}.{table}"));
         }
         let mut vacuumed = Ok(());

@@ -11,7 +11,7 @@ use forge_core::Result;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration `n` (index `n - 1`) brings a database from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -70,6 +70,25 @@ CREATE TABLE fences (
     holder      TEXT    NOT NULL,
     expires_ms  INTEGER NOT NULL,
     PRIMARY KEY (tenant, session_id)
+) STRICT, WITHOUT ROWID;
+",
+    // Version 5: large values stored once (`crate::blobs`). The value in a rowid table
+    // (a large row lives in overflow pages); its length and when it was last written or
+    // refreshed apart, so a refresh rewrites a small row, not the value.
+    r"
+CREATE TABLE blobs (
+    tenant  TEXT NOT NULL,
+    id      TEXT NOT NULL,
+    value   TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) STRICT;
+
+CREATE TABLE blob_touched (
+    tenant  TEXT    NOT NULL,
+    id      TEXT    NOT NULL,
+    bytes   INTEGER NOT NULL,
+    touched INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id)
 ) STRICT, WITHOUT ROWID;
 ",
 ];
