@@ -2,7 +2,7 @@
 //! projection against per-delta persistence (crate forge-bench).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use forge_bench::device::{Device, Filesystem};
@@ -115,18 +115,59 @@ pub struct BenchArgs {
     /// page from the middle (`Store::sessions_after`), 200 calls each, p50 and p99.
     #[arg(long, value_name = "N", conflicts_with_all = ["from", "input", "quick", "device", "markdown", "steady_state"])]
     list_sessions: Option<u64>,
+    /// Large values stored once, at the device, instead: N sessions that each read the
+    /// same 100 KB file ten times, on redb, SQLite and a throwaway Postgres and Redis on
+    /// a loop-mounted ext4 (or --device xfs), with every value in its row
+    /// (`blobs=off`) and stored once; what the device wrote and what each occupies
+    /// (--json writes them). Needs root.
+    #[arg(long, value_name = "N", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions"])]
+    large_values: Option<u32>,
+}
+
+/// A directory for a run's files under `--dir` (default: the current one), removed when
+/// dropped.
+fn work_dir(args: &BenchArgs, prefix: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(args.dir.as_deref().unwrap_or_else(|| Path::new(".")))
+        .context("creating a directory for the benchmark's files")
+}
+
+/// `--large-values N`: both modes on every backend, at the device.
+async fn large(args: &BenchArgs, sessions: u32, out: &mut dyn Write) -> Result<()> {
+    let fs = match devices(args.device.as_deref(), out)?.first() {
+        Some(fs) => *fs,
+        None => bail!("--large-values measures at the device, and no device can be made here"),
+    };
+    let tmp = work_dir(args, "forge-large-")?;
+    writeln!(
+        out,
+        "large values: {sessions} sessions, each reading one {} KB file {} times, on {fs}",
+        forge_bench::large::FILE_BYTES / 1000,
+        forge_bench::large::READS
+    )?;
+    let (rows, notes) = forge_bench::large::run(fs, tmp.path(), sessions, args.seed, |r| {
+        eprintln!(
+            "  {} {}: device {} B, logical {} B",
+            r.backend, r.mode, r.device_bytes, r.logical_bytes
+        );
+    })
+    .await?;
+    for n in notes {
+        writeln!(out, "{n}")?;
+    }
+    write!(out, "{}", forge_bench::large::table(&rows))?;
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
 }
 
 /// `--list-sessions N` on every backend named.
 async fn listing(args: &BenchArgs, sessions: u64, out: &mut dyn Write) -> Result<()> {
-    let tmp = tempfile::Builder::new()
-        .prefix("forge-listing-")
-        .tempdir_in(
-            args.dir
-                .as_deref()
-                .unwrap_or_else(|| std::path::Path::new(".")),
-        )
-        .context("creating a directory for the benchmark's files")?;
+    let tmp = work_dir(args, "forge-listing-")?;
     let mut rows = Vec::new();
     writeln!(
         out,
@@ -172,14 +213,7 @@ async fn steady(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         retention_days: args.retention_days,
         seed: args.seed,
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("forge-steady-")
-        .tempdir_in(
-            args.dir
-                .as_deref()
-                .unwrap_or_else(|| std::path::Path::new(".")),
-        )
-        .context("creating a directory for the benchmark's files")?;
+    let tmp = work_dir(args, "forge-steady-")?;
     let mut runs = Vec::new();
     for target in targets(args)? {
         if target.kind() == forge_store::backend::Kind::Memory {
@@ -280,6 +314,9 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     }
     if let Some(n) = args.list_sessions {
         return listing(args, n, out).await;
+    }
+    if let Some(n) = args.large_values {
+        return large(args, n, out).await;
     }
     let peers = match &args.peers {
         Some(p) => forge_bench::report::read_peers(p)?,

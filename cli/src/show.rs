@@ -280,6 +280,14 @@ pub fn stats(out: &mut dyn Write, s: &forge_store::Stats) -> io::Result<()> {
         st.parts,
         bytes(st.logical_bytes)
     )?;
+    if st.blobs > 0 {
+        writeln!(
+            out,
+            "  {} large values stored once, {} (the rows above count each as a reference)",
+            st.blobs,
+            bytes(st.blob_bytes)
+        )?;
+    }
     if let (Some(o), Some(n)) = (st.oldest_ms, st.newest_ms) {
         writeln!(
             out,
@@ -370,6 +378,14 @@ pub fn prune(out: &mut dyn Write, r: &forge_store::prune::PruneReport) -> io::Re
             "  {} transactions, the longest {:.1} ms",
             r.transactions,
             r.longest_transaction_us as f64 / 1000.0
+        )?;
+    }
+    if r.blobs.deleted > 0 {
+        writeln!(
+            out,
+            "  {} large values no row referenced removed, {}",
+            r.blobs.deleted,
+            bytes(r.blobs.deleted_bytes)
         )?;
     }
     Ok(())
