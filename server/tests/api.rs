@@ -642,3 +642,55 @@ async fn the_background_pruner_deletes_what_the_policy_does_not_keep() {
     );
     s.stop().await;
 }
+
+/// A large value (a tool's 100 KB output, read five times) is stored once, and every
+/// route still serves it whole: the export, a page of messages, one message.
+#[tokio::test]
+async fn large_values_are_served_whole_and_counted_once() {
+    let s = redb_server(options(), OpenOptions::new()).await;
+    let text: String = (0..100_000u32)
+        .map(|i| char::from(b'a' + u8::try_from((i * 7 + i / 13) % 26).unwrap()))
+        .collect();
+    let t = 1_764_670_000_000_i64;
+    let mut messages = Vec::new();
+    for i in 1..=5 {
+        let mid = format!("msg_{i}");
+        messages.push(json!({
+            "info": {"id": mid, "sessionID": "ses_big", "role": "assistant",
+                     "time": {"created": t + i, "completed": t + i + 1}, "parentID": "msg_0",
+                     "providerID": "p", "modelID": "m", "cost": 0,
+                     "tokens": {"input": 0, "output": 0, "reasoning": 0,
+                                "cache": {"read": 0, "write": 0}}},
+            "parts": [{"id": format!("prt_{i}"), "sessionID": "ses_big", "messageID": mid,
+                       "type": "tool", "callID": format!("call_{i}"), "tool": "read",
+                       "state": {"status": "completed", "input": {"filePath": "f"},
+                                 "output": text, "title": "f", "metadata": {},
+                                 "time": {"start": t + i, "end": t + i + 1}}}]
+        }));
+    }
+    let doc = json!({"info": {"id": "ses_big", "title": "big", "time": {"created": t, "updated": t}},
+                     "messages": messages});
+    sent(s.post("/import", TOKEN_A).body(doc.to_string()), 200).await;
+    let export = s.json("/session/ses_big/export", TOKEN_A, 200).await;
+    assert_eq!(export["messages"], doc["messages"]);
+    let page = s.json("/session/ses_big/message", TOKEN_A, 200).await;
+    for m in page.as_array().unwrap() {
+        assert_eq!(
+            m["parts"][0]["state"]["output"].as_str(),
+            Some(text.as_str())
+        );
+    }
+    let one = s.json("/session/ses_big/message/msg_3", TOKEN_A, 200).await;
+    assert_eq!(
+        one["parts"][0]["state"]["output"].as_str(),
+        Some(text.as_str())
+    );
+    let stats = s.json("/stats", TOKEN_A, 200).await;
+    assert_eq!(
+        (stats["blobs"].as_u64(), stats["blob_bytes"].as_u64()),
+        (Some(1), Some(100_000)),
+        "{stats}"
+    );
+    assert!(stats["logical_bytes"].as_u64().unwrap() < 10_000, "{stats}");
+    s.stop().await;
+}
