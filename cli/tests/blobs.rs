@@ -307,3 +307,47 @@ fn a_bad_blob_option_is_refused_naming_it() {
         assert!(e.contains(named), "{query}: {e}");
     }
 }
+
+/// A database written with values stored once and opened again with `blobs=off`: new
+/// values stay in their rows, and the references already stored are still followed.
+#[test]
+fn turning_blobs_off_keeps_what_was_stored_once_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.redb");
+    let text = file_text();
+    rt().block_on(async {
+        let forge = open(&format!("redb://{}", path.display())).await.unwrap();
+        forge
+            .import_str(&TenantId::default(), &session("ses_a", &text), &|_, _| {})
+            .await
+            .unwrap();
+        forge.close().await.unwrap();
+        drop(forge);
+        let forge = open(&format!("redb://{}?blobs=off", path.display()))
+            .await
+            .unwrap();
+        forge
+            .import_str(&TenantId::default(), &session("ses_b", &text), &|_, _| {})
+            .await
+            .unwrap();
+        for id in ["ses_a", "ses_b"] {
+            let export: Export = forge
+                .export(&TenantId::default(), &id.into())
+                .await
+                .unwrap();
+            let want: Export = serde_json::from_str(&session(id, &text)).unwrap();
+            assert_eq!(export, want, "{id}");
+        }
+        let stats = forge.stats(&TenantId::default()).await.unwrap();
+        assert_eq!(
+            stats.stored.blobs, 2,
+            "only the first session's values were moved"
+        );
+        let rows = stats.stored.logical_bytes;
+        assert!(
+            rows > 1_000_000,
+            "the second session's values are in its rows: {rows}"
+        );
+        forge.close().await.unwrap();
+    });
+}

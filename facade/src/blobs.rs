@@ -4,7 +4,7 @@
 //!
 //! | key | value | default |
 //! |---|---|---|
-//! | `blobs` | `backend` (in the backend's own tables or keys), `off` (values stay in their rows), `file:///ABSOLUTE/DIR` (a directory), `s3://BUCKET[/PREFIX]` (an S3 bucket) | `backend` when the backend keeps blobs, else `off` |
+//! | `blobs` | `backend` (in the backend's own tables or keys), `off` (new values stay in their rows; references already stored are still followed), `file:///ABSOLUTE/DIR` (a directory), `s3://BUCKET[/PREFIX]` (an S3 bucket) | `backend` when the backend keeps blobs, else `off` |
 //! | `blob_threshold` | bytes from which a value is stored once | 32768 |
 //! | `blob_grace_s` | seconds an unreferenced blob is kept before a sweep removes it | 3600 |
 //! | `blob_endpoint` | the S3 endpoint (`http://127.0.0.1:5000` for a local server) | AWS's |
@@ -26,7 +26,8 @@ use forge_core::{Error as CoreError, Result as CoreResult, Store};
 pub enum BlobPlace {
     /// In the backend, when it can keep them (else nowhere: values stay in rows).
     Backend,
-    /// Nowhere: every value stays in its row.
+    /// Nowhere: every new value stays in its row (what rows already reference is still
+    /// read from the backend).
     Off,
     /// Files under a directory.
     Dir(std::path::PathBuf),
@@ -159,7 +160,16 @@ pub fn split(url: &str) -> CoreResult<(String, BlobConfig)> {
 /// `opendal` feature ([`CoreError::Unsupported`]).
 pub fn wrap(store: Arc<dyn Store>, config: &BlobConfig) -> CoreResult<Arc<dyn Store>> {
     match &config.place {
-        BlobPlace::Off => Ok(store),
+        // Off: nothing new is moved, but rows written while it was on still hold
+        // references, which reads must follow (and a value that looks like a reference
+        // is still stored once, so it is never taken for one).
+        BlobPlace::Off => Ok(Blobbed::in_backend(
+            store,
+            BlobOptions {
+                threshold: usize::MAX,
+                ..config.options
+            },
+        )),
         BlobPlace::Backend => Ok(Blobbed::in_backend(store, config.options)),
         #[cfg(feature = "opendal")]
         place => {
