@@ -240,6 +240,22 @@ pub enum Command {
         #[arg(long, requires = "limit")]
         after: Option<String>,
     },
+    /// Fork a session: a new session holding a copy of its history (all of it, or up to
+    /// and including --at, or before --before), with new ids; `parentID` and
+    /// `forkedFrom` name the source. The two are independent afterwards.
+    Fork {
+        /// The session to fork.
+        session: String,
+        /// The last message the fork holds.
+        #[arg(long, conflicts_with = "before")]
+        at: Option<String>,
+        /// The first message the fork leaves out (opencode's fork point).
+        #[arg(long)]
+        before: Option<String>,
+        /// Print JSON: {session, messages, parts}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Give back the space deletions freed: redb compacts its file (reads and writes
     /// wait until it ends), SQLite runs its incremental vacuum in steps, Postgres
     /// vacuums its tables.

@@ -153,6 +153,31 @@ pub async fn run(
             show::stats(out, &stats)?;
             Ok(())
         }
+        Command::Fork {
+            session,
+            at,
+            before,
+            json,
+        } => {
+            use forge_store::fork::ForkPoint;
+            let point = match (at, before) {
+                (Some(m), _) => ForkPoint::Through(m.into()),
+                (None, Some(m)) => ForkPoint::Before(m.into()),
+                (None, None) => ForkPoint::All,
+            };
+            let f = forge
+                .fork(tenant, &SessionId::from(session), &point)
+                .await?;
+            if json {
+                return print_json(out, &f);
+            }
+            writeln!(
+                out,
+                "forked into {} \"{}\": {} messages, {} parts",
+                f.session.info.id, f.session.info.title, f.messages, f.parts
+            )?;
+            Ok(())
+        }
         Command::Reclaim { json } => {
             let r = forge.reclaim().await?;
             if json {

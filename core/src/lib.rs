@@ -13,6 +13,7 @@ pub mod error;
 pub mod event;
 pub mod fence;
 pub mod files;
+pub mod fork;
 pub mod forward;
 pub mod group;
 pub mod id;

@@ -72,6 +72,17 @@ pub struct Stats {
     pub footprint: Footprint,
 }
 
+/// What [`Forge::fork`] made.
+#[derive(Clone, Debug, Serialize)]
+pub struct Forked {
+    /// The new session, as stored.
+    pub session: SessionState,
+    /// Messages copied.
+    pub messages: u64,
+    /// Parts copied.
+    pub parts: u64,
+}
+
 /// What [`Forge::recover`] closed.
 #[derive(Clone, Debug)]
 pub struct Recovered {
@@ -501,6 +512,57 @@ impl Forge {
             .map_err(creating)?;
         self.flush().await?;
         require_session(&self.engine, tenant, &id).await
+    }
+
+    /// Forks `source` at `point` ([`forge_core::fork`]): a new session holding a copy of
+    /// its history up to the point (new ids, `parentID` and `forkedFrom` naming the
+    /// source), committed as one batch; subscribers see the new session's rows after the
+    /// commit. The two sessions are independent afterwards.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`] for an unknown source, [`Error::MessageNotFound`] for
+    /// a point that is not one of its messages, or the store's error.
+    pub async fn fork(
+        &self,
+        tenant: &TenantId,
+        source: &SessionId,
+        point: &forge_core::fork::ForkPoint,
+    ) -> Result<Forked> {
+        self.session(tenant, source).await?;
+        let plan = forge_core::fork::plan(
+            self.engine.store.as_ref(),
+            tenant,
+            source,
+            point,
+            forge_core::id::now_ms(),
+        )
+        .await
+        .map_err(|e| match (&e, point) {
+            (
+                forge_core::Error::NotFound {
+                    what: "message", ..
+                },
+                forge_core::fork::ForkPoint::Through(m) | forge_core::fork::ForkPoint::Before(m),
+            ) => Error::MessageNotFound {
+                session: source.clone(),
+                message: m.clone(),
+            },
+            _ => Error::store(format!("reading session {source} to fork it"), e),
+        })?;
+        let id = plan.session.id.clone();
+        let forking = |e| Error::store(format!("forking session {source} into {id}"), e);
+        let scope = self.engine.scope(tenant, &id).await.map_err(forking)?;
+        self.engine
+            .projector
+            .commit(&scope, plan.events)
+            .await
+            .map_err(forking)?;
+        self.flush().await?;
+        Ok(Forked {
+            session: require_session(&self.engine, tenant, &id).await?,
+            messages: plan.messages,
+            parts: plan.parts,
+        })
     }
 
     /// Deletes a session with its messages and parts; subscribers see

@@ -13,7 +13,7 @@ mod transfer;
 // The user's API: open a backend, the engine and its options, the model, errors.
 
 pub use error::{Error, Result};
-pub use forge::{Forge, ImportReport, Recovered, Stats, ViewReport};
+pub use forge::{Forge, Forked, ImportReport, Recovered, Stats, ViewReport};
 pub use open::{
     open, open_store, open_store_with, open_with, OpenOptions, Projection, DEFAULT_URL,
 };
@@ -25,6 +25,7 @@ pub use transfer::{Export, ImportedSession};
 
 pub use forge_core::ai_sdk;
 pub use forge_core::fence;
+pub use forge_core::fork;
 pub use forge_core::id;
 pub use forge_core::metrics;
 pub use forge_core::model;

@@ -37,6 +37,7 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/session/{id}", get(session).delete(delete_session))
         .route("/session/{id}/message", get(messages))
         .route("/session/{id}/message/{message}", get(message))
+        .route("/session/{id}/fork", post(fork))
         .route("/session/{id}/view", get(view))
         .route("/session/{id}/export", get(export))
         .route("/session/{id}/stream", post(stream))
@@ -285,6 +286,33 @@ async fn create_session(
         Json(&state.info).into_response(),
         SEQ_HEADER,
         &state.seq.to_string(),
+    ))
+}
+
+#[derive(Deserialize)]
+struct ForkBody {
+    #[serde(rename = "messageID")]
+    message_id: Option<String>,
+}
+
+/// opencode's fork: a new session with the messages before `messageID` (all without
+/// it), as the new session's info.
+async fn fork(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    body: Option<Json<ForkBody>>,
+) -> Result<Response, ApiError> {
+    let source = session_id(&id)?;
+    let point = match body.and_then(|Json(b)| b.message_id) {
+        Some(m) => forge_store::fork::ForkPoint::Before(message_id(&m)?),
+        None => forge_store::fork::ForkPoint::All,
+    };
+    let forked = st.forge.fork(&tenant, &source, &point).await?;
+    Ok(with_header(
+        Json(&forked.session.info).into_response(),
+        SEQ_HEADER,
+        &forked.session.seq.to_string(),
     ))
 }
 

@@ -122,5 +122,14 @@ async fn the_opencode_sdk_reads_the_api_and_resumes_events_after_a_cut() {
             {"role": "assistant", "parts": ["step-start", "text", "step-finish"]},
         ])
     );
+    // The SDK's fork: everything before the last message, copied under new ids, the
+    // source named.
+    let fork = &r["fork"];
+    assert_eq!(fork["parentID"], "ses_sdk", "{r}");
+    assert_eq!(fork["title"], "ses_sdk (fork)");
+    let source = fork["source"].as_array().expect("source");
+    assert!(source.len() >= 2, "{r}");
+    assert_eq!(fork["copied"], json!(source[..source.len() - 1]), "{r}");
+    assert_eq!(fork["sameIds"], false, "copies get their own ids");
     s.stop().await;
 }

@@ -100,6 +100,22 @@ const messages = await client.session.messages({ sessionID: session, limit: 2 })
 if (messages.error) throw new Error(`session.messages: ${JSON.stringify(messages.error)}`)
 result.messages = messages.data.map((m) => ({ role: m.info.role, parts: m.parts.map((p) => p.type) }))
 result.nextCursor = messages.response.headers.get("x-next-cursor")
+// Fork before the session's last message (opencode's fork point): the new session
+// holds the others, copied, and names its source.
+const all = await client.session.messages({ sessionID: session })
+if (all.error) throw new Error(`session.messages: ${JSON.stringify(all.error)}`)
+const last = all.data[all.data.length - 1].info.id
+const forked = await client.session.fork({ sessionID: session, messageID: last })
+if (forked.error) throw new Error(`session.fork: ${JSON.stringify(forked.error)}`)
+const copied = await client.session.messages({ sessionID: forked.data.id })
+if (copied.error) throw new Error(`session.messages of the fork: ${JSON.stringify(copied.error)}`)
+result.fork = {
+  parentID: forked.data.parentID,
+  title: forked.data.title,
+  source: all.data.map((m) => m.parts.map((p) => p.type).join(",")),
+  copied: copied.data.map((m) => m.parts.map((p) => p.type).join(",")),
+  sameIds: copied.data.some((m) => all.data.some((o) => o.info.id === m.info.id)),
+}
 result.deltas = deltas
 result.expected = expected
 result.text = text
