@@ -80,6 +80,9 @@ pub enum Property {
     /// kept once, stay in their tenant, and a sweep removes exactly the unreferenced
     /// ones. Needs a backend that keeps blobs.
     Blobs,
+    /// Contract property 13: a fork holds a copy of its source's history up to the
+    /// point, and afterwards writing either never changes the other.
+    Fork,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
     /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
@@ -88,7 +91,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 15] = [
+    pub const ALL: [Property; 16] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -103,6 +106,7 @@ impl Property {
         Property::Fencing,
         Property::Prune,
         Property::Blobs,
+        Property::Fork,
         Property::Reopen,
     ];
 
@@ -123,6 +127,7 @@ impl Property {
             Property::Fencing => "fencing",
             Property::Prune => "prune",
             Property::Blobs => "blobs",
+            Property::Fork => "fork",
             Property::Reopen => "reopen",
         }
     }
@@ -194,6 +199,10 @@ impl Property {
             Property::Blobs => {
                 "large values stored once read back whole, are kept once per tenant and \
                  only there, and a sweep removes exactly the blobs no row references"
+            }
+            Property::Fork => {
+                "a fork holds its source's history up to the point under new ids, names its \
+                 source, and afterwards writing either session never changes the other"
             }
             Property::Reopen => {
                 "closed and opened again, the store equals the reference model, seqs \
@@ -403,6 +412,7 @@ macro_rules! conformance_tests {
             fencing => Fencing,
             prune => Prune,
             blobs => Blobs,
+            fork => Fork,
             reopen => Reopen,
         );
     };

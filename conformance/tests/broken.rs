@@ -292,6 +292,10 @@ caught_tests! {
     // Prune deletes sessions with their messages and parts: a store whose removals leave
     // the parts behind gets them back when the ids are written again. Only cases that
     // delete a session holding messages reach it.
+    // Only cases that write, after the fork, a part of a source message the fork copied
+    // reach it.
+    fork_catches_a_fork_that_shares_the_copied_rows:
+        caught_rarely(Wrapper::Store(StoreBug::ForkSharesRows)) => Fork, &["changed the other"];
     // Every case writes one value into a second tenant, so every case sees it.
     blobs_catches_blobs_shared_across_tenants:
         caught(Wrapper::Store(StoreBug::SharedBlobs)) => Blobs, &["tenant"];

@@ -8,6 +8,7 @@ pub mod concurrency;
 pub mod crash;
 pub mod fencing;
 pub mod filter;
+pub mod fork;
 pub mod pagination;
 pub mod prune;
 pub mod reopen;
@@ -67,6 +68,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::Fencing => fencing::run(ctx),
         Property::Prune => prune::run(ctx),
         Property::Blobs => blobs::run(ctx),
+        Property::Fork => fork::run(ctx),
         Property::Reopen => reopen::run(ctx),
     }
 }
@@ -99,6 +101,7 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::Fencing => fencing::check(ctx, &parse(json)?),
         Property::Prune => prune::check(ctx, &parse(json)?),
         Property::Blobs => blobs::check(ctx, &parse(json)?),
+        Property::Fork => fork::check(ctx, &parse(json)?),
         Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

@@ -27,6 +27,9 @@ pub enum StoreBug {
     NoCascade,
     /// Every tenant reads and writes the same rows.
     TenantLeak,
+    /// A fork keeps its own rows but reads its copied parts from the source's (a
+    /// copy-on-write fork that never copies): a write to the source shows in the fork.
+    ForkSharesRows,
     /// Large values stored once are kept for all tenants together: a tenant lists,
     /// reads and sweeps another's blobs.
     SharedBlobs,
@@ -100,6 +103,8 @@ pub struct BrokenStore {
     busy: tokio::sync::Mutex<()>,
     /// The fence records of the fence bugs (the wrapped store sees unfenced batches).
     fences: Mutex<HashMap<(TenantId, SessionId), Claim>>,
+    /// Forks and where their copied messages came from (`ForkSharesRows`).
+    forks: Mutex<HashMap<(TenantId, SessionId), (SessionId, HashMap<MessageId, MessageId>)>>,
 }
 
 impl BrokenStore {
@@ -123,7 +128,79 @@ impl BrokenStore {
             spellings: Mutex::new(HashMap::new()),
             busy: tokio::sync::Mutex::new(()),
             fences: Mutex::new(HashMap::new()),
+            forks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Remembers a fork a batch created: its copied messages, in order, are the source's
+    /// first ones (`ForkSharesRows`).
+    async fn remember_fork(&self, batch: &[Envelope<SyncEvent>]) -> Result<()> {
+        let Some((tenant, fork, source)) = batch.iter().find_map(|e| match &e.event {
+            SyncEvent::SessionUpdated { info }
+                if info.extra.contains_key(forge_core::fork::FORKED_FROM) =>
+            {
+                info.parent_id
+                    .clone()
+                    .map(|s| (e.tenant.clone(), info.id.clone(), s))
+            }
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        let copied: Vec<MessageId> = batch
+            .iter()
+            .filter_map(|e| match &e.event {
+                SyncEvent::MessageUpdated { info } => Some(info.id.clone()),
+                _ => None,
+            })
+            .collect();
+        let source_ids: Vec<MessageId> = forge_core::read_all(&*self.inner, &tenant, &source, 1000)
+            .await?
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        let map = copied.into_iter().zip(source_ids).collect();
+        self.forks.lock().insert((tenant, fork), (source, map));
+        Ok(())
+    }
+
+    /// `page` of `session` with each copied message's parts read from the source.
+    async fn shared_rows(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        page: &mut Page,
+    ) -> Result<()> {
+        let Some((source, map)) = self
+            .forks
+            .lock()
+            .get(&(tenant.clone(), session.clone()))
+            .cloned()
+        else {
+            return Ok(());
+        };
+        for m in &mut page.messages {
+            let Some(from) = map.get(&m.info.id) else {
+                continue;
+            };
+            let Some(src) = self.inner.message(tenant, &source, from).await? else {
+                continue;
+            };
+            m.parts = src
+                .parts
+                .into_iter()
+                .enumerate()
+                .map(|(k, mut p)| {
+                    p.session_id = session.clone();
+                    p.message_id = m.info.id.clone();
+                    if let Some(own) = m.parts.get(k) {
+                        p.id = own.id.clone();
+                    }
+                    p
+                })
+                .collect();
+        }
+        Ok(())
     }
 
     /// The tenant whose rows `t` reads and writes: the one tenant of all under
@@ -571,6 +648,10 @@ impl Forward for BrokenStore {
                 self.inner.apply(&kept).await
             }
             StoreBug::NoCascade => self.no_cascade(batch).await,
+            StoreBug::ForkSharesRows => {
+                self.inner.apply(batch).await?;
+                self.remember_fork(batch).await
+            }
             StoreBug::TenantLeak => {
                 let leaked: Vec<_> = batch
                     .iter()
@@ -662,6 +743,7 @@ impl Forward for BrokenStore {
             StoreBug::SkipsFirstOfLaterPages if before.is_some() => {
                 page.messages.pop();
             }
+            StoreBug::ForkSharesRows => self.shared_rows(tenant, session, &mut page).await?,
             StoreBug::PartKeyedPerMessage | StoreBug::MovesFromAStaleLookup => {
                 page.messages = std::mem::take(&mut page.messages)
                     .into_iter()
