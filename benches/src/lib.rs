@@ -11,6 +11,7 @@
 //! - [`report`]: the terminal table, JSON and the SVG charts.
 
 pub mod device;
+pub mod forked;
 pub mod large;
 pub mod listing;
 pub mod probe;

@@ -122,6 +122,42 @@ pub struct BenchArgs {
     /// (--json writes them). Needs root.
     #[arg(long, value_name = "N", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions"])]
     large_values: Option<u32>,
+    /// What a fork costs at the device instead: one W1 session of N turns forked whole
+    /// on redb, SQLite and a throwaway Postgres and Redis on a loop-mounted ext4; the
+    /// bytes the device wrote for the fork, per message copied (--json writes them).
+    /// Needs root.
+    #[arg(long, value_name = "TURNS", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions", "large_values"])]
+    fork: Option<u32>,
+}
+
+/// `--fork TURNS`: a fork on every backend, at the device.
+async fn forked(args: &BenchArgs, turns: u32, out: &mut dyn Write) -> Result<()> {
+    let fs = match devices(args.device.as_deref(), out)?.first() {
+        Some(fs) => *fs,
+        None => bail!("--fork measures at the device, and no device can be made here"),
+    };
+    let tmp = work_dir(args, "forge-fork-")?;
+    writeln!(
+        out,
+        "fork: one W1 session of {turns} turns, forked whole, on {fs}"
+    )?;
+    let (rows, notes) = forge_bench::forked::run(fs, tmp.path(), turns, args.seed, |r| {
+        eprintln!(
+            "  {}: device {} B for {} messages",
+            r.backend, r.device_bytes, r.messages
+        );
+    })
+    .await?;
+    for n in notes {
+        writeln!(out, "{n}")?;
+    }
+    write!(out, "{}", forge_bench::forked::table(&rows))?;
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
 }
 
 /// A directory for a run's files under `--dir` (default: the current one), removed when
@@ -317,6 +353,9 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     }
     if let Some(n) = args.large_values {
         return large(args, n, out).await;
+    }
+    if let Some(n) = args.fork {
+        return forked(args, n, out).await;
     }
     let peers = match &args.peers {
         Some(p) => forge_bench::report::read_peers(p)?,

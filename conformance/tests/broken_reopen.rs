@@ -93,6 +93,8 @@ impl Store for Handle {
     fn capabilities(&self) -> Capabilities {
         let mut caps = self.disk.capabilities();
         caps.name = "disk-and-cache";
+        // It forwards no blob calls: large values stay in its rows.
+        caps.blobs = false;
         caps
     }
 

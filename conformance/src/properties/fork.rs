@@ -97,7 +97,7 @@ pub(crate) fn run(ctx: &Ctx<'_>) -> CaseRun {
 
 /// Message `j` of `session` (version `v`), with its parts.
 fn message(session: &SessionId, id: &MessageId, j: u8, v: u8, two: bool) -> MessageWithParts {
-    let kind = if j % 2 == 0 {
+    let kind = if j.is_multiple_of(2) {
         MessageKind::User
     } else {
         MessageKind::Assistant

@@ -15,6 +15,9 @@ use parking_lot::Mutex;
 /// The tenant every tenant's rows go to under [`StoreBug::TenantLeak`].
 static SHARED: std::sync::LazyLock<TenantId> = std::sync::LazyLock::new(TenantId::default);
 
+/// A fork's source session and, per copied message, the source message it copies.
+type ForkOrigin = (SessionId, HashMap<MessageId, MessageId>);
+
 /// The bug a [`BrokenStore`] has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreBug {
@@ -104,7 +107,7 @@ pub struct BrokenStore {
     /// The fence records of the fence bugs (the wrapped store sees unfenced batches).
     fences: Mutex<HashMap<(TenantId, SessionId), Claim>>,
     /// Forks and where their copied messages came from (`ForkSharesRows`).
-    forks: Mutex<HashMap<(TenantId, SessionId), (SessionId, HashMap<MessageId, MessageId>)>>,
+    forks: Mutex<HashMap<(TenantId, SessionId), ForkOrigin>>,
 }
 
 impl BrokenStore {
