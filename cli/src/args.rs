@@ -256,6 +256,29 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Revert a session to a message (opencode's revert): MESSAGE and what follows
+    /// (with --part, that message's parts from PART on) are hidden from the view and
+    /// the history until --clear shows them again or --drop (or the next user message)
+    /// drops them.
+    Revert {
+        /// The session.
+        session: String,
+        /// The first message hidden.
+        #[arg(required_unless_present_any = ["clear", "drop"], conflicts_with_all = ["clear", "drop"])]
+        message: Option<String>,
+        /// The first part hidden, in MESSAGE.
+        #[arg(long, requires = "message")]
+        part: Option<String>,
+        /// Clear the mark: show everything again (opencode's unrevert).
+        #[arg(long, conflicts_with = "drop")]
+        clear: bool,
+        /// Drop what the mark hides and clear it (opencode's revert commit).
+        #[arg(long)]
+        drop: bool,
+        /// Print JSON: the session.
+        #[arg(long)]
+        json: bool,
+    },
     /// Give back the space deletions freed: redb compacts its file (reads and writes
     /// wait until it ends), SQLite runs its incremental vacuum in steps, Postgres
     /// vacuums its tables.

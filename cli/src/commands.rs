@@ -178,6 +178,39 @@ pub async fn run(
             )?;
             Ok(())
         }
+        Command::Revert {
+            session,
+            message,
+            part,
+            clear,
+            drop,
+            json,
+        } => {
+            let session = SessionId::from(session);
+            let state = match (message, clear, drop) {
+                (Some(m), _, _) => {
+                    let part = part.map(forge_store::id::PartId::from);
+                    forge
+                        .revert(tenant, &session, &m.into(), part.as_ref())
+                        .await?
+                }
+                (None, true, _) => forge.unrevert(tenant, &session).await?,
+                (None, _, _) => forge.revert_commit(tenant, &session).await?,
+            };
+            if json {
+                return print_json(out, &state);
+            }
+            match forge_store::revert::mark(&state.info) {
+                Some(m) => writeln!(
+                    out,
+                    "session {session} reverted to message {}{}",
+                    m.message,
+                    m.part.map(|p| format!(", part {p}")).unwrap_or_default()
+                )?,
+                None => writeln!(out, "session {session} shows its whole history")?,
+            }
+            Ok(())
+        }
         Command::Reclaim { json } => {
             let r = forge.reclaim().await?;
             if json {

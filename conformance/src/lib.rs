@@ -83,6 +83,9 @@ pub enum Property {
     /// Contract property 13: a fork holds a copy of its source's history up to the
     /// point, and afterwards writing either never changes the other.
     Fork,
+    /// Contract property 14: a revert hides what follows its point from the history and
+    /// the view, a restore shows it again, and a new message drops what is hidden.
+    Revert,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
     /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
@@ -91,7 +94,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 16] = [
+    pub const ALL: [Property; 17] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -107,6 +110,7 @@ impl Property {
         Property::Prune,
         Property::Blobs,
         Property::Fork,
+        Property::Revert,
         Property::Reopen,
     ];
 
@@ -128,6 +132,7 @@ impl Property {
             Property::Prune => "prune",
             Property::Blobs => "blobs",
             Property::Fork => "fork",
+            Property::Revert => "revert",
             Property::Reopen => "reopen",
         }
     }
@@ -203,6 +208,10 @@ impl Property {
             Property::Fork => {
                 "a fork holds its source's history up to the point under new ids, names its \
                  source, and afterwards writing either session never changes the other"
+            }
+            Property::Revert => {
+                "revert -> restore -> revert -> new message: the history and the view hide \
+                 what follows the point, show it again, and the new message drops it"
             }
             Property::Reopen => {
                 "closed and opened again, the store equals the reference model, seqs \
@@ -413,6 +422,7 @@ macro_rules! conformance_tests {
             prune => Prune,
             blobs => Blobs,
             fork => Fork,
+            revert => Revert,
             reopen => Reopen,
         );
     };

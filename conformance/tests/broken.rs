@@ -292,6 +292,9 @@ caught_tests! {
     // Prune deletes sessions with their messages and parts: a store whose removals leave
     // the parts behind gets them back when the ids are written again. Only cases that
     // delete a session holding messages reach it.
+    // Every case stores a mark on the session row.
+    revert_catches_a_session_row_that_drops_unknown_fields:
+        caught(Wrapper::Store(StoreBug::DropsSessionFields)) => Revert, &["was the mark stored"];
     // Only cases that write, after the fork, a part of a source message the fork copied
     // reach it.
     fork_catches_a_fork_that_shares_the_copied_rows:

@@ -165,7 +165,26 @@ impl Engine {
 
     /// The compacted view of a session.
     pub async fn view(&self, tenant: &TenantId, session: &SessionId) -> Result<CompactedView> {
+        // A reverted session's view is over what the revert leaves visible.
+        if let Some(mark) = self.revert_mark(tenant, session).await? {
+            let all = crate::read::read_all(self.store.as_ref(), tenant, session, 1000).await?;
+            let shown = crate::revert::visible(all, &mark);
+            return Ok(crate::read::filter_compacted_reference(&shown));
+        }
         filter_compacted(self.store.as_ref(), tenant, session).await
+    }
+
+    /// The session's revert mark ([`crate::revert`]), if it exists and has one.
+    async fn revert_mark(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Option<crate::revert::Mark>> {
+        Ok(self
+            .store
+            .session(tenant, session)
+            .await?
+            .and_then(|s| crate::revert::mark(&s.info)))
     }
 
     /// One page of history, newest page first.
@@ -176,6 +195,12 @@ impl Engine {
         before: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page> {
-        self.store.messages(tenant, session, before, limit).await
+        let mut page = self.store.messages(tenant, session, before, limit).await?;
+        // What a revert hides is left out of the pages (it is at the newest end, so
+        // the first pages are the shorter ones).
+        if let Some(mark) = self.revert_mark(tenant, session).await? {
+            page.messages = crate::revert::visible(std::mem::take(&mut page.messages), &mark);
+        }
+        Ok(page)
     }
 }

@@ -28,6 +28,7 @@ pub mod read;
 mod reconcile;
 pub mod recover;
 pub mod retry;
+pub mod revert;
 pub mod stats;
 pub mod store;
 pub mod stream;

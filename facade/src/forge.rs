@@ -641,10 +641,117 @@ impl Forge {
         tenant: &TenantId,
         session: &SessionId,
     ) -> Result<Vec<MessageWithParts>> {
-        self.session(tenant, session).await?;
-        read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+        let state = self.session(tenant, session).await?;
+        let all = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
             .await
-            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))
+            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))?;
+        Ok(match forge_core::revert::mark(&state.info) {
+            Some(mark) => forge_core::revert::visible(all, &mark),
+            None => all,
+        })
+    }
+
+    /// Marks a revert point ([`forge_core::revert`], opencode's `revert`): `message` and
+    /// what follows it (with `part`: that message's parts from `part` on, and the later
+    /// messages) are hidden from the view and the history until [`Forge::unrevert`]
+    /// shows them again or [`Forge::revert_commit`] — or the next user message — drops
+    /// them. A new mark replaces the old one.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], [`Error::MessageNotFound`] (also for a part the
+    /// message does not hold), or the store's error.
+    pub async fn revert(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        message: &MessageId,
+        part: Option<&forge_core::PartId>,
+    ) -> Result<SessionState> {
+        let state = self.session(tenant, session).await?;
+        let history = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+            .await
+            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))?;
+        let mark = forge_core::revert::Mark {
+            message: message.clone(),
+            part: part.cloned(),
+        };
+        forge_core::revert::check(&history, session, &mark).map_err(|_| {
+            Error::MessageNotFound {
+                session: session.clone(),
+                message: message.clone(),
+            }
+        })?;
+        let mut info = state.info;
+        forge_core::revert::set(&mut info, Some(&mark));
+        self.write_session(
+            tenant,
+            session,
+            vec![SyncEvent::SessionUpdated { info }],
+            "reverting",
+        )
+        .await
+    }
+
+    /// Clears a revert mark: everything is shown again (opencode's `unrevert`). A
+    /// session without one is left as it is.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn unrevert(&self, tenant: &TenantId, session: &SessionId) -> Result<SessionState> {
+        let state = self.session(tenant, session).await?;
+        if forge_core::revert::mark(&state.info).is_none() {
+            return Ok(state);
+        }
+        let mut info = state.info;
+        forge_core::revert::set(&mut info, None);
+        self.write_session(
+            tenant,
+            session,
+            vec![SyncEvent::SessionUpdated { info }],
+            "restoring",
+        )
+        .await
+    }
+
+    /// Drops what a revert mark hides and clears the mark, in one batch. A session
+    /// without one is left as it is.
+    ///
+    /// # Errors
+    /// [`Error::SessionNotFound`], or the store's error.
+    pub async fn revert_commit(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<SessionState> {
+        let state = self.session(tenant, session).await?;
+        let Some(mark) = forge_core::revert::mark(&state.info) else {
+            return Ok(state);
+        };
+        let history = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+            .await
+            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))?;
+        let events = forge_core::revert::commit(&state.info, &history, &mark);
+        self.write_session(tenant, session, events, "committing the revert of")
+            .await
+    }
+
+    /// Commits `events` to `session` through the projector and reads it back.
+    async fn write_session(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+        events: Vec<SyncEvent>,
+        doing: &str,
+    ) -> Result<SessionState> {
+        let failed = |e| Error::store(format!("{doing} session {session}"), e);
+        let scope = self.engine.scope(tenant, session).await.map_err(failed)?;
+        self.engine
+            .projector
+            .commit(&scope, events)
+            .await
+            .map_err(failed)?;
+        self.flush().await?;
+        require_session(&self.engine, tenant, session).await
     }
 
     /// The compacted view: what the model is sent next turn. It reads only what is

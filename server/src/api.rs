@@ -38,6 +38,8 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/session/{id}/message", get(messages))
         .route("/session/{id}/message/{message}", get(message))
         .route("/session/{id}/fork", post(fork))
+        .route("/session/{id}/revert", post(revert))
+        .route("/session/{id}/unrevert", post(unrevert))
         .route("/session/{id}/view", get(view))
         .route("/session/{id}/export", get(export))
         .route("/session/{id}/stream", post(stream))
@@ -314,6 +316,42 @@ async fn fork(
         SEQ_HEADER,
         &forked.session.seq.to_string(),
     ))
+}
+
+#[derive(Deserialize)]
+struct RevertBody {
+    #[serde(rename = "messageID")]
+    message_id: String,
+    #[serde(rename = "partID")]
+    part_id: Option<String>,
+}
+
+/// opencode's revert: hides `messageID` and what follows (with `partID`, that
+/// message's parts from it on) until unrevert, or a new message drops them.
+async fn revert(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    Json(body): Json<RevertBody>,
+) -> Result<Json<Session>, ApiError> {
+    let session = session_id(&id)?;
+    let message = message_id(&body.message_id)?;
+    let part = body.part_id.map(forge_store::id::PartId::from);
+    let state = st
+        .forge
+        .revert(&tenant, &session, &message, part.as_ref())
+        .await?;
+    Ok(Json(state.info))
+}
+
+/// opencode's unrevert: shows everything again.
+async fn unrevert(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<Session>, ApiError> {
+    let state = st.forge.unrevert(&tenant, &session_id(&id)?).await?;
+    Ok(Json(state.info))
 }
 
 async fn delete_session(

@@ -131,5 +131,12 @@ async fn the_opencode_sdk_reads_the_api_and_resumes_events_after_a_cut() {
     assert!(source.len() >= 2, "{r}");
     assert_eq!(fork["copied"], json!(source[..source.len() - 1]), "{r}");
     assert_eq!(fork["sameIds"], false, "copies get their own ids");
+    // The SDK's revert and unrevert: the last message hidden, then shown again.
+    let revert = &r["revert"];
+    let total = revert["total"].as_u64().expect("total");
+    assert!(revert["mark"]["messageID"].as_str().is_some(), "{r}");
+    assert_eq!(revert["whileReverted"].as_u64(), Some(total - 1), "{r}");
+    assert_eq!(revert["cleared"], Value::Null, "{r}");
+    assert_eq!(revert["afterRestore"].as_u64(), Some(total), "{r}");
     s.stop().await;
 }

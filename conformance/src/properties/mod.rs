@@ -12,6 +12,7 @@ pub mod fork;
 pub mod pagination;
 pub mod prune;
 pub mod reopen;
+pub mod revert;
 pub mod round_trip;
 pub mod tenant;
 mod turn;
@@ -69,6 +70,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::Prune => prune::run(ctx),
         Property::Blobs => blobs::run(ctx),
         Property::Fork => fork::run(ctx),
+        Property::Revert => revert::run(ctx),
         Property::Reopen => reopen::run(ctx),
     }
 }
@@ -102,6 +104,7 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::Prune => prune::check(ctx, &parse(json)?),
         Property::Blobs => blobs::check(ctx, &parse(json)?),
         Property::Fork => fork::check(ctx, &parse(json)?),
+        Property::Revert => revert::check(ctx, &parse(json)?),
         Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

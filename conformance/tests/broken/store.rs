@@ -30,6 +30,9 @@ pub enum StoreBug {
     NoCascade,
     /// Every tenant reads and writes the same rows.
     TenantLeak,
+    /// A session row keeps only the fields the model names: its unknown fields (a
+    /// revert mark among them) are dropped.
+    DropsSessionFields,
     /// A fork keeps its own rows but reads its copied parts from the source's (a
     /// copy-on-write fork that never copies): a write to the source shows in the fork.
     ForkSharesRows,
@@ -651,6 +654,23 @@ impl Forward for BrokenStore {
                 self.inner.apply(&kept).await
             }
             StoreBug::NoCascade => self.no_cascade(batch).await,
+            StoreBug::DropsSessionFields => {
+                let dropped: Vec<_> = batch
+                    .iter()
+                    .map(|e| match &e.event {
+                        SyncEvent::SessionUpdated { info } => {
+                            let mut info = info.clone();
+                            info.extra.clear();
+                            Envelope {
+                                event: SyncEvent::SessionUpdated { info },
+                                ..e.clone()
+                            }
+                        }
+                        _ => e.clone(),
+                    })
+                    .collect();
+                self.inner.apply(&dropped).await
+            }
             StoreBug::ForkSharesRows => {
                 self.inner.apply(batch).await?;
                 self.remember_fork(batch).await

@@ -159,8 +159,23 @@ impl TurnDriver {
         self.write_user(parts, u.agent, u.model, u.label).await
     }
 
+    /// The events that commit the session's revert ([`crate::revert`]), if it has one:
+    /// one read of the session row per user message, and of the history when marked.
+    async fn revert_commit(&self) -> Result<Vec<SyncEvent>> {
+        let store = self.projector.store();
+        let (tenant, session) = (&self.scope.tenant, &self.scope.session_id);
+        let Some(state) = store.session(tenant, session).await? else {
+            return Ok(Vec::new());
+        };
+        let Some(mark) = crate::revert::mark(&state.info) else {
+            return Ok(Vec::new());
+        };
+        let history = crate::read::read_all(store.as_ref(), tenant, session, 1000).await?;
+        Ok(crate::revert::commit(&state.info, &history, &mark))
+    }
+
     /// Writes a user message of `parts` in one batch, as it is: no check, nothing
-    /// closed. `agent` and `model` default to the previous user message's (the first:
+    /// closed; a revert of the session is committed first, in the batch. `agent` and `model` default to the previous user message's (the first:
     /// [`DEFAULT_AGENT`], no model); `label` names it for later `@ref`s.
     pub async fn write_user(
         &mut self,
@@ -180,7 +195,9 @@ impl TurnDriver {
             m.model.clone_from(&model);
         }
         let id = message.id.clone();
-        let mut events = Vec::with_capacity(parts.len() + 1);
+        // A reverted session drops what the revert hides first, in the same batch.
+        let mut events = self.revert_commit().await?;
+        events.reserve(parts.len() + 1);
         events.push(SyncEvent::MessageUpdated { info: message });
         events.extend(parts.into_iter().map(|body| SyncEvent::PartUpdated {
             part: Part {

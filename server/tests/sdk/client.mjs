@@ -116,6 +116,20 @@ result.fork = {
   copied: copied.data.map((m) => m.parts.map((p) => p.type).join(",")),
   sameIds: copied.data.some((m) => all.data.some((o) => o.info.id === m.info.id)),
 }
+// Revert to the last message, read, restore, read again.
+const reverted = await client.session.revert({ sessionID: session, messageID: last })
+if (reverted.error) throw new Error(`session.revert: ${JSON.stringify(reverted.error)}`)
+const hidden = await client.session.messages({ sessionID: session })
+const unreverted = await client.session.unrevert({ sessionID: session })
+if (unreverted.error) throw new Error(`session.unrevert: ${JSON.stringify(unreverted.error)}`)
+const shownAgain = await client.session.messages({ sessionID: session })
+result.revert = {
+  mark: reverted.data.revert,
+  whileReverted: hidden.data.length,
+  cleared: unreverted.data.revert ?? null,
+  afterRestore: shownAgain.data.length,
+  total: all.data.length,
+}
 result.deltas = deltas
 result.expected = expected
 result.text = text
