@@ -647,9 +647,12 @@ fn a_schema_of_version_3_opens_without_fence_records_and_fences() {
     runtime().block_on(with_fresh("upgrade_to_fences", async |schema, store| {
         apply_all(store, &sample_history()).await;
         store.close().await;
-        // What a release of schema version 3 left: the same tables, no `fences`.
+        // What a release of schema version 3 left: the same tables, no `fences` (nor
+        // the blob tables of version 5).
         let mut conn = raw(schema).await;
         exec(&mut conn, "DROP TABLE fences").await;
+        exec(&mut conn, "DROP TABLE blobs").await;
+        exec(&mut conn, "DROP TABLE blob_touched").await;
         exec(
             &mut conn,
             "UPDATE forge_meta SET value = 3 WHERE key = 'schema_version'",

@@ -536,12 +536,15 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
     with_store(async |dir, db| {
         let recorder = forge_testkit::logs::Recorder::default();
         let logs = tracing::subscriber::set_default(recorder.clone());
-        // What a release of schema version 2 left: no checksums, no `fences`.
+        // What a release of schema version 2 left: no checksums, no `fences`, no blob
+        // tables.
         let again = reopened_as_left_by(
             dir,
             db,
             &[
                 "DROP TABLE fences",
+                "DROP TABLE blobs",
+                "DROP TABLE blob_touched",
                 "ALTER TABLE sessions DROP COLUMN checksum",
                 "ALTER TABLE messages DROP COLUMN checksum",
                 "ALTER TABLE parts DROP COLUMN checksum",
@@ -585,12 +588,15 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
 #[test]
 fn a_database_of_schema_version_3_opens_without_fence_records_and_fences() {
     with_store(async |dir, db| {
-        // What a release of schema version 3 left: the same tables, no `fences`.
+        // What a release of schema version 3 left: the same tables, no `fences` (nor
+        // the blob tables of version 5).
         let again = reopened_as_left_by(
             dir,
             db,
             &[
                 "DROP TABLE fences",
+                "DROP TABLE blobs",
+                "DROP TABLE blob_touched",
                 "UPDATE forge_meta SET value = 3 WHERE key = 'schema_version'",
             ],
         )
