@@ -455,8 +455,10 @@ impl Forward for Blobbed {
             let SyncEvent::PartUpdated { part } = &env.event else {
                 continue;
             };
-            let values = moved.entry(env.tenant.clone()).or_default();
-            if let Some(changed) = externalize(part, self.options.threshold, values) {
+            // No allocation for a part with nothing to move (the common one).
+            let mut values = BTreeMap::new();
+            if let Some(changed) = externalize(part, self.options.threshold, &mut values) {
+                moved.entry(env.tenant.clone()).or_default().extend(values);
                 let copy = stored.get_or_insert_with(|| batch.to_vec());
                 copy[i].event = SyncEvent::PartUpdated { part: changed };
             }
@@ -467,9 +469,6 @@ impl Forward for Blobbed {
         let now = now_ms();
         let refresh_before = now.saturating_sub(grace_ms(self.options.grace) / 2);
         for (tenant, values) in moved {
-            if values.is_empty() {
-                continue;
-            }
             let values: Vec<BlobValue> = values
                 .into_iter()
                 .map(|(id, value)| BlobValue { id, value })
@@ -590,19 +589,9 @@ pub async fn referenced(store: &dyn Store, tenant: &TenantId) -> Result<BTreeSet
     loop {
         let page = store.sessions_after(tenant, after.as_ref(), 1000).await?;
         for s in &page.sessions {
-            let mut before: Option<Cursor> = None;
-            loop {
-                let msgs = store
-                    .messages(tenant, &s.info.id, before.as_ref(), 1000)
-                    .await?;
-                for m in &msgs.messages {
-                    for p in &m.parts {
-                        out.extend(p.blob_references());
-                    }
-                }
-                match msgs.next {
-                    Some(c) => before = Some(c),
-                    None => break,
+            for m in crate::read::read_all(store, tenant, &s.info.id, 1000).await? {
+                for p in &m.parts {
+                    out.extend(p.blob_references());
                 }
             }
         }

@@ -549,17 +549,12 @@ impl Forge {
             },
             _ => Error::store(format!("reading session {source} to fork it"), e),
         })?;
-        let id = plan.session.id.clone();
-        let forking = |e| Error::store(format!("forking session {source} into {id}"), e);
-        let scope = self.engine.scope(tenant, &id).await.map_err(forking)?;
-        self.engine
-            .projector
-            .commit(&scope, plan.events)
-            .await
-            .map_err(forking)?;
-        self.flush().await?;
+        let doing = format!("forking {source} into");
+        let session = self
+            .write_session(tenant, &plan.session.id, plan.events, &doing)
+            .await?;
         Ok(Forked {
-            session: require_session(&self.engine, tenant, &id).await?,
+            session,
             messages: plan.messages,
             parts: plan.parts,
         })
@@ -642,9 +637,7 @@ impl Forge {
         session: &SessionId,
     ) -> Result<Vec<MessageWithParts>> {
         let state = self.session(tenant, session).await?;
-        let all = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
-            .await
-            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))?;
+        let all = self.stored_history(tenant, session).await?;
         Ok(match forge_core::revert::mark(&state.info) {
             Some(mark) => forge_core::revert::visible(all, &mark),
             None => all,
@@ -668,9 +661,7 @@ impl Forge {
         part: Option<&forge_core::PartId>,
     ) -> Result<SessionState> {
         let state = self.session(tenant, session).await?;
-        let history = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
-            .await
-            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))?;
+        let history = self.stored_history(tenant, session).await?;
         let mark = forge_core::revert::Mark {
             message: message.clone(),
             part: part.cloned(),
@@ -727,15 +718,24 @@ impl Forge {
         let Some(mark) = forge_core::revert::mark(&state.info) else {
             return Ok(state);
         };
-        let history = read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
-            .await
-            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))?;
+        let history = self.stored_history(tenant, session).await?;
         let events = forge_core::revert::commit(&state.info, &history, &mark);
         self.write_session(tenant, session, events, "committing the revert of")
             .await
     }
 
-    /// Commits `events` to `session` through the projector and reads it back.
+    /// Every stored message of `session` (a revert mark not applied).
+    async fn stored_history(
+        &self,
+        tenant: &TenantId,
+        session: &SessionId,
+    ) -> Result<Vec<MessageWithParts>> {
+        read_all(self.engine.store.as_ref(), tenant, session, MAX_PAGE_LIMIT)
+            .await
+            .map_err(|e| Error::store(format!("reading the history of session {session}"), e))
+    }
+
+    //// Commits `events` to `session` through the projector and reads it back.
     async fn write_session(
         &self,
         tenant: &TenantId,

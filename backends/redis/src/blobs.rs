@@ -18,7 +18,10 @@ use crate::store::RedisStore;
 
 /// Deletes each blob of `ARGV[2..]` whose score in `KEYS[1]` is below `ARGV[1]`;
 /// `KEYS[2..]` are the blobs' strings, in the same order. Returns how many it deleted.
-const DELETE: &str = r"
+/// Hashed once per process.
+static DELETE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(DELETE_LUA));
+
+const DELETE_LUA: &str = r"
 local deleted = 0
 for i = 2, #ARGV do
   local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
@@ -149,8 +152,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        let script = Script::new(DELETE);
-        let mut call = script.prepare_invoke();
+        let mut call = DELETE.prepare_invoke();
         call.key(self.keys().blobs(tenant)).arg(touched_before_ms);
         for id in ids {
             call.key(self.keys().blob(tenant, id.as_str()))
