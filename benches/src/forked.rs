@@ -14,7 +14,6 @@ use forge_store::{open, ReplayOptions, TenantId};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{Filesystem, Placement};
-use crate::steady::with_param;
 use crate::workload::{w1, write_jsonl};
 
 /// One backend's fork.
@@ -58,21 +57,11 @@ pub async fn run(
     let mut text = Vec::new();
     write_jsonl(&w1(turns, seed), &mut text)?;
     let text = String::from_utf8(text).context("the workload is UTF-8")?;
-    let on = placement.device().path().to_path_buf();
     let tenant = TenantId::default();
     let mut rows = Vec::new();
     for backend in ["redb", "sqlite", "postgres", "redis"] {
-        let url = match backend {
-            "redb" => format!("redb://{}/fork.redb", on.display()),
-            "sqlite" => format!("sqlite://{}/fork.sqlite", on.display()),
-            "postgres" => match placement.server_url("postgres") {
-                Some(u) => with_param(&u, "schema", "fork"),
-                None => continue,
-            },
-            _ => match placement.server_url("redis") {
-                Some(u) => with_param(&u, "prefix", "fork"),
-                None => continue,
-            },
+        let Some(url) = placement.url(backend, "fork") else {
+            continue;
         };
         let forge = open(&url)
             .await

@@ -102,22 +102,12 @@ pub async fn run(
         texts.push(String::from_utf8(text).context("the workload is UTF-8")?);
     }
     let mut rows = Vec::new();
-    let on = placement.device().path().to_path_buf();
     for backend in ["redb", "sqlite", "postgres", "redis"] {
         let mut logical = 0;
         for (mode, off) in [("in rows", true), ("stored once", false)] {
             let tag = if off { "off" } else { "once" };
-            let base = match backend {
-                "redb" => format!("redb://{}/large-{tag}.redb", on.display()),
-                "sqlite" => format!("sqlite://{}/large-{tag}.sqlite", on.display()),
-                "postgres" => match placement.server_url("postgres") {
-                    Some(u) => with_param(&u, "schema", &format!("large_{tag}")),
-                    None => continue,
-                },
-                _ => match placement.server_url("redis") {
-                    Some(u) => with_param(&u, "prefix", &format!("large-{tag}")),
-                    None => continue,
-                },
+            let Some(base) = placement.url(backend, &format!("large_{tag}")) else {
+                continue;
             };
             let url = if off {
                 with_param(&base, "blobs", "off")

@@ -347,6 +347,23 @@ impl Placement {
         }
     }
 
+    /// A URL of `backend` (`redb`, `sqlite`, `postgres`, `redis`) on the device, its
+    /// data named `name` (a file, a schema, a key prefix; `[a-z0-9_]`); `None` when no
+    /// server of that backend runs here.
+    pub fn url(&self, backend: &str, name: &str) -> Option<String> {
+        let on = self.device.path().display();
+        match backend {
+            "redb" => Some(format!("redb://{on}/{name}.redb")),
+            "sqlite" => Some(format!("sqlite://{on}/{name}.sqlite")),
+            "postgres" => self
+                .server_url("postgres")
+                .map(|u| crate::steady::with_param(&u, "schema", name)),
+            _ => self
+                .server_url(backend)
+                .map(|u| crate::steady::with_param(&u, "prefix", name)),
+        }
+    }
+
     /// Settles what `backend` holds in memory (Postgres: a `CHECKPOINT` writes the WAL's
     /// changes to the tables and indexes) and then the filesystem
     /// ([`Device::settle`]); the device's bytes written.
