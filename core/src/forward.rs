@@ -10,6 +10,7 @@ use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::MessageWithParts;
+use crate::search::{SearchHit, SearchQuery};
 use crate::store::{
     Capabilities, Cursor, Footprint, OpenItems, Page, Reclaimed, SessionPage, SessionState, Store,
     TenantStats,
@@ -199,6 +200,11 @@ pub trait Forward: std::fmt::Debug + Send + Sync + 'static {
         self.inner().sweep_blobs(tenant).await
     }
 
+    /// [`Store::search`]; forwards by default.
+    async fn search(&self, tenant: &TenantId, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        self.inner().search(tenant, query).await
+    }
+
     /// [`Store::close`]; forwards by default.
     async fn close(&self) -> Result<()> {
         self.inner().close().await
@@ -317,6 +323,10 @@ impl<T: Forward> Store for T {
 
     async fn sweep_blobs(&self, tenant: &TenantId) -> Result<BlobSweep> {
         Forward::sweep_blobs(self, tenant).await
+    }
+
+    async fn search(&self, tenant: &TenantId, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        Forward::search(self, tenant, query).await
     }
 
     async fn close(&self) -> Result<()> {

@@ -29,6 +29,7 @@ mod reconcile;
 pub mod recover;
 pub mod retry;
 pub mod revert;
+pub mod search;
 pub mod stats;
 pub mod store;
 pub mod stream;
@@ -54,6 +55,7 @@ pub use projector::{ClaimPolicy, DirectProjector, OnHeld, Projector, Scope, Scop
 pub use read::{filter_compacted, filter_compacted_reference, read_all, CompactedView};
 pub use recover::{recover, RecoverReport};
 pub use retry::{RetryPolicy, RetryStore, DEFAULT_RETRY_DEADLINE};
+pub use search::{SearchHit, SearchKind, SearchQuery};
 pub use store::{
     Capabilities, Cursor, Footprint, Occupied, OpenItems, Page, Reclaimed, SessionPage,
     SessionSize, SessionState, Store, Tenancy, TenantStats, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,

@@ -418,6 +418,15 @@ impl Store for RetryStore {
             .await
     }
 
+    async fn search(
+        &self,
+        tenant: &TenantId,
+        query: &crate::search::SearchQuery,
+    ) -> Result<Vec<crate::search::SearchHit>> {
+        self.retried("search", || self.inner.search(tenant, query))
+            .await
+    }
+
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }

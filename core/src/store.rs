@@ -13,6 +13,7 @@ use crate::event::{Envelope, SyncEvent};
 use crate::fence::{Claim, ClaimRequest};
 use crate::id::{MessageId, SessionId};
 use crate::model::{Message, MessageWithParts, Part, Session};
+use crate::search::{SearchHit, SearchKind, SearchQuery};
 use crate::tenant::TenantId;
 
 /// Page size used when none is given.
@@ -56,6 +57,8 @@ pub struct Capabilities {
     /// Keeps large values once, per tenant ([`Store::put_blobs`] and its family;
     /// [`crate::blob`]).
     pub blobs: bool,
+    /// How [`Store::search`] finds what was said ([`crate::search`]).
+    pub search: SearchKind,
 }
 
 impl Capabilities {
@@ -69,6 +72,7 @@ impl Capabilities {
             tenancy: Tenancy::Keyed,
             concurrent_writers: true,
             blobs: false,
+            search: SearchKind::Scan,
         }
     }
 }
@@ -594,6 +598,25 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     async fn sweep_blobs(&self, tenant: &TenantId) -> Result<BlobSweep> {
         let _ = tenant;
         Ok(BlobSweep::default())
+    }
+
+    /// Finds the parts of a tenant whose text holds every word of `query`, best first
+    /// ([`crate::search`] states the semantics every backend keeps).
+    ///
+    /// # Behavior
+    /// - Exactly the tenant's parts (of `query.session` when given) whose
+    ///   [`document`](crate::search::document) holds every word of the query, as the
+    ///   rows read now hold them: an overwritten part is found by its new text only, a
+    ///   removed part or one of a deleted session is never found.
+    /// - At most [`SearchQuery::limit`] hits, ordered by score (higher first), ties by
+    ///   session, message and part id; when more parts match, the ones returned score at
+    ///   least as high as the ones left out.
+    /// - Rows of another tenant are never found.
+    /// - A query without words fails with [`Error::InvalidInput`].
+    /// - The default reads the whole tenant ([`crate::search::scan`]); a backend with an
+    ///   index ([`SearchKind::Index`]) writes it in the transaction that writes the rows.
+    async fn search(&self, tenant: &TenantId, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        crate::search::scan(self, tenant, query).await
     }
 
     /// Ends the use of this handle before the process lets go of the backend: what was
