@@ -86,6 +86,9 @@ pub enum Property {
     /// Contract property 14: a revert hides what follows its point from the history and
     /// the view, a restore shows it again, and a new message drops what is hidden.
     Revert,
+    /// Contract property 15: a search finds exactly the parts holding every word asked
+    /// for, as the rows are now, in its tenant only, best first.
+    Search,
     /// Durability across a restart: after the store is closed and opened again it
     /// equals the reference model, per-session seqs continue without reuse, and recover
     /// behaves as on a store that was never closed. Needs [`BackendFactory::reopen`].
@@ -94,7 +97,7 @@ pub enum Property {
 
 impl Property {
     /// Every property, in the order the suite runs them.
-    pub const ALL: [Property; 17] = [
+    pub const ALL: [Property; 18] = [
         Property::Upsert,
         Property::Pagination,
         Property::FilterCompacted,
@@ -111,6 +114,7 @@ impl Property {
         Property::Blobs,
         Property::Fork,
         Property::Revert,
+        Property::Search,
         Property::Reopen,
     ];
 
@@ -133,6 +137,7 @@ impl Property {
             Property::Blobs => "blobs",
             Property::Fork => "fork",
             Property::Revert => "revert",
+            Property::Search => "search",
             Property::Reopen => "reopen",
         }
     }
@@ -212,6 +217,11 @@ impl Property {
             Property::Revert => {
                 "revert -> restore -> revert -> new message: the history and the view hide \
                  what follows the point, show it again, and the new message drops it"
+            }
+            Property::Search => {
+                "a search finds exactly the parts whose text holds every word asked for, \
+                 as the rows are now (overwritten, moved, removed), in its tenant only, best \
+                 first, each hit with its ids and a snippet"
             }
             Property::Reopen => {
                 "closed and opened again, the store equals the reference model, seqs \
@@ -423,6 +433,7 @@ macro_rules! conformance_tests {
             blobs => Blobs,
             fork => Fork,
             revert => Revert,
+            search => Search,
             reopen => Reopen,
         );
     };

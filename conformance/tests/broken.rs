@@ -300,6 +300,9 @@ caught_tests! {
     fork_catches_a_fork_that_shares_the_copied_rows:
         caught_rarely(Wrapper::Store(StoreBug::ForkSharesRows)) => Fork, &["changed the other"];
     // Every case writes one value into a second tenant, so every case sees it.
+    // Cases that remove a part holding a word a later query asks for reach it: most do.
+    search_catches_an_index_that_keeps_removed_parts:
+        caught(Wrapper::Store(StoreBug::StaleSearchIndex)) => Search, &["does not hold"];
     blobs_catches_blobs_shared_across_tenants:
         caught(Wrapper::Store(StoreBug::SharedBlobs)) => Blobs, &["tenant"];
     prune_catches_a_delete_that_leaves_orphan_parts:

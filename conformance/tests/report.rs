@@ -27,7 +27,7 @@ fn a_live_only_bus_skips_what_needs_durability_with_the_reason() {
     let text = report.to_string();
     assert!(text.contains("skipped"), "{text}");
     assert!(
-        text.contains("summary: 14 passed, 0 failed, 3 skipped"),
+        text.contains("summary: 15 passed, 0 failed, 3 skipped"),
         "{text}"
     );
     let xml = junit_xml(&report);

@@ -14,6 +14,7 @@ pub mod prune;
 pub mod reopen;
 pub mod revert;
 pub mod round_trip;
+pub mod search;
 pub mod tenant;
 mod turn;
 pub mod upsert;
@@ -44,6 +45,10 @@ pub(crate) fn applies(property: Property, caps: &Caps) -> Result<(), String> {
             "store `{}` keeps no blobs (capabilities.blobs = false)",
             caps.store.name
         )),
+        Property::Search if !search::applies(caps.store.search) => Err(format!(
+            "store `{}` does not search (capabilities.search = off)",
+            caps.store.name
+        )),
         Property::Concurrency if !caps.store.concurrent_writers => Err(format!(
             "store `{}` declares concurrent_writers = false",
             caps.store.name
@@ -71,6 +76,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, property: Property) -> CaseRun {
         Property::Blobs => blobs::run(ctx),
         Property::Fork => fork::run(ctx),
         Property::Revert => revert::run(ctx),
+        Property::Search => search::run(ctx),
         Property::Reopen => reopen::run(ctx),
     }
 }
@@ -105,6 +111,7 @@ pub(crate) fn replay(ctx: &Ctx<'_>, property: Property, json: &str) -> Result<()
         Property::Blobs => blobs::check(ctx, &parse(json)?),
         Property::Fork => fork::check(ctx, &parse(json)?),
         Property::Revert => revert::check(ctx, &parse(json)?),
+        Property::Search => search::check(ctx, &parse(json)?),
         Property::Reopen => reopen::check(ctx, &parse(json)?),
     }
 }

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use forge_core::model::{MessageBody, PartBody};
 use forge_core::{
     Claim, ClaimRequest, Cursor, Envelope, Error, MemoryStore, MessageId, MessageWithParts,
-    OpenItems, Page, Part, PartId, Result, SessionId, SessionState, Store, SyncEvent, TenantId,
+    OpenItems, Page, Part, PartId, Result, SearchHit, SearchQuery, SessionId, SessionState, Store,
+    SyncEvent, TenantId,
 };
 use forge_testkit::Forward;
 use parking_lot::Mutex;
@@ -39,6 +40,9 @@ pub enum StoreBug {
     /// Large values stored once are kept for all tenants together: a tenant lists,
     /// reads and sweeps another's blobs.
     SharedBlobs,
+    /// The search index keeps every part ever written in its last version: removals
+    /// (of a part, a message, a session) never reach it, so removed parts are found.
+    StaleSearchIndex,
     /// `open_items` does not report tools, so recover leaves them running.
     HidesTools,
     /// Pages report failed summaries as successful, so `filter_compacted` cuts there.
@@ -111,6 +115,8 @@ pub struct BrokenStore {
     fences: Mutex<HashMap<(TenantId, SessionId), Claim>>,
     /// Forks and where their copied messages came from (`ForkSharesRows`).
     forks: Mutex<HashMap<(TenantId, SessionId), ForkOrigin>>,
+    /// Every part ever written, in its last version (`StaleSearchIndex`).
+    index: Mutex<BTreeMap<(TenantId, SessionId, PartId), Part>>,
 }
 
 impl BrokenStore {
@@ -135,6 +141,7 @@ impl BrokenStore {
             busy: tokio::sync::Mutex::new(()),
             fences: Mutex::new(HashMap::new()),
             forks: Mutex::new(HashMap::new()),
+            index: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -675,6 +682,17 @@ impl Forward for BrokenStore {
                 self.inner.apply(batch).await?;
                 self.remember_fork(batch).await
             }
+            StoreBug::StaleSearchIndex => {
+                self.inner.apply(batch).await?;
+                let mut index = self.index.lock();
+                for e in batch {
+                    if let SyncEvent::PartUpdated { part } = &e.event {
+                        let key = (e.tenant.clone(), part.session_id.clone(), part.id.clone());
+                        index.insert(key, part.clone());
+                    }
+                }
+                Ok(())
+            }
             StoreBug::TenantLeak => {
                 let leaked: Vec<_> = batch
                     .iter()
@@ -724,6 +742,23 @@ impl Forward for BrokenStore {
             }
             _ => self.inner.apply(batch).await,
         }
+    }
+
+    async fn search(&self, tenant: &TenantId, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        if self.bug != StoreBug::StaleSearchIndex {
+            return self.inner.search(tenant, query).await;
+        }
+        let words = query.words()?;
+        let mut hits: Vec<SearchHit> = self
+            .index
+            .lock()
+            .iter()
+            .filter(|((t, s, _), _)| t == tenant && query.session.as_ref().is_none_or(|q| q == s))
+            .filter(|(_, p)| forge_core::search::matches(p, &words))
+            .filter_map(|(_, p)| SearchHit::of(p, 1.0, &words))
+            .collect();
+        forge_core::search::rank(&mut hits, query.limit());
+        Ok(hits)
     }
 
     async fn session(&self, tenant: &TenantId, id: &SessionId) -> Result<Option<SessionState>> {
