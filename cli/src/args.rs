@@ -287,6 +287,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Find what was said: the parts (text, reasoning, tool input and output) of the
+    /// tenant holding every word of QUERY, best first, each with its session, message
+    /// and part ids and a snippet (matching words in [brackets]).
+    Search {
+        /// The words to find (letters and digits; case and punctuation do not matter).
+        #[arg(required = true, num_args = 1..)]
+        query: Vec<String>,
+        /// Only this session's parts.
+        #[arg(long)]
+        session: Option<String>,
+        /// At most this many hits (up to 200).
+        #[arg(long, default_value_t = forge_store::search::DEFAULT_SEARCH_LIMIT)]
+        limit: usize,
+        /// Print JSON: the hits.
+        #[arg(long)]
+        json: bool,
+    },
     /// What the tenant stores (sessions, messages, parts, logical bytes, the largest
     /// sessions) and what the backend occupies (files, relations, server memory).
     Stats {

@@ -145,6 +145,22 @@ pub async fn run(
             }
             Ok(())
         }
+        Command::Search {
+            query,
+            session,
+            limit,
+            json,
+        } => {
+            let mut q = forge_store::search::SearchQuery::new(query.join(" "));
+            q.limit = limit.max(1);
+            q.session = session.map(SessionId::from);
+            let hits = forge.search(tenant, &q).await?;
+            if json {
+                return print_json(out, &hits);
+            }
+            show::hits(out, &hits)?;
+            Ok(())
+        }
         Command::Stats { json } => {
             let stats = forge.stats(tenant).await?;
             if json {

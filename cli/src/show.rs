@@ -269,6 +269,36 @@ fn bytes(n: u64) -> String {
 }
 
 /// What `forge-store stats` prints.
+/// Search hits, best first: score and ids, then the snippet with the matching words in
+/// brackets.
+pub fn hits(out: &mut dyn Write, hits: &[forge_store::search::SearchHit]) -> io::Result<()> {
+    if hits.is_empty() {
+        return writeln!(out, "no part holds every word");
+    }
+    for h in hits {
+        writeln!(
+            out,
+            "{:>7.3}  {} {} {} [{}]",
+            h.score, h.session_id, h.message_id, h.part_id, h.kind
+        )?;
+        let mut marked = String::with_capacity(h.snippet.len() + 8);
+        let mut at = 0;
+        for [a, b] in &h.highlights {
+            let (Some(before), Some(word)) = (h.snippet.get(at..*a), h.snippet.get(*a..*b)) else {
+                continue;
+            };
+            marked.push_str(before);
+            marked.push('[');
+            marked.push_str(word);
+            marked.push(']');
+            at = *b;
+        }
+        marked.push_str(h.snippet.get(at..).unwrap_or_default());
+        writeln!(out, "         {marked}")?;
+    }
+    Ok(())
+}
+
 pub fn stats(out: &mut dyn Write, s: &forge_store::Stats) -> io::Result<()> {
     let st = &s.stored;
     writeln!(out, "tenant {} on {}", s.tenant, s.backend)?;

@@ -89,6 +89,13 @@ fn hides_message(mark: &Mark, m: &MessageId) -> bool {
     m > &mark.message || (m == &mark.message && mark.part.is_none())
 }
 
+/// Whether `mark` hides part `part` of message `message` (the part's message follows
+/// the point, or is the point and the part sorts at or after the marked part).
+pub fn hides(mark: &Mark, message: &MessageId, part: &crate::id::PartId) -> bool {
+    hides_message(mark, message)
+        || (message == &mark.message && mark.part.as_ref().is_some_and(|p| part >= p))
+}
+
 /// `history` (oldest first) as a reverted session shows it.
 pub fn visible(mut history: Vec<MessageWithParts>, mark: &Mark) -> Vec<MessageWithParts> {
     history.retain(|m| !hides_message(mark, &m.info.id));

@@ -397,6 +397,81 @@ impl Forge {
             .map_err(|e| Error::store(format!("listing the sessions of tenant {tenant}"), e))
     }
 
+    /// Finds the parts of the tenant whose text holds every word of `query`, best first
+    /// ([`Store::search`]; [`forge_core::search`] states the rule), as the history
+    /// shows them: a part a session's revert mark hides is not found.
+    ///
+    /// # Errors
+    /// [`Error::Input`] for a query without words, [`Error::SessionNotFound`] for an
+    /// unknown `query.session`, or the store's error (a database opened with
+    /// `search=off` fails as unsupported).
+    pub async fn search(
+        &self,
+        tenant: &TenantId,
+        query: &forge_core::SearchQuery,
+    ) -> Result<Vec<forge_core::SearchHit>> {
+        query.words().map_err(|e| Error::Input {
+            at: "query".into(),
+            message: e.to_string(),
+            source: None,
+        })?;
+        if let Some(s) = &query.session {
+            self.session(tenant, s).await?;
+        }
+        let store = &self.engine.store;
+        let find = |q: forge_core::SearchQuery| async move {
+            store
+                .search(tenant, &q)
+                .await
+                .map_err(|e| Error::store(format!("searching tenant {tenant} for {:?}", q.text), e))
+        };
+        let hits = find(query.clone()).await?;
+        let full = hits.len() == query.limit();
+        let (mut kept, hidden) = self.unhidden(tenant, hits).await?;
+        if hidden && full && query.limit() < forge_core::search::MAX_SEARCH_LIMIT {
+            // Hidden hits took places: ask for every hit and keep the best visible ones.
+            let mut all = query.clone();
+            all.limit = forge_core::search::MAX_SEARCH_LIMIT;
+            kept = self.unhidden(tenant, find(all).await?).await?.0;
+            kept.truncate(query.limit());
+        }
+        Ok(kept)
+    }
+
+    /// `hits` without the parts a revert mark hides, and whether there were any.
+    async fn unhidden(
+        &self,
+        tenant: &TenantId,
+        hits: Vec<forge_core::SearchHit>,
+    ) -> Result<(Vec<forge_core::SearchHit>, bool)> {
+        let mut marks: std::collections::HashMap<SessionId, Option<forge_core::revert::Mark>> =
+            std::collections::HashMap::new();
+        let mut kept = Vec::with_capacity(hits.len());
+        let mut hidden = false;
+        for h in hits {
+            if !marks.contains_key(&h.session_id) {
+                let mark = self
+                    .engine
+                    .store
+                    .session(tenant, &h.session_id)
+                    .await
+                    .map_err(|e| Error::store(format!("reading session {}", h.session_id), e))?
+                    .and_then(|s| forge_core::revert::mark(&s.info));
+                marks.insert(h.session_id.clone(), mark);
+            }
+            let hides = marks
+                .get(&h.session_id)
+                .and_then(Option::as_ref)
+                .is_some_and(|m| forge_core::revert::hides(m, &h.message_id, &h.part_id));
+            if hides {
+                hidden = true;
+            } else {
+                kept.push(h);
+            }
+        }
+        Ok((kept, hidden))
+    }
+
     /// What a tenant stores ([`Store::stats`]) and what the backend occupies for all
     /// tenants ([`Store::footprint`]).
     ///

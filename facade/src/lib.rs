@@ -32,6 +32,7 @@ pub use forge_core::model;
 pub use forge_core::processor;
 pub use forge_core::prune;
 pub use forge_core::revert;
+pub use forge_core::search;
 pub use forge_core::turn;
 pub use forge_core::url::redact;
 pub use forge_core::{

@@ -45,6 +45,39 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/session/{id}/stream", post(stream))
         .route("/import", post(import))
         .route("/stats", get(stats))
+        .route("/find", get(find))
+}
+
+/// Query parameters of `GET /find`.
+#[derive(Deserialize)]
+struct FindQuery {
+    /// The words to find.
+    query: Option<String>,
+    /// Only this session's parts.
+    #[serde(rename = "sessionID")]
+    session_id: Option<String>,
+    /// At most this many hits (default 20, up to 200).
+    limit: Option<usize>,
+}
+
+/// The caller's tenant's parts holding every word of `query`, best first
+/// (`forge_store::search`): `[{sessionID, messageID, partID, type, score, snippet,
+/// highlights}]`. A part a revert mark hides is not found.
+async fn find(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Query(q): Query<FindQuery>,
+) -> Result<Response, ApiError> {
+    let Some(text) = q.query else {
+        return Err(ApiError::bad_request(
+            "GET /find needs ?query=WORDS (the words to find)",
+        ));
+    };
+    let mut query = forge_store::search::SearchQuery::new(text);
+    query.limit = q.limit.unwrap_or(0);
+    query.session = q.session_id.map(SessionId::from);
+    let hits = st.forge.search(&tenant, &query).await?;
+    Ok(Json(hits).into_response())
 }
 
 /// The tenant the request's bearer token opens.

@@ -57,6 +57,11 @@ impl ApiError {
         )
     }
 
+    /// 501 `NotImplemented`: the backend does not do what was asked.
+    pub fn not_implemented(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_IMPLEMENTED, "NotImplemented", message)
+    }
+
     /// 500 `StorageError`: the backend failed in a way a retry does not fix.
     pub fn storage(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "StorageError", message)
@@ -115,6 +120,8 @@ pub(crate) fn from_core(source: &forge_store::CoreError, message: String) -> Api
         ErrorKind::Conflict | ErrorKind::Held | ErrorKind::Fenced => ApiError::conflict(message),
         ErrorKind::InvalidInput => ApiError::bad_request(message),
         ErrorKind::NotFound => ApiError::not_found(message),
+        // The backend does not do it (search on a database opened with `search=off`).
+        ErrorKind::Unsupported => ApiError::not_implemented(message),
         _ => ApiError::storage(message),
     }
 }

@@ -79,6 +79,7 @@ async fn the_typescript_client_records_a_run_and_rebuilds_its_next_request() {
         .current_dir(&dir)
         .env("FORGE_URL", &s.base)
         .env("TOKEN", TOKEN_A)
+        .env("TOKEN_B", TOKEN_B)
         .env("AWAY_URL", format!("http://127.0.0.1:{away_port}"))
         .env("DEAD_URL", format!("http://127.0.0.1:{dead_port}"))
         .env("OUT", out.path())

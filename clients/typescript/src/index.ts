@@ -78,6 +78,7 @@ export class ForgeStoreError extends Error {
 }
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class ForgeClient {
@@ -318,6 +319,45 @@ export class ForgeClient {
   uiMessages(sessionID: string, options: { sdk?: 5 | 6 | 7 } = {}): Promise<unknown[]> {
     return this.view(sessionID, 'ui-messages', options.sdk ?? 7);
   }
+
+  /**
+   * The tenant's parts (text, reasoning, tool input and output) holding every word of
+   * `query`, best first (`GET /find`). `highlights` are indexes into `snippet` as
+   * JavaScript strings count them (the server sends UTF-8 byte offsets).
+   */
+  async search(query: string, options: { sessionID?: string; limit?: number } = {}): Promise<SearchHit[]> {
+    const params = new URLSearchParams({ query });
+    if (options.sessionID !== undefined) params.set('sessionID', options.sessionID);
+    if (options.limit !== undefined) params.set('limit', String(options.limit));
+    let response: Response;
+    try {
+      response = await this.fetch(`${this.base}/find?${params}`, { headers: this.headers() });
+    } catch (error) {
+      throw new ForgeStoreError(`searching ${this.base} failed (${describe(error)})`, { cause: error });
+    }
+    const hits = (await this.answer(response, `the search for ${JSON.stringify(query)}`)) as SearchHit[];
+    for (const hit of hits) {
+      const bytes = encoder.encode(hit.snippet);
+      const at = (n: number) => decoder.decode(bytes.subarray(0, n)).length;
+      hit.highlights = hit.highlights.map(([a, b]) => [at(a), at(b)]);
+    }
+    return hits;
+  }
+}
+
+/** One part a search found (`GET /find`). */
+export interface SearchHit {
+  sessionID: string;
+  messageID: string;
+  partID: string;
+  /** The part's type: `text`, `reasoning` or `tool`. */
+  type: string;
+  /** Relevance, higher is better; comparable within one answer. */
+  score: number;
+  /** The part's text around the first matching word. */
+  snippet: string;
+  /** `[start, end)` of each matching word in `snippet`. */
+  highlights: [number, number][];
 }
 
 function readerOf<T>(source: ReadableStream<T> | AsyncIterable<T>): ReadableStreamDefaultReader<T> {

@@ -1,6 +1,6 @@
 // The client against a running `forge-store serve`, driven by the real AI SDK (ai 7) with
 // its mock model. Run by `server/tests/ts_client.rs`, which starts the servers and passes:
-//   FORGE_URL  a running serve;  TOKEN  a token of its tenant
+//   FORGE_URL  a running serve;  TOKEN  a token of its tenant;  TOKEN_B  one of another tenant
 //   AWAY_URL   a serve that starts 1.5 s after this test writes OUT/away-waiting (then OUT/away-up)
 //   DEAD_URL   nothing listens there
 //   OUT        a directory: each recorded session's stream is written to OUT/<session>.jsonl
@@ -134,6 +134,32 @@ test('record tees a run into serve, and nextRequest gives back the SDK\'s own me
   const ui = await client.uiMessages('ses_ts_tools');
   assert.equal(ui.length, 2);
   assert.equal(ui[1].parts.filter((p) => p.type === 'tool-weather').length, 2);
+});
+
+test('search finds what the recorded run said, in its tenant only', async () => {
+  const client = new ForgeClient({ baseUrl: FORGE_URL, token: TOKEN });
+  // The second tool call's input; the long answer's words.
+  const tokyo = await client.search('TOKYO', { sessionID: 'ses_ts_tools' });
+  assert.ok(tokyo.length >= 1, JSON.stringify(tokyo));
+  for (const hit of tokyo) {
+    assert.equal(hit.sessionID, 'ses_ts_tools');
+    assert.ok(['tool', 'text', 'reasoning'].includes(hit.type), hit.type);
+    assert.ok(hit.highlights.some(([a, b]) => hit.snippet.slice(a, b).toLowerCase() === 'tokyo'), JSON.stringify(hit));
+  }
+  assert.ok(tokyo.some((h) => h.type === 'tool'), 'the tool call that asked for Tokyo is found');
+  const both = await client.search('word150 word7', { limit: 5 });
+  assert.equal(both.length, 1, JSON.stringify(both));
+  assert.equal(both[0].type, 'text');
+  assert.match(both[0].snippet, /\bword7\b/);
+  assert.deepEqual(await client.search('nowhere-said-xyzzy'), []);
+  // Another tenant's token finds nothing of it.
+  assert.deepEqual(await new ForgeClient({ baseUrl: FORGE_URL, token: env('TOKEN_B') }).search('Tokyo'), []);
+  await assert.rejects(client.search(' -- '), (e) => {
+    assert.ok(e instanceof ForgeStoreError);
+    assert.equal(e.status, 400);
+    assert.match(e.message, /holds no word/);
+    return true;
+  });
 });
 
 test('a server that is briefly away: lines wait in a bounded buffer, the app waits with them, nothing is lost', async () => {
