@@ -92,66 +92,107 @@ pub async fn run(
     dir: &Path,
     sessions: u32,
     seed: u64,
-    mut each: impl FnMut(&LargeRow),
+    each: impl FnMut(&LargeRow),
 ) -> Result<(Vec<LargeRow>, Vec<String>)> {
-    let (placement, notes) = Placement::create(fs, dir, true, true).await?;
     let mut texts = Vec::new();
     for s in 0..sessions {
         let mut text = Vec::new();
         write_jsonl(&session(seed ^ u64::from(s)), &mut text)?;
         texts.push(String::from_utf8(text).context("the workload is UTF-8")?);
     }
+    let modes = [
+        Mode {
+            name: "in rows",
+            tag: "off",
+            param: Some(("blobs", "off")),
+            logical: true,
+        },
+        Mode {
+            name: "stored once",
+            tag: "once",
+            param: None,
+            logical: false,
+        },
+    ];
+    compare(fs, dir, &texts, &modes, each).await
+}
+
+/// One way of opening the backends in [`compare`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mode {
+    /// Its name in the rows.
+    pub name: &'static str,
+    /// A short tag for the files and databases of the run.
+    pub tag: &'static str,
+    /// The URL parameter that sets the mode, if any.
+    pub param: Option<(&'static str, &'static str)>,
+    /// The rows' logical bytes are measured in this mode (the last such one counts).
+    pub logical: bool,
+}
+
+/// Replays `texts` (JSONL sessions) on every backend the device can host, once per
+/// mode, measuring what the device wrote and what the backend occupies.
+pub(crate) async fn compare(
+    fs: Filesystem,
+    dir: &Path,
+    texts: &[String],
+    modes: &[Mode],
+    mut each: impl FnMut(&LargeRow),
+) -> Result<(Vec<LargeRow>, Vec<String>)> {
+    let (placement, notes) = Placement::create(fs, dir, true, true).await?;
+    let sessions = u32::try_from(texts.len()).unwrap_or(u32::MAX);
     let mut rows = Vec::new();
     for backend in ["redb", "sqlite", "postgres", "redis"] {
         let mut logical = 0;
-        for (mode, off) in [("in rows", true), ("stored once", false)] {
-            let tag = if off { "off" } else { "once" };
-            let Some(base) = placement.url(backend, &format!("large_{tag}")) else {
+        let first = rows.len();
+        for mode in modes {
+            let Some(base) = placement.url(backend, &format!("{}_{}", mode.tag, sessions)) else {
                 continue;
             };
-            let url = if off {
-                with_param(&base, "blobs", "off")
-            } else {
-                base
+            let url = match mode.param {
+                Some((k, v)) => with_param(&base, k, v),
+                None => base,
             };
             let before = placement.settle(backend).await?;
             let forge = open(&url)
                 .await
                 .map_err(|e| anyhow!("opening {backend}: {e}"))?;
             let tenant = TenantId::default();
-            // A server's footprint is the whole server's (both modes' keys, the bus):
+            // A server's footprint is the whole server's (every mode's keys, the bus):
             // what the run added is the difference.
             let (disk_before, _) = disk_bytes(&forge).await?;
             for (s, text) in texts.iter().enumerate() {
                 forge
                     .replay_str(&tenant, text, ReplayOptions::default())
                     .await
-                    .map_err(|e| anyhow!("{backend} {mode}, session {s}: {e}"))?;
+                    .map_err(|e| anyhow!("{backend} {}, session {s}: {e}", mode.name))?;
             }
             forge.flush().await?;
-            if off {
+            if mode.logical {
                 logical = forge.stats(&tenant).await?.stored.logical_bytes;
             }
             let (disk, kind) = disk_bytes(&forge).await?;
             forge.close().await?;
             let after = placement.settle(backend).await?;
-            let device = after.saturating_sub(before);
-            let row = LargeRow {
+            rows.push(LargeRow {
                 backend: backend.to_owned(),
-                mode: mode.to_owned(),
+                mode: mode.name.to_owned(),
                 sessions,
-                logical_bytes: logical,
-                device_bytes: device,
-                amplification: if logical > 0 {
-                    device as f64 / logical as f64
-                } else {
-                    0.0
-                },
+                logical_bytes: 0,
+                device_bytes: after.saturating_sub(before),
+                amplification: 0.0,
                 disk_bytes: disk.saturating_sub(disk_before),
                 disk_kind: kind.to_owned(),
+            });
+        }
+        for row in &mut rows[first..] {
+            row.logical_bytes = logical;
+            row.amplification = if logical > 0 {
+                row.device_bytes as f64 / logical as f64
+            } else {
+                0.0
             };
-            each(&row);
-            rows.push(row);
+            each(row);
         }
     }
     Ok((rows, notes))
@@ -159,10 +200,15 @@ pub async fn run(
 
 /// The rows as a table, with the ratio of the two modes per backend.
 pub fn table(rows: &[LargeRow]) -> String {
+    table_of(rows, "values")
+}
+
+/// The rows as a table whose mode column is headed `mode`.
+pub(crate) fn table_of(rows: &[LargeRow], mode: &str) -> String {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    let mut out = String::from(
-        "| backend | values | logical MiB | device MiB | amplification | added on disk MiB |\n\
-         |---|---|---:|---:|---:|---:|\n",
+    let mut out = format!(
+        "| backend | {mode} | logical MiB | device MiB | amplification | added on disk MiB |\n\
+         |---|---|---:|---:|---:|---:|\n"
     );
     for r in rows {
         let _ = writeln!(

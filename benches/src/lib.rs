@@ -18,6 +18,7 @@ pub mod probe;
 pub mod report;
 pub mod run;
 pub mod scale;
+pub mod search;
 pub mod steady;
 pub mod suite;
 pub mod workload;

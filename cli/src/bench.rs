@@ -128,6 +128,89 @@ pub struct BenchArgs {
     /// Needs root.
     #[arg(long, value_name = "TURNS", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions", "large_values"])]
     fork: Option<u32>,
+    /// Time searches instead: a tenant of N messages (user prose; assistant reasoning,
+    /// text and a file read by a tool) on each backend of --backends, then 200 queries
+    /// of one, two and three words and of the most common words, 20 hits each; p50 and
+    /// p99 (--json writes them).
+    #[arg(long, value_name = "MESSAGES", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions", "large_values", "fork"])]
+    search: Option<u64>,
+    /// What the search index costs at the device instead: N W1 sessions of five
+    /// turns replayed with the index and without it (`search=off`)
+    /// on redb, SQLite and a throwaway Postgres and Redis on a loop-mounted ext4 (--json
+    /// writes them). Needs root.
+    #[arg(long, value_name = "SESSIONS", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions", "large_values", "fork", "search"])]
+    search_index: Option<u32>,
+}
+
+/// `--search MESSAGES`: search latency on every backend named.
+async fn searching(args: &BenchArgs, messages: u64, out: &mut dyn Write) -> Result<()> {
+    let tmp = work_dir(args, "forge-search-")?;
+    let mut rows = Vec::new();
+    writeln!(
+        out,
+        "| backend | search | messages | parts | logical MiB | p50 | p99 | common-word p99 | hits | fill |"
+    )?;
+    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for target in targets(args)? {
+        let dir = tmp.path().join(target.name());
+        std::fs::create_dir_all(&dir)?;
+        let instance = forge_bench::run::Instance::open(&target, &dir).await?;
+        let r = forge_bench::search::latency(instance.store(), messages, 200, args.seed).await;
+        instance.store().close().await?;
+        instance.close().await?;
+        let r = r.with_context(|| format!("searching on {}", target.name()))?;
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.1} | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.0} s |",
+            r.backend,
+            r.search,
+            r.messages,
+            r.parts,
+            r.logical_bytes as f64 / (1024.0 * 1024.0),
+            r.p50_ms,
+            r.p99_ms,
+            r.common_p99_ms,
+            r.mean_hits,
+            r.fill_s
+        )?;
+        out.flush()?;
+        rows.push(r);
+    }
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
+}
+
+/// `--search-index SESSIONS`: W1 with and without the index, at the device.
+async fn search_index(args: &BenchArgs, sessions: u32, out: &mut dyn Write) -> Result<()> {
+    let fs = match devices(args.device.as_deref(), out)?.first() {
+        Some(fs) => *fs,
+        None => bail!("--search-index measures at the device, and no device can be made here"),
+    };
+    let tmp = work_dir(args, "forge-search-index-")?;
+    let turns = 5;
+    writeln!(
+        out,
+        "search index: {sessions} W1 sessions of {turns} turns, with and without the index, on {fs}"
+    )?;
+    let (rows, notes) =
+        forge_bench::search::amplification(fs, tmp.path(), sessions, turns, args.seed, |r| {
+            eprintln!("  {} {}: device {} B", r.backend, r.mode, r.device_bytes);
+        })
+        .await?;
+    for n in notes {
+        writeln!(out, "{n}")?;
+    }
+    write!(out, "{}", forge_bench::search::table(&rows))?;
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
 }
 
 /// `--fork TURNS`: a fork on every backend, at the device.
@@ -356,6 +439,12 @@ pub async fn run(args: &BenchArgs, progress: Progress, out: &mut dyn Write) -> R
     }
     if let Some(n) = args.fork {
         return forked(args, n, out).await;
+    }
+    if let Some(n) = args.search {
+        return searching(args, n, out).await;
+    }
+    if let Some(n) = args.search_index {
+        return search_index(args, n, out).await;
     }
     let peers = match &args.peers {
         Some(p) => forge_bench::report::read_peers(p)?,

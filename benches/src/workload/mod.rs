@@ -24,7 +24,7 @@
 //! The next turn starts 50 ms after `finish`. Logical bytes per turn:
 //! 400 + 2,000 + 1,600 + 3 × (300 + 4,000) + 800 = 17,700.
 
-mod corpus;
+pub(crate) mod corpus;
 mod generate;
 mod jsonl;
 
