@@ -40,6 +40,9 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/session/{id}/fork", post(fork))
         .route("/session/{id}/revert", post(revert))
         .route("/session/{id}/unrevert", post(unrevert))
+        .route("/api/session/{id}/revert/stage", post(revert_stage))
+        .route("/api/session/{id}/revert/clear", post(revert_clear))
+        .route("/api/session/{id}/revert/commit", post(revert_commit))
         .route("/session/{id}/view", get(view))
         .route("/session/{id}/export", get(export))
         .route("/session/{id}/stream", post(stream))
@@ -385,6 +388,58 @@ async fn unrevert(
 ) -> Result<Json<Session>, ApiError> {
     let state = st.forge.unrevert(&tenant, &session_id(&id)?).await?;
     Ok(Json(state.info))
+}
+
+/// The body of opencode's v2 `revert/stage`.
+#[derive(Deserialize)]
+struct StageBody {
+    #[serde(rename = "messageID")]
+    message_id: String,
+    /// Whether opencode also reverts the files the hidden turns changed: accepted and
+    /// ignored (forge-store keeps no files).
+    #[allow(dead_code)]
+    files: Option<bool>,
+}
+
+/// opencode's v2 `revert/stage`: marks `messageID` (it and what follows are hidden,
+/// as [`revert`]); answers `{data: {messageID}}`, its `RevertState`.
+async fn revert_stage(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    Json(body): Json<StageBody>,
+) -> Result<Json<Value>, ApiError> {
+    let session = session_id(&id)?;
+    let message = message_id(&body.message_id)?;
+    let state = st.forge.revert(&tenant, &session, &message, None).await?;
+    let mark = state
+        .info
+        .extra
+        .get("revert")
+        .cloned()
+        .unwrap_or(Value::Null);
+    Ok(Json(json!({ "data": mark })))
+}
+
+/// opencode's v2 `revert/clear`: the mark is cleared, everything shows again (204).
+async fn revert_clear(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    st.forge.unrevert(&tenant, &session_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// opencode's v2 `revert/commit`: what the mark hides is removed and the mark cleared,
+/// in one batch; a session without a mark is left as it is (204).
+async fn revert_commit(
+    State(st): St,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    st.forge.revert_commit(&tenant, &session_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn delete_session(

@@ -138,5 +138,23 @@ async fn the_opencode_sdk_reads_the_api_and_resumes_events_after_a_cut() {
     assert_eq!(revert["whileReverted"].as_u64(), Some(total - 1), "{r}");
     assert_eq!(revert["cleared"], Value::Null, "{r}");
     assert_eq!(revert["afterRestore"].as_u64(), Some(total), "{r}");
+    // opencode's v2 revert routes through the SDK's v2 client: stage hides the last
+    // message, clear shows it, an unknown message is 404, commit removes it.
+    let v2 = &r["v2revert"];
+    assert_eq!(v2["staged"]["messageID"], v2["last"], "{r}");
+    assert_eq!(v2["whileStaged"].as_u64(), Some(total - 1), "{r}");
+    assert_eq!(v2["clearStatus"], 204, "{r}");
+    assert_eq!(v2["afterClear"].as_u64(), Some(total), "{r}");
+    assert_eq!(v2["missingStatus"], 404, "{r}");
+    assert_eq!(v2["commitStatus"], 204, "{r}");
+    assert_eq!(v2["afterCommit"].as_u64(), Some(total - 1), "{r}");
+    assert!(
+        !v2["afterCommitIds"]
+            .as_array()
+            .expect("ids")
+            .contains(&v2["last"]),
+        "{r}"
+    );
+    assert_eq!(v2["markAfterCommit"], Value::Null, "{r}");
     s.stop().await;
 }

@@ -130,6 +130,32 @@ result.revert = {
   afterRestore: shownAgain.data.length,
   total: all.data.length,
 }
+// opencode's v2 revert routes: stage (hide the last message), clear (show it again),
+// stage again and commit (the last message is gone).
+const staged = await client.v2.session.revert.stage({ sessionID: session, messageID: last })
+if (staged.error) throw new Error(`v2 revert.stage: ${JSON.stringify(staged.error)}`)
+const whileStaged = await client.session.messages({ sessionID: session })
+const cleared = await client.v2.session.revert.clear({ sessionID: session })
+if (cleared.error) throw new Error(`v2 revert.clear: ${JSON.stringify(cleared.error)}`)
+const afterClear = await client.session.messages({ sessionID: session })
+const unknownMark = await client.v2.session.revert.stage({ sessionID: session, messageID: "msg_nope" })
+await client.v2.session.revert.stage({ sessionID: session, messageID: last })
+const committed = await client.v2.session.revert.commit({ sessionID: session })
+if (committed.error) throw new Error(`v2 revert.commit: ${JSON.stringify(committed.error)}`)
+const afterCommit = await client.session.messages({ sessionID: session })
+const row = await client.session.get({ sessionID: session })
+result.v2revert = {
+  staged: staged.data.data,
+  whileStaged: whileStaged.data.length,
+  clearStatus: cleared.response.status,
+  afterClear: afterClear.data.length,
+  missingStatus: unknownMark.response.status,
+  commitStatus: committed.response.status,
+  afterCommit: afterCommit.data.length,
+  afterCommitIds: afterCommit.data.map((m) => m.info.id),
+  markAfterCommit: row.data.revert ?? null,
+  last,
+}
 result.deltas = deltas
 result.expected = expected
 result.text = text
