@@ -10,9 +10,10 @@
 //! most common words (the slowest for an index: the most postings to rank). Each is
 //! timed from the call to the hits, snippets built; p50 and p99 per backend.
 //!
-//! **Index write amplification** ([`amplification`]): W1 sessions replayed with the
-//! index (the default) and without it (`search=off`), on every backend the device can
-//! host, measured at the device as `--large-values` is.
+//! **Index write amplification** ([`amplification`]): W2 sessions (W1's shape with real
+//! text: W1's own text is runs of letters without spaces, which hold almost no words)
+//! replayed with the index (the default) and without it (`search=off`), on every
+//! backend the device can host, measured at the device as `--large-values` is.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -31,7 +32,7 @@ use serde_json::json;
 use crate::device::Filesystem;
 use crate::large::{compare, table_of, LargeRow, Mode};
 use crate::workload::corpus::{Cursor, Kind};
-use crate::workload::{w1, write_jsonl};
+use crate::workload::{w2, write_jsonl};
 
 /// Messages per session of the latency tenant.
 const SESSION_MESSAGES: u64 = 100;
@@ -276,7 +277,7 @@ fn envelope(
     }
 }
 
-/// Replays `sessions` W1 sessions of `turns` turns with the index and without it
+/// Replays `sessions` W2 sessions of `turns` turns with the index and without it
 /// (`search=off`) on every backend the device can host; `each` sees every row as it is
 /// measured. Returns the rows and notes saying what was made or left out.
 ///
@@ -293,7 +294,7 @@ pub async fn amplification(
     let mut texts = Vec::new();
     for s in 0..sessions {
         let mut text = Vec::new();
-        write_jsonl(&w1(turns, seed ^ u64::from(s)), &mut text)?;
+        write_jsonl(&w2(turns, seed ^ u64::from(s)), &mut text)?;
         texts.push(String::from_utf8(text).context("the workload is UTF-8")?);
     }
     let modes = [

@@ -134,8 +134,8 @@ pub struct BenchArgs {
     /// p99 (--json writes them).
     #[arg(long, value_name = "MESSAGES", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions", "large_values", "fork"])]
     search: Option<u64>,
-    /// What the search index costs at the device instead: N W1 sessions of five
-    /// turns replayed with the index and without it (`search=off`)
+    /// What the search index costs at the device instead: N W2 sessions (W1's shape,
+    /// real text) of five turns replayed with the index and without it (`search=off`)
     /// on redb, SQLite and a throwaway Postgres and Redis on a loop-mounted ext4 (--json
     /// writes them). Needs root.
     #[arg(long, value_name = "SESSIONS", conflicts_with_all = ["from", "input", "quick", "markdown", "steady_state", "list_sessions", "large_values", "fork", "search"])]
@@ -194,7 +194,7 @@ async fn search_index(args: &BenchArgs, sessions: u32, out: &mut dyn Write) -> R
     let turns = 5;
     writeln!(
         out,
-        "search index: {sessions} W1 sessions of {turns} turns, with and without the index, on {fs}"
+        "search index: {sessions} W2 sessions of {turns} turns, with and without the index, on {fs}"
     )?;
     let (rows, notes) =
         forge_bench::search::amplification(fs, tmp.path(), sessions, turns, args.seed, |r| {
