@@ -3,8 +3,8 @@
 //! - [`SqlDb`] runs queries and binds and decodes the column types used here, on any
 //!   sqlx database that supports them (one blanket implementation);
 //! - [`Dialect`] is what differs between the two SQL dialects: how a JSON column is
-//!   written and read, how errors are classified, and the tenant setting row-level
-//!   security reads;
+//!   written and read, how errors are classified, the tenant setting row-level
+//!   security reads, and how the search index is kept and queried ([`crate::search`]);
 //! - [`Backend`] is what a store gives the shared read path ([`crate::read`]), write
 //!   path ([`crate::write`]) and fence records ([`crate::fence`]): its transactions and
 //!   its counters.
@@ -24,7 +24,8 @@ use sqlx::{
     Type,
 };
 
-use crate::plan::Needs;
+use crate::plan::{Needs, PartRow};
+use crate::search::Candidates;
 use crate::stats::{Counters, Tally};
 
 /// A value to bind.
@@ -76,6 +77,12 @@ pub(crate) trait SqlDb: Database {
 
     /// Column `i` as an integer or NULL.
     fn opt_int(row: &Self::Row, i: usize) -> sqlx::Result<Option<i64>>;
+
+    /// Column `i` as text or NULL.
+    fn opt_text(row: &Self::Row, i: usize) -> sqlx::Result<Option<String>>;
+
+    /// Column `i` as a floating-point number.
+    fn float(row: &Self::Row, i: usize) -> sqlx::Result<f64>;
 }
 
 impl<DB> SqlDb for DB
@@ -87,8 +94,10 @@ where
     for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
     for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
     for<'a> Option<i64>: Decode<'a, DB> + Type<DB>,
+    for<'a> f64: Decode<'a, DB> + Type<DB>,
     for<'a> bool: Encode<'a, DB> + Type<DB>,
     for<'a> String: Decode<'a, DB> + Type<DB>,
+    for<'a> Option<String>: Decode<'a, DB> + Type<DB>,
     for<'a> Vec<u8>: Decode<'a, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
@@ -137,6 +146,14 @@ where
     fn opt_int(row: &Self::Row, i: usize) -> sqlx::Result<Option<i64>> {
         row.try_get(i)
     }
+
+    fn opt_text(row: &Self::Row, i: usize) -> sqlx::Result<Option<String>> {
+        row.try_get(i)
+    }
+
+    fn float(row: &Self::Row, i: usize) -> sqlx::Result<f64> {
+        row.try_get(i)
+    }
 }
 
 /// What differs between the SQL dialects.
@@ -156,6 +173,11 @@ pub(crate) trait Dialect: SqlDb {
     /// Whether a read also checks that a row's id column is the id in its JSON (a key
     /// damaged in the file would otherwise show the row under another id).
     const KEY_CHECKED: bool = false;
+    /// Whether a part's search index entry is a column of its row (Postgres:
+    /// `parts.search`, set by the part upsert through [`Dialect::push_search`]) rather
+    /// than rows of tables of its own, written by [`Dialect::index_parts`] after the
+    /// upsert (SQLite).
+    const SEARCH_IN_ROW: bool;
 
     /// Whether a database error (not a unique or foreign-key violation) may go away on
     /// a retry.
@@ -175,6 +197,31 @@ pub(crate) trait Dialect: SqlDb {
     async fn set_tenant(_conn: &mut Self::Connection, _tenant: &TenantId) -> Result<bool> {
         Ok(false)
     }
+
+    /// Pushes the value of the `search` column of `row`, a part of `tenant`, indexed
+    /// with text search configuration `config` (dialects with [`Dialect::SEARCH_IN_ROW`]).
+    fn push_search(_q: &mut QueryBuilder<Self>, _tenant: &TenantId, _row: &PartRow, _config: &str) {
+    }
+
+    /// Makes the index hold `rows`, parts of `tenant` as stored now, under their
+    /// [`PartRow::doc`] (none: no entry). The entries of their earlier versions are gone
+    /// already (SQLite's triggers remove an entry when its row is updated or deleted;
+    /// Postgres's index is a column of the row). The write path calls it after the part
+    /// upsert where the index is kept apart from the rows; the backfill
+    /// ([`crate::search::backfill`]) calls it in every dialect, on an empty index.
+    async fn index_parts(
+        conn: &mut Self::Connection,
+        tenant: &TenantId,
+        rows: &[PartRow],
+        config: &str,
+        tally: &mut Tally,
+    ) -> Result<()>;
+
+    /// The statement that finds the best `c.limit` candidates after the first
+    /// `c.offset` ([`Candidates`]), a row each: the part's JSON, its checksum, its id
+    /// and the score; the JSON NULL for a candidate that is not a part of the tenant (or
+    /// session) asked for.
+    fn search_candidates(c: &Candidates<'_>) -> QueryBuilder<Self>;
 
     /// Binds `arg`.
     fn bind(q: &mut QueryBuilder<Self>, arg: Arg<'_>) {
@@ -299,6 +346,16 @@ pub(crate) trait Backend: Send + Sync {
     /// Its write counters.
     fn counters(&self) -> &Counters;
 
+    /// The text search configuration its index is kept with (Postgres: a `regconfig`;
+    /// SQLite: FTS5's tokenizer), or `None` when searching is off (`search=off`).
+    fn search_config(&self) -> Option<&str>;
+
+    /// Whether search candidates come from a function of the database that may use the
+    /// index where row-level security keeps a plain query from it (Postgres).
+    fn search_function(&self) -> bool {
+        false
+    }
+
     /// What it occupies: its files, or its relations.
     async fn footprint(&self) -> Result<forge_core::Footprint>;
 
@@ -322,7 +379,7 @@ macro_rules! impl_store {
         #[async_trait::async_trait]
         impl forge_core::Store for $store {
             fn capabilities(&self) -> forge_core::Capabilities {
-                crate::read::capabilities::<Self>()
+                crate::read::capabilities(self)
             }
 
             async fn apply(
@@ -459,6 +516,14 @@ macro_rules! impl_store {
                 session: Option<&forge_core::SessionId>,
             ) -> forge_core::Result<forge_core::OpenItems> {
                 crate::read::open_items(self, tenant, session).await
+            }
+
+            async fn search(
+                &self,
+                tenant: &forge_core::TenantId,
+                query: &forge_core::SearchQuery,
+            ) -> forge_core::Result<Vec<forge_core::SearchHit>> {
+                crate::search::search(self, tenant, query).await
             }
 
             /// Closes the pools (SQLite: the last connection checkpoints the WAL into

@@ -8,6 +8,7 @@ mod plan;
 mod read;
 mod rows;
 mod schema;
+mod search;
 mod stats;
 mod write;
 

@@ -98,6 +98,9 @@ pub(crate) struct PartRow {
     pub id: PartId,
     pub open: bool,
     pub body: String,
+    /// The text the search index holds for it ([`crate::search::index_text`]): `None`
+    /// when the part is not searched, or the index is off.
+    pub doc: Option<String>,
 }
 
 /// The net row changes of one tenant, deletes first.
@@ -159,9 +162,11 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    /// Checks and serializes `batch`. Never fails: an event's error is reported when the
-    /// simulation reaches it, so the first failing event decides, as in the reference.
-    pub fn prepare(batch: &[Envelope<SyncEvent>]) -> Self {
+    /// Checks and serializes `batch`, and with `search` computes the indexed text of
+    /// every part it writes (from the part itself: its JSON is never parsed back). Never
+    /// fails: an event's error is reported when the simulation reaches it, so the first
+    /// failing event decides, as in the reference.
+    pub fn prepare(batch: &[Envelope<SyncEvent>], search: bool) -> Self {
         Self {
             events: batch
                 .iter()
@@ -170,7 +175,7 @@ impl Batch {
                     session: env.session_id.clone(),
                     seq: env.seq,
                     epoch: env.epoch,
-                    op: prepare_op(env),
+                    op: prepare_op(env, search),
                 })
                 .collect(),
         }
@@ -271,7 +276,7 @@ impl Batch {
     }
 }
 
-fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
+fn prepare_op(env: &Envelope<SyncEvent>, search: bool) -> Result<Op> {
     env.check()?;
     Ok(match &env.event {
         SyncEvent::SessionUpdated { info } => Op::PutSession {
@@ -296,6 +301,11 @@ fn prepare_op(env: &Envelope<SyncEvent>) -> Result<Op> {
                 id: part.id.clone(),
                 open: part.is_open(),
                 body: serde_json::to_string(part)?,
+                doc: if search {
+                    crate::search::index_text(part)
+                } else {
+                    None
+                },
             },
         },
         SyncEvent::PartRemoved {

@@ -4,8 +4,8 @@
 
 use forge_core::store::clamp_limit;
 use forge_core::{
-    Capabilities, Cursor, MessageId, MessageWithParts, OpenItems, Page, Part, Result, SessionId,
-    SessionPage, SessionState, TenantId,
+    Capabilities, Cursor, MessageId, MessageWithParts, OpenItems, Page, Part, Result, SearchKind,
+    SessionId, SessionPage, SessionState, TenantId,
 };
 use sqlx::{Database, QueryBuilder};
 
@@ -13,10 +13,15 @@ use crate::dialect::{Arg, Backend, Dialect};
 use crate::rows::{self, Origin};
 
 /// A backend's capabilities.
-pub(crate) fn capabilities<B: Backend>() -> Capabilities {
+pub(crate) fn capabilities<B: Backend>(b: &B) -> Capabilities {
     let mut caps = Capabilities::new(B::Db::BACKEND);
     caps.tenancy = B::Db::TENANCY;
     caps.blobs = true;
+    caps.search = if b.search_config().is_some() {
+        SearchKind::Index
+    } else {
+        SearchKind::Off
+    };
     caps
 }
 
@@ -40,7 +45,11 @@ fn checked<D: Dialect>(key: &str) -> String {
 }
 
 /// Where a read of `table` looks, for verification errors.
-fn origin<'a, D: Dialect>(place: &'a str, table: &'a str, tenant: &'a TenantId) -> Origin<'a> {
+pub(crate) fn origin<'a, D: Dialect>(
+    place: &'a str,
+    table: &'a str,
+    tenant: &'a TenantId,
+) -> Origin<'a> {
     Origin {
         place,
         table,

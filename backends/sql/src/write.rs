@@ -4,6 +4,13 @@
 //! statement per table and chunk, setting the tenant (row-level security) only when it
 //! changes.
 //!
+//! With search on, the part upsert writes each part's search index entry too
+//! ([`crate::search`]): on Postgres as the row's `search` column, in the same statement;
+//! on SQLite with statements of their own right after it. Removals and overwrites reach
+//! the index without a statement here: on Postgres the entry is part of its row, on
+//! SQLite triggers on `parts` remove it when its row is deleted (also by a cascade) or
+//! rewritten.
+//!
 //! The fence records are read after [`Backend::before_load`] and in the same
 //! transaction as the writes: on SQLite that transaction holds the database's write lock
 //! from its `BEGIN IMMEDIATE`; on Postgres `before_load` takes the advisory lock of every
@@ -14,14 +21,15 @@ use forge_core::{Envelope, Result, SessionId, SyncEvent, TenantId};
 use sqlx::{Database, QueryBuilder};
 
 use crate::dialect::{Arg, Backend, Dialect};
-use crate::plan::{Batch, Loaded, Needs, StoredSession, TenantOps};
+use crate::plan::{Batch, Loaded, Needs, PartRow, StoredSession, TenantOps};
 use crate::rows::{self, seq_from_sql, seq_to_sql, Origin};
 use crate::stats::Tally;
 use crate::{id_from_sql, CHUNK_ROWS};
 
 /// Applies one batch in one transaction: all of it or, on an error, nothing.
 pub(crate) async fn apply<B: Backend>(b: &B, batch: &[Envelope<SyncEvent>]) -> Result<()> {
-    let batch = Batch::prepare(batch);
+    let search = b.search_config();
+    let batch = Batch::prepare(batch, search.is_some());
     if batch.is_empty() {
         return Ok(());
     }
@@ -35,6 +43,7 @@ pub(crate) async fn apply<B: Backend>(b: &B, batch: &[Envelope<SyncEvent>]) -> R
             tenant: None,
             tally: &mut tally,
             place: b.place(),
+            search,
         };
         let loaded = writer.load(&needs).await?;
         batch.check_fences(&loaded)?;
@@ -69,6 +78,8 @@ struct Writer<'a, D: Database> {
     tally: &'a mut Tally,
     /// The database, named in verification errors.
     place: &'a str,
+    /// The search index's configuration, `None` when search is off.
+    search: Option<&'a str>,
 }
 
 impl<D: Dialect> Writer<'_, D> {
@@ -323,19 +334,62 @@ impl<D: Dialect> Writer<'_, D> {
             },
         )
         .await?;
-        self.upsert(
-            "parts (tenant, session, message, id, open, body, checksum)",
-            "(tenant, session, message, id) DO UPDATE SET open = excluded.open, \
-             body = excluded.body, checksum = excluded.checksum",
-            &ops.put_parts,
-            |p| {
-                let (s, m, id) = (p.session.as_str(), p.message.as_str(), p.id.as_str());
-                let (open, body) = (Arg::Bool(p.open), Arg::Json(&p.body));
-                let check = Arg::Int(rows::checksum(&p.body));
-                [t, Arg::Id(s), Arg::Id(m), Arg::Id(id), open, body, check]
-            },
-        )
-        .await?;
-        Ok(())
+        self.put_parts(tenant, &ops.put_parts).await
     }
+
+    /// Upserts parts, with their search index entries when search is on.
+    async fn put_parts(&mut self, tenant: &TenantId, parts: &[PartRow]) -> Result<()> {
+        const COLUMNS: &str = "parts (tenant, session, message, id, open, body, checksum";
+        const UPDATE: &str = "(tenant, session, message, id) DO UPDATE SET open = excluded.open, \
+                              body = excluded.body, checksum = excluded.checksum";
+        let t = tenant.as_str();
+        let tuple = |p| part_tuple(t, p);
+        match self.search {
+            None => {
+                self.upsert(&format!("{COLUMNS})"), UPDATE, parts, tuple)
+                    .await
+            }
+            Some(config) if D::SEARCH_IN_ROW => {
+                self.run_chunked(parts, |chunk| {
+                    let mut q =
+                        QueryBuilder::new(format!("INSERT INTO {COLUMNS}, search) VALUES "));
+                    for (i, p) in chunk.iter().enumerate() {
+                        q.push(if i == 0 { "(" } else { ", (" });
+                        for arg in tuple(p) {
+                            D::bind(&mut q, arg);
+                            q.push(", ");
+                        }
+                        D::push_search(&mut q, tenant, p, config);
+                        q.push(")");
+                    }
+                    q.push(format_args!(
+                        " ON CONFLICT {UPDATE}, search = excluded.search"
+                    ));
+                    q
+                })
+                .await
+            }
+            Some(config) => {
+                self.upsert(&format!("{COLUMNS})"), UPDATE, parts, tuple)
+                    .await?;
+                D::index_parts(self.conn, tenant, parts, config, self.tally).await
+            }
+        }
+    }
+}
+
+/// The columns of a part row, as [`Writer::put_parts`] writes them.
+fn part_tuple<'a>(tenant: &'a str, p: &'a PartRow) -> [Arg<'a>; 7] {
+    let (s, m, id) = (p.session.as_str(), p.message.as_str(), p.id.as_str());
+    let (open, body) = (Arg::Bool(p.open), Arg::Json(&p.body));
+    let check = Arg::Int(rows::checksum(&p.body));
+    [
+        Arg::Text(tenant),
+        Arg::Id(s),
+        Arg::Id(m),
+        Arg::Id(id),
+        open,
+        body,
+        check,
+    ]
 }

@@ -648,8 +648,11 @@ fn a_schema_of_version_3_opens_without_fence_records_and_fences() {
         apply_all(store, &sample_history()).await;
         store.close().await;
         // What a release of schema version 3 left: the same tables, no `fences` (nor
-        // the blob tables of version 5).
+        // the blob tables of version 5, nor the search index of version 6).
         let mut conn = raw(schema).await;
+        exec(&mut conn, "ALTER TABLE parts DROP COLUMN search").await;
+        exec(&mut conn, "ALTER TABLE forge_meta DROP COLUMN note").await;
+        exec(&mut conn, "DELETE FROM forge_meta WHERE key = 'search'").await;
         exec(&mut conn, "DROP TABLE fences").await;
         exec(&mut conn, "DROP TABLE blobs").await;
         exec(&mut conn, "DROP TABLE blob_touched").await;

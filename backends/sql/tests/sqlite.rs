@@ -537,11 +537,16 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
         let recorder = forge_testkit::logs::Recorder::default();
         let logs = tracing::subscriber::set_default(recorder.clone());
         // What a release of schema version 2 left: no checksums, no `fences`, no blob
-        // tables.
+        // tables, no search index.
         let again = reopened_as_left_by(
             dir,
             db,
             &[
+                "DROP TRIGGER parts_unindex",
+                "DROP TRIGGER parts_reindex",
+                "DROP TABLE search",
+                "DROP TABLE search_docs",
+                "DELETE FROM forge_meta WHERE key = 'search'",
                 "DROP TABLE fences",
                 "DROP TABLE blobs",
                 "DROP TABLE blob_touched",
@@ -589,11 +594,16 @@ fn a_database_of_schema_version_2_gets_the_checksum_of_every_row_it_holds() {
 fn a_database_of_schema_version_3_opens_without_fence_records_and_fences() {
     with_store(async |dir, db| {
         // What a release of schema version 3 left: the same tables, no `fences` (nor
-        // the blob tables of version 5).
+        // the blob tables of version 5, nor the search index of version 6).
         let again = reopened_as_left_by(
             dir,
             db,
             &[
+                "DROP TRIGGER parts_unindex",
+                "DROP TRIGGER parts_reindex",
+                "DROP TABLE search",
+                "DROP TABLE search_docs",
+                "DELETE FROM forge_meta WHERE key = 'search'",
                 "DROP TABLE fences",
                 "DROP TABLE blobs",
                 "DROP TABLE blob_touched",

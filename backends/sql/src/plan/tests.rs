@@ -92,7 +92,7 @@ fn stored(sessions: &[(&str, u64)], messages: &[(&str, &str)]) -> Loaded {
 #[test]
 fn a_part_upserted_under_another_message_moves_there() {
     let batch = [put_part("s", "m2", "p", 3)];
-    let b = Batch::prepare(&batch);
+    let b = Batch::prepare(&batch, false);
     assert_eq!(
         b.needs().parts[&tenant()],
         BTreeSet::from([(SessionId::from("s"), PartId::from("p"))])
@@ -107,14 +107,14 @@ fn a_part_upserted_under_another_message_moves_there() {
     assert_eq!(ops.put_parts[0].message.as_str(), "m2");
     // Moved and moved back in one batch: one row, under the first message.
     let batch = [put_part("s", "m2", "p", 3), put_part("s", "m1", "p", 4)];
-    let plan = Batch::prepare(&batch).simulate(&loaded).unwrap();
+    let plan = Batch::prepare(&batch, false).simulate(&loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
     assert_deletes_part_p(ops, "m2");
     assert_eq!(ops.put_parts.len(), 1);
     assert_eq!(ops.put_parts[0].message.as_str(), "m1");
     // The message holding it was removed first: nothing to move.
     let batch = [remove_message("s", "m1", 3), put_part("s", "m2", "p", 4)];
-    let plan = Batch::prepare(&batch).simulate(&loaded).unwrap();
+    let plan = Batch::prepare(&batch, false).simulate(&loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
     assert!(ops.delete_parts.is_empty(), "{:?}", ops.delete_parts);
 }
@@ -127,7 +127,7 @@ fn repeated_upserts_collapse_to_the_last_version_of_each_row() {
         put_part("s", "m", "p", 6),
         put_part("s", "m", "q", 7),
     ];
-    let b = Batch::prepare(&batch);
+    let b = Batch::prepare(&batch, false);
     let needs = b.needs();
     // The message is written first, so its stored existence does not matter.
     assert!(needs.messages.is_empty());
@@ -143,7 +143,7 @@ fn repeated_upserts_collapse_to_the_last_version_of_each_row() {
 #[test]
 fn a_part_for_a_message_removed_earlier_in_the_batch_is_not_found() {
     let batch = [remove_message("s", "m", 2), put_part("s", "m", "p", 3)];
-    let b = Batch::prepare(&batch);
+    let b = Batch::prepare(&batch, false);
     assert!(b.needs().messages.is_empty());
     let err = b.simulate(&stored(&[("s", 1)], &[("s", "m")])).unwrap_err();
     assert_not_found(&err, "message");
@@ -157,7 +157,7 @@ fn a_recreated_message_deletes_the_stored_one_first() {
         put_message("s", "m", 4),
         put_part("s", "m", "new", 5),
     ];
-    let b = Batch::prepare(&batch);
+    let b = Batch::prepare(&batch, false);
     assert_eq!(b.needs().messages[&tenant()].len(), 1);
     let plan = b.simulate(&stored(&[("s", 1)], &[("s", "m")])).unwrap();
     let ops = &plan.tenants[&tenant()];
@@ -175,7 +175,7 @@ fn a_deleted_and_recreated_session_restarts_its_seq() {
         },
     );
     let batch = [del, put_session("s", 2), put_part("s", "m", "p", 3)];
-    let b = Batch::prepare(&batch);
+    let b = Batch::prepare(&batch, false);
     // The session was deleted before the part: its stored messages are gone.
     assert!(b.needs().messages.is_empty());
     let err = b.simulate(&stored(&[("s", 5)], &[("s", "m")])).unwrap_err();
@@ -187,7 +187,7 @@ fn a_deleted_and_recreated_session_restarts_its_seq() {
             session_id: "s".into(),
         },
     );
-    let plan = Batch::prepare(&[del, put_session("s", 2)])
+    let plan = Batch::prepare(&[del, put_session("s", 2)], false)
         .simulate(&stored(&[("s", 5)], &[]))
         .unwrap();
     let ops = &plan.tenants[&tenant()];
@@ -204,26 +204,26 @@ fn the_first_failing_event_decides_and_removals_of_absent_rows_are_no_ops() {
         put_message("missing", "m", 2),
         mismatched,
     ];
-    let err = Batch::prepare(&batch)
+    let err = Batch::prepare(&batch, false)
         .simulate(&stored(&[("s", 0)], &[]))
         .unwrap_err();
     assert_not_found(&err, "session");
 
     // Only a seq bump is left of a removal of something absent.
-    let plan = Batch::prepare(&[remove_message("s", "nope", 8)])
+    let plan = Batch::prepare(&[remove_message("s", "nope", 8)], false)
         .simulate(&stored(&[("s", 3)], &[]))
         .unwrap();
     let ops = &plan.tenants[&tenant()];
     assert_eq!(ops.put_sessions[0].seq, 8);
     // A lower seq leaves the session alone; the (harmless) delete is all there is.
-    let plan = Batch::prepare(&[remove_message("s", "nope", 2)])
+    let plan = Batch::prepare(&[remove_message("s", "nope", 2)], false)
         .simulate(&stored(&[("s", 3)], &[]))
         .unwrap();
     let ops = &plan.tenants[&tenant()];
     assert!(ops.put_sessions.is_empty(), "{plan:?}");
     assert_eq!(ops.delete_messages.len(), 1);
     // A removal in a session that does not exist does nothing at all.
-    let plan = Batch::prepare(&[remove_message("s", "nope", 2)])
+    let plan = Batch::prepare(&[remove_message("s", "nope", 2)], false)
         .simulate(&stored(&[], &[]))
         .unwrap();
     assert!(plan.tenants.is_empty(), "{plan:?}");
@@ -238,7 +238,7 @@ fn every_events_session_needs_its_fence_and_the_first_refused_event_decides() {
         put_session("t", 2),
         mismatched,
     ];
-    let b = Batch::prepare(&batch);
+    let b = Batch::prepare(&batch, false);
     let needs = b.needs();
     let fenced: Vec<_> = needs.fences[&tenant()]
         .iter()
@@ -287,7 +287,7 @@ fn every_events_session_needs_its_fence_and_the_first_refused_event_decides() {
 /// What one batch leaves of part `p` of session `s2`: the messages whose row of it the
 /// plan writes, and those whose row it deletes (sorted).
 fn where_p_ends(batch: &[Envelope<SyncEvent>], loaded: &Loaded) -> (Vec<String>, Vec<String>) {
-    let plan = Batch::prepare(batch).simulate(loaded).unwrap();
+    let plan = Batch::prepare(batch, false).simulate(loaded).unwrap();
     let ops = &plan.tenants[&tenant()];
     let put = ops
         .put_parts

@@ -23,7 +23,26 @@ pub struct PostgresOptions {
     pub app_role: String,
     /// Connections of the pool. Default 8.
     pub max_connections: u32,
+    /// Whether the full-text search index is kept (`search=on`, the default) or not
+    /// (`search=off`: nothing is indexed and a search fails as unsupported). Connecting
+    /// with `on` to a schema without the index builds it from the rows; with `off` to a
+    /// schema with one drops it. Every pool on a schema should say the same: the last
+    /// connect decides.
+    pub search: bool,
+    /// The text search configuration (`regconfig`) the index is built with. Default
+    /// [`DEFAULT_SEARCH_LANGUAGE`]. Connecting with another one than the index was built
+    /// with rebuilds it.
+    ///
+    /// A search matches whole words whatever the configuration; one that stems
+    /// (`english`) finds candidates by stems, which are then checked word by word, and
+    /// one with stop words answers a query of stop words only by reading every part of
+    /// the tenant (or session).
+    pub search_language: String,
 }
+
+/// The text search configuration of the index when none is given: `simple`, which only
+/// lowercases (no stemming, no stop words), so the index's lexemes are the words.
+pub const DEFAULT_SEARCH_LANGUAGE: &str = "simple";
 
 impl fmt::Debug for PostgresOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -36,6 +55,8 @@ impl fmt::Debug for PostgresOptions {
             .field("schema", &self.schema)
             .field("app_role", &self.app_role)
             .field("max_connections", &self.max_connections)
+            .field("search", &self.search)
+            .field("search_language", &self.search_language)
             .finish()
     }
 }
@@ -62,7 +83,9 @@ impl PostgresOptions {
     /// (`postgresql://` too).
     ///
     /// forge-store's keys are `schema` (default `public`), `app_role` (default
-    /// `forge_app`) and `max_connections` (default 8); every other key (`sslmode`,
+    /// `forge_app`), `max_connections` (default 8), `search` (`on` | `off`, default
+    /// `on`) and `search_language` (a text search configuration, default `simple`,
+    /// checked against the server on connect); every other key (`sslmode`,
     /// `application_name`, …) is passed to sqlx.
     ///
     /// # Errors
@@ -79,6 +102,8 @@ impl PostgresOptions {
         let mut schema = None;
         let mut app_role = None;
         let mut max_connections = None;
+        let mut search = None;
+        let mut search_language = None;
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -86,6 +111,8 @@ impl PostgresOptions {
                 "schema" => &mut schema,
                 "app_role" => &mut app_role,
                 "max_connections" => &mut max_connections,
+                "search" => &mut search,
+                "search_language" => &mut search_language,
                 _ => {
                     passed.push(pair);
                     continue;
@@ -113,6 +140,22 @@ impl PostgresOptions {
                     ))
                 })?,
         };
+        let search = match search {
+            None => true,
+            Some(v) => crate::search::parse_switch("postgres", &v)?,
+        };
+        let search_language = search_language.unwrap_or_else(|| DEFAULT_SEARCH_LANGUAGE.to_owned());
+        // Written into SQL as a quoted literal: plain identifiers only.
+        let plain = !search_language.is_empty()
+            && search_language.split('.').count() <= 2
+            && search_language
+                .split('.')
+                .all(|part| identifier("", part).is_ok());
+        if !plain {
+            return Err(Error::invalid(format!(
+                "postgres option search_language={search_language:?} is not a text search                  configuration name (a plain identifier, maybe schema-qualified: simple,                  english, pg_catalog.german)"
+            )));
+        }
         let rest = if passed.is_empty() {
             base.to_owned()
         } else {
@@ -126,6 +169,8 @@ impl PostgresOptions {
             schema,
             app_role,
             max_connections,
+            search,
+            search_language,
         })
     }
 }
@@ -140,6 +185,8 @@ mod tests {
         assert_eq!(o.schema, "public");
         assert_eq!(o.app_role, DEFAULT_APP_ROLE);
         assert_eq!(o.max_connections, 8);
+        assert!(o.search);
+        assert_eq!(o.search_language, DEFAULT_SEARCH_LANGUAGE);
         assert_eq!(o.connect.get_port(), 5433);
         assert_eq!(o.connect.get_database(), Some("forge"));
 
@@ -151,6 +198,12 @@ mod tests {
         assert_eq!(o.app_role, "app");
         assert_eq!(o.max_connections, 3);
         assert_eq!(o.connect.get_application_name(), Some("x"));
+        let o = PostgresOptions::from_url(
+            "postgres://h/d?search=Off&search_language=pg_catalog.english",
+        )
+        .unwrap();
+        assert!(!o.search);
+        assert_eq!(o.search_language, "pg_catalog.english");
         assert!(!format!("{o:?}").contains("secret"));
 
         for (bad, needle) in [
@@ -161,6 +214,19 @@ mod tests {
             ("postgres://h/d?app_role=x\"y", "app_role"),
             ("postgres://h/d?max_connections=0", "1..=1000"),
             ("postgres://h/d?schema=a&schema=b", "twice"),
+            (
+                "postgres://h/d?search=yes",
+                "search=\"yes\" is not known; use search=on or search=off",
+            ),
+            (
+                "postgres://h/d?search_language=en'glish",
+                "search_language=\"en'glish\"",
+            ),
+            (
+                "postgres://h/d?search_language=a.b.c",
+                "search_language=\"a.b.c\"",
+            ),
+            ("postgres://h/d?search_language=", "search_language=\"\""),
         ] {
             let err = PostgresOptions::from_url(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");

@@ -6,9 +6,12 @@ use async_trait::async_trait;
 use forge_core::{Result, Tenancy, TenantId};
 use sqlx::error::DatabaseError;
 use sqlx::postgres::PgQueryResult;
-use sqlx::{PgConnection, Postgres};
+use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use crate::dialect::Dialect;
+use crate::plan::PartRow;
+use crate::search::Candidates;
+use crate::stats::Tally;
 
 #[async_trait]
 impl Dialect for Postgres {
@@ -20,6 +23,8 @@ impl Dialect for Postgres {
     /// role bound by row-level security ran the upgrade: it cannot see every tenant's
     /// rows to compute it (a privileged upgrade fills every row in).
     const UNCHECKED_ROWS: bool = true;
+    /// `parts.search` ([`super::search`]).
+    const SEARCH_IN_ROW: bool = true;
 
     /// Class 08 (connection exception), 40001 (serialization failure), 40P01
     /// (deadlock), 55P03 (lock not available), 53300 (too many connections), 57P01–03
@@ -35,6 +40,24 @@ impl Dialect for Postgres {
 
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
+    }
+
+    fn push_search(q: &mut QueryBuilder<Postgres>, tenant: &TenantId, row: &PartRow, config: &str) {
+        super::search::push_search(q, tenant, row, config);
+    }
+
+    async fn index_parts(
+        conn: &mut PgConnection,
+        tenant: &TenantId,
+        rows: &[PartRow],
+        config: &str,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        super::search::index_parts(conn, tenant, rows, config, tally).await
+    }
+
+    fn search_candidates(c: &Candidates<'_>) -> QueryBuilder<Postgres> {
+        super::search::candidates(c)
     }
 
     /// `is_local = true`: the setting ends with the transaction.

@@ -30,7 +30,7 @@ impl Driver for PostgresDriver {
         DriverInfo {
             name: "postgres",
             schemes: &["postgres", "postgresql"],
-            shape: "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]",
+            shape: "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&search=on|off&search_language=CONFIG]",
             kind: Kind::Server,
         }
     }

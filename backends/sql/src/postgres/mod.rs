@@ -6,11 +6,12 @@ mod dialect;
 mod driver;
 mod lock;
 mod schema;
+mod search;
 mod store;
 pub mod testing;
 pub mod wal;
 
-pub use config::{PostgresOptions, DEFAULT_APP_ROLE};
+pub use config::{PostgresOptions, DEFAULT_APP_ROLE, DEFAULT_SEARCH_LANGUAGE};
 pub use driver::{PostgresDriver, DRIVER};
 pub use schema::SCHEMA_VERSION;
 pub use store::PostgresStore;

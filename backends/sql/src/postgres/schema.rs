@@ -18,7 +18,7 @@ use super::config::PostgresOptions;
 use crate::error::postgres as map;
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Serializes migrations of every forge-store schema of the database (an advisory lock
 /// key; any constant unlikely to be used by others).
@@ -140,12 +140,19 @@ CREATE POLICY tenant_isolation ON blob_touched
     USING (tenant = current_setting('forge.tenant', true))
     WITH CHECK (tenant = current_setting('forge.tenant', true));
 "#,
+    // Version 6: full-text search (`super::search`). `forge_meta` gets a text column for
+    // the text search configuration of the index; `migrate` adds `parts.search` and
+    // builds it (`search=on`).
+    r"
+ALTER TABLE forge_meta ADD COLUMN note text;
+",
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 
-/// Creates `forge_meta`: the schema version, readable by everyone, written only by the
-/// role that creates it (RLS forced here too, so the owner is bound by the policies).
+/// Creates `forge_meta` (schema version 6 adds a `note` column): the schema version,
+/// readable by everyone, written only by the role that creates it (RLS forced here too,
+/// so the owner is bound by the policies).
 const META: &str = r"
 CREATE TABLE forge_meta (key text PRIMARY KEY, value bigint NOT NULL);
 ALTER TABLE forge_meta ENABLE ROW LEVEL SECURITY;
@@ -154,11 +161,13 @@ CREATE POLICY forge_meta_read ON forge_meta FOR SELECT USING (true);
 CREATE POLICY forge_meta_owner ON forge_meta TO CURRENT_USER USING (true) WITH CHECK (true);
 ";
 
-/// What the migration learned about the connecting user.
+/// What the migration learned about the connecting user, and set up.
 pub(crate) struct Setup {
     /// The URL's user is a superuser or has `BYPASSRLS`: queries must run as the
     /// application role.
     pub privileged: bool,
+    /// The text search configuration of the search index, `None` when search is off.
+    pub search: Option<String>,
 }
 
 pub(crate) fn quoted(ident: &str) -> String {
@@ -178,7 +187,8 @@ async fn role_bypasses_rls(conn: &mut PgConnection, role: &str) -> Result<Option
         .map_err(map)
 }
 
-/// Creates the schema if missing, checks its version, applies missing migrations and,
+/// Creates the schema if missing, checks its version, applies missing migrations,
+/// builds or drops the search index as the options ask ([`super::search::sync`]) and,
 /// for a privileged user, sets up the application role. One transaction, serialized
 /// with every other forge-store migration of the database (advisory locks are per database).
 ///
@@ -286,6 +296,8 @@ pub(crate) async fn migrate(conn: &mut PgConnection, options: &PostgresOptions) 
         .await
         .map_err(map)?;
     }
+    // After the role exists: the search function is granted to it.
+    let search = super::search::sync(&mut tx, options, privileged).await?;
     tx.commit().await.map_err(map)?;
-    Ok(Setup { privileged })
+    Ok(Setup { privileged, search })
 }

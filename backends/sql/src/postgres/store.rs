@@ -30,6 +30,8 @@ pub struct PostgresStore {
     pool: PgPool,
     options: PostgresOptions,
     privileged: bool,
+    /// The text search configuration of the index; `None`: search is off.
+    search: Option<String>,
     counters: Arc<Counters>,
     place: Arc<str>,
 }
@@ -67,12 +69,14 @@ impl PostgresStore {
     }
 
     /// Connects to `postgres://user@host:port/database[?schema=NAME&app_role=NAME&…]`,
-    /// creating the schema, the tables and the application role if missing. See
+    /// creating the schema, the tables and the application role if missing, and building
+    /// or dropping the search index as `search` and `search_language` ask. See
     /// [`PostgresOptions::from_url`].
     ///
     /// # Errors
     /// [`forge_core::Error::InvalidInput`] for a malformed URL, a schema of something
-    /// else, or an application role that bypasses row-level security;
+    /// else, an application role that bypasses row-level security, or a
+    /// `search_language` the server does not have;
     /// [`forge_core::Error::Unsupported`] for a schema written by a newer schema version;
     /// [`forge_core::Error::Backend`] when the server cannot be reached (retryable) or
     /// refuses.
@@ -123,6 +127,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             privileged: setup.privileged,
+            search: setup.search,
             counters: Arc::default(),
             place: format!("Postgres schema {}", options.schema).into(),
             options,
@@ -330,6 +335,16 @@ impl Backend for PostgresStore {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    fn search_config(&self) -> Option<&str> {
+        self.search.as_deref()
+    }
+
+    /// Set up by a role row-level security does not bind: `search_candidates`
+    /// ([`super::search`]).
+    fn search_function(&self) -> bool {
+        self.privileged && self.search.is_some()
     }
 
     fn place(&self) -> &str {

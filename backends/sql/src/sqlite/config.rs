@@ -125,6 +125,12 @@ pub struct SqliteOptions {
     pub wal_autocheckpoint: u32,
     /// What is verified of an existing file on open. Default [`Check::Full`].
     pub check: Check,
+    /// Whether the full-text search index is kept (`search=on`, the default) or not
+    /// (`search=off`: nothing is indexed and a search fails as unsupported). Opening
+    /// with `on` a file without the index builds it from the rows; opening with `off` a
+    /// file with one drops it. Every handle on a file should say the same: the last open
+    /// decides.
+    pub search: bool,
 }
 
 /// Page size of new SQLite files: 1 KiB.
@@ -154,6 +160,7 @@ impl SqliteOptions {
             page_size: DEFAULT_PAGE_SIZE,
             wal_autocheckpoint: 1000,
             check: Check::default(),
+            search: true,
         }
     }
 
@@ -163,7 +170,7 @@ impl SqliteOptions {
     /// directory, `sqlite:///var/lib/forge.db` absolute. Keys: `synchronous`
     /// (`normal` | `full`), `busy_timeout_ms`, `readers`, `page_size` (new files only),
     /// `wal_autocheckpoint` (pages; 0 = off), `check` (`quick` | `full` | `off`, see
-    /// [`Check`]).
+    /// [`Check`]), `search` (`on` | `off`, see [`SqliteOptions::search`]).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming what is wrong: another scheme, an empty path, an
@@ -213,6 +220,7 @@ impl SqliteOptions {
             match key {
                 "synchronous" => out.synchronous = value.parse()?,
                 "check" => out.check = value.parse()?,
+                "search" => out.search = crate::search::parse_switch("sqlite", value)?,
                 "busy_timeout_ms" => {
                     out.busy_timeout = Duration::from_millis(number(key)?);
                 }
@@ -245,8 +253,8 @@ impl SqliteOptions {
                 _ => {
                     return Err(Error::invalid(format!(
                         "sqlite option {key:?} is not known; the known options are \
-                         synchronous, busy_timeout_ms, readers, page_size, wal_autocheckpoint \
-                         and check"
+                         synchronous, busy_timeout_ms, readers, page_size, wal_autocheckpoint, \
+                         check and search"
                     )))
                 }
             }
@@ -278,6 +286,9 @@ mod tests {
         assert_eq!(o.check, Check::Full);
         let o = SqliteOptions::from_url("sqlite://x?check=off").unwrap();
         assert_eq!(o.check, Check::Off);
+        assert!(o.search);
+        let o = SqliteOptions::from_url("sqlite://x?search=OFF").unwrap();
+        assert!(!o.search);
         for (bad, needle) in [
             ("redb://x", "not a sqlite URL"),
             // Another backend's URL is quoted without its password.
@@ -299,6 +310,10 @@ mod tests {
             ("sqlite://x?wal_autocheckpoint=99999999999", "too large"),
             ("sqlite://x?busy_timeout_ms=soon", "whole number"),
             ("sqlite://x?check=maybe", "check=quick"),
+            (
+                "sqlite://x?search=maybe",
+                "search=\"maybe\" is not known; use search=on or search=off",
+            ),
             ("sqlite://x?synchronous=full&synchronous=full", "twice"),
         ] {
             let err = SqliteOptions::from_url(bad).unwrap_err();

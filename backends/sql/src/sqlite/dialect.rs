@@ -1,12 +1,16 @@
 //! SQLite's side of [`crate::dialect`]: JSON rows are `TEXT`, and the tenant is a key
 //! column only.
 
-use forge_core::{Error, Tenancy};
+use async_trait::async_trait;
+use forge_core::{Error, Result, Tenancy, TenantId};
 use sqlx::error::DatabaseError;
 use sqlx::sqlite::SqliteQueryResult;
-use sqlx::Sqlite;
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::dialect::Dialect;
+use crate::plan::PartRow;
+use crate::search::Candidates;
+use crate::stats::Tally;
 
 /// `SQLITE_FULL`, in the words the user looks for.
 #[derive(Debug)]
@@ -30,6 +34,7 @@ impl std::error::Error for DiskFull {
     }
 }
 
+#[async_trait]
 impl Dialect for Sqlite {
     const BACKEND: &'static str = "sqlite";
     const TENANCY: Tenancy = Tenancy::Keyed;
@@ -39,6 +44,8 @@ impl Dialect for Sqlite {
     const UNCHECKED_ROWS: bool = false;
     /// SQLite keeps the key in the file next to the value, with no checksum of its own.
     const KEY_CHECKED: bool = true;
+    /// FTS5 tables of their own ([`super::search`]).
+    const SEARCH_IN_ROW: bool = false;
 
     /// `SQLITE_BUSY` / `SQLITE_LOCKED` (and their extended codes): another process holds
     /// the file's write lock longer than the busy timeout.
@@ -86,5 +93,19 @@ impl Dialect for Sqlite {
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {
         done.rows_affected()
+    }
+
+    async fn index_parts(
+        conn: &mut SqliteConnection,
+        tenant: &TenantId,
+        rows: &[PartRow],
+        _config: &str,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        super::search::index_parts(conn, tenant, rows, tally).await
+    }
+
+    fn search_candidates(c: &Candidates<'_>) -> QueryBuilder<Sqlite> {
+        super::search::candidates(c)
     }
 }

@@ -44,7 +44,7 @@ impl Driver for SqliteDriver {
         DriverInfo {
             name: "sqlite",
             schemes: &["sqlite"],
-            shape: "sqlite://PATH[?synchronous=normal|full&page_size=N&check=quick|full|off]",
+            shape: "sqlite://PATH[?synchronous=normal|full&page_size=N&check=quick|full|off&search=on|off]",
             kind: Kind::File,
         }
     }

@@ -5,6 +5,7 @@ mod dialect;
 mod driver;
 mod files;
 mod schema;
+mod search;
 mod store;
 
 pub use config::{Check, SqliteOptions, Synchronous, DEFAULT_PAGE_SIZE};

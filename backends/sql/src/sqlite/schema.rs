@@ -11,7 +11,7 @@ use forge_core::Result;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 /// The schema version this release writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Migration `n` (index `n - 1`) brings a database from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -91,6 +91,42 @@ CREATE TABLE blob_touched (
     PRIMARY KEY (tenant, id)
 ) STRICT, WITHOUT ROWID;
 ",
+    // Version 6: the full-text search index (`super::search`), empty until `migrate`
+    // builds it (`search=on`). A part's entry goes when its row is deleted (removals,
+    // moves, the cascades of message removals and session deletions) or rewritten:
+    // the write path only adds the entries of the rows it wrote.
+    r"
+CREATE TABLE search_docs (
+    doc     INTEGER PRIMARY KEY,
+    tenant  TEXT NOT NULL,
+    session BLOB NOT NULL,
+    message BLOB NOT NULL,
+    part    BLOB NOT NULL,
+    UNIQUE (tenant, session, message, part)
+) STRICT;
+
+CREATE VIRTUAL TABLE search USING fts5(
+    scope, text, content = '', contentless_delete = 1, tokenize = 'ascii'
+);
+
+CREATE TRIGGER parts_unindex AFTER DELETE ON parts BEGIN
+    DELETE FROM search WHERE rowid = (
+        SELECT doc FROM search_docs WHERE tenant = old.tenant AND session = old.session
+            AND part = old.id AND message = old.message
+    );
+    DELETE FROM search_docs WHERE tenant = old.tenant AND session = old.session
+        AND part = old.id AND message = old.message;
+END;
+
+CREATE TRIGGER parts_reindex AFTER UPDATE ON parts BEGIN
+    DELETE FROM search WHERE rowid = (
+        SELECT doc FROM search_docs WHERE tenant = old.tenant AND session = old.session
+            AND part = old.id AND message = old.message
+    );
+    DELETE FROM search_docs WHERE tenant = old.tenant AND session = old.session
+        AND part = old.id AND message = old.message;
+END;
+",
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -98,9 +134,10 @@ const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 /// Creates `forge_meta`, which holds the schema version.
 const META: &str = "CREATE TABLE forge_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT";
 
-/// Checks the schema version and applies the missing migrations, inside the caller's
+/// Checks the schema version and applies the missing migrations, then builds or drops
+/// the search index as `search` asks ([`super::search::sync`]), inside the caller's
 /// write transaction (see [`crate::schema::upgrade`]).
-pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<()> {
+pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path, search: bool) -> Result<()> {
     let tables = QueryBuilder::new(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
          ORDER BY name",
@@ -115,5 +152,5 @@ pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<
             "upgraded from schema version {from}: computed the checksum of every row"
         );
     }
-    Ok(())
+    super::search::sync(conn, path, search).await
 }

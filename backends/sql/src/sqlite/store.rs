@@ -52,8 +52,9 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens `sqlite://PATH[?synchronous=normal|full&busy_timeout_ms=N&readers=N]`,
-    /// creating the file and the schema if missing. See [`SqliteOptions::from_url`].
+    /// Opens `sqlite://PATH[?synchronous=normal|full&busy_timeout_ms=N&readers=N&search=on|off]`,
+    /// creating the file and the schema if missing, and building or dropping the search
+    /// index as `search` asks. See [`SqliteOptions::from_url`].
     ///
     /// # Errors
     /// [`forge_core::Error::InvalidInput`] for a malformed URL or a database of
@@ -110,7 +111,7 @@ impl SqliteStore {
                 .begin_with("BEGIN IMMEDIATE")
                 .await
                 .map_err(|e| in_file(map(e), &options.path))?;
-            schema::migrate(&mut tx, &options.path)
+            schema::migrate(&mut tx, &options.path, options.search)
                 .await
                 .map_err(|e| in_file(e, &options.path))?;
             tx.commit()
@@ -306,7 +307,7 @@ async fn make(tmp: &std::path::Path, options: &SqliteOptions) -> Result<()> {
         .await
         .map_err(map)?;
     let mut tx = conn.begin().await.map_err(map)?;
-    schema::migrate(&mut tx, &options.path).await?;
+    schema::migrate(&mut tx, &options.path, options.search).await?;
     tx.commit().await.map_err(map)?;
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(&mut conn)
@@ -547,6 +548,10 @@ impl Backend for SqliteStore {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    fn search_config(&self) -> Option<&str> {
+        self.options.search.then_some(super::search::TOKENIZER)
     }
 
     fn place(&self) -> &str {

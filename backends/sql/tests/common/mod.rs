@@ -7,6 +7,7 @@
 
 pub mod fencing;
 pub mod scenarios;
+pub mod search;
 pub mod w1;
 
 pub use forge_conformance::differential::random as differential;
