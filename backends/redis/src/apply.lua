@@ -1,6 +1,9 @@
 -- Applies one batch of sync events atomically. ARGV[1] is 'apply', or 'check' to
--- validate only (pass 1) and write nothing; then ops of 10 fields each:
--- op, seq, base, sessions_key, session_id, message_id, part_id, value, open, epoch.
+-- validate only (pass 1) and write nothing; ARGV[2] is '1' when the writer keeps the
+-- full-text index (search=on), else '0'; then ops of 13 fields each:
+-- op, seq, base, sessions_key, session_id, message_id, part_id, value, open, epoch,
+-- and for a part upsert its document (search.lua): length in words ('' when the part
+-- has no document, '-' when the writer did not read it: search=off), words, values.
 -- KEYS[1] is one key of the batch's tenant, declared so that a Redis Cluster routes
 -- the script to the node of the tenant's slot (every key of a tenant shares it).
 -- Pass 0 checks fencing (forge_core::fence::check) and returns
@@ -10,8 +13,8 @@
 -- remove, and returns {'notfound', what, id} before any write. Pass 2 writes. Redis
 -- runs a script atomically, so the batch is all or nothing, and a claim (a script
 -- too) runs entirely before or after it.
-local W = 10
-local n = (#ARGV - 1) / W
+local W, H = 13, 2
+local n = (#ARGV - H) / W
 
 -- Pass 0: every op's epoch (a decimal, or '' for an unfenced writer) must be its
 -- session's current one, read from the session's fence record `base:fence` (see
@@ -19,7 +22,7 @@ local n = (#ARGV - 1) / W
 -- strings; the caller sends '-1' for an epoch no record can hold. Reads only.
 local fences = {}
 for i = 0, n - 1 do
-  local o = 1 + i * W
+  local o = H + i * W
   local base, epoch = ARGV[o + 3], ARGV[o + 10]
   local rec = fences[base]
   if rec == nil then
@@ -35,10 +38,6 @@ for i = 0, n - 1 do
   if not ok then
     return {'fenced', tostring(i), rec[1] or '', rec[2] or '', rec[3] or ''}
   end
-end
-
-local function hex(s)
-  return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))
 end
 
 -- seq strings are decimal u64 without leading zeros: compare by length, then bytes
@@ -67,7 +66,7 @@ local function set_msg(base, mid, v)
 end
 
 for i = 0, n - 1 do
-  local o = 1 + i * W
+  local o = H + i * W
   local op, base, mid = ARGV[o + 1], ARGV[o + 3], ARGV[o + 6]
   if op == 'su' then
     sess[base] = true
@@ -105,12 +104,38 @@ local function unindex(base, pid, mid)
   end
 end
 
-local function del_message(base, mid)
+-- The full-text index of each tenant is kept by what its state (tb:x:s) says, not by
+-- the writer's option, so every writer keeps an index once it exists: 'ready', or
+-- 'building' for the sessions already built (tb:x:b). A change to a session not built
+-- yet is counted instead (tb:x:c), so the builder knows its read went stale.
+local xstate = {}
+local function x_state(tb)
+  local s = xstate[tb]
+  if s == nil then
+    s = redis.call('HGET', tb .. ':x:s', 'state') or ''
+    xstate[tb] = s
+  end
+  return s
+end
+
+-- Whether the index of session sid is kept by a change to its documents (counting
+-- the change when the session is not built yet).
+local function x_keep(tb, sid)
+  local s = x_state(tb)
+  if s == 'ready' then return true end
+  if s ~= 'building' then return false end
+  if redis.call('SISMEMBER', tb .. ':x:b', sid) == 1 then return true end
+  redis.call('HINCRBY', tb .. ':x:c', sid, 1)
+  return false
+end
+
+local function del_message(base, mid, tb, keep)
   local hm = hex(mid)
   local pk = base .. ':p:' .. hm
   for _, pid in ipairs(redis.call('HKEYS', pk)) do
     redis.call('SREM', base .. ':op', hm .. ':' .. pid)
     unindex(base, pid, mid)
+    if keep then x_del(tb, base, pid, mid) end
   end
   redis.call('DEL', pk)
   redis.call('HDEL', base .. ':m', mid)
@@ -119,12 +144,22 @@ local function del_message(base, mid)
 end
 
 for i = 0, n - 1 do
-  local o = 1 + i * W
+  local o = H + i * W
   local op, seq, base, skey = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
   local sid, mid, pid, val, open = ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8], ARGV[o + 9]
   local info = base .. ':info'
+  local tb = string.sub(skey, 1, -10) -- skey is tb .. ':sessions'
   if op == 'su' then
     if redis.call('EXISTS', info) == 0 then
+      -- A new session has no document: it is built. A tenant's first session
+      -- starts its index when the writer keeps one.
+      local s = x_state(tb)
+      if s == 'building' then
+        redis.call('SADD', tb .. ':x:b', sid)
+      elseif s == '' and ARGV[2] == '1' and redis.call('ZCARD', skey) == 0 then
+        redis.call('HSET', tb .. ':x:s', 'state', 'ready', 'docs', '0', 'len', '0')
+        xstate[tb] = 'ready'
+      end
       redis.call('HSET', info, 'v', val, 'seq', '0', 'pi', '1')
       redis.call('ZADD', skey, 0, sid)
     else
@@ -132,11 +167,14 @@ for i = 0, n - 1 do
     end
   elseif op == 'sd' then
     if redis.call('EXISTS', info) == 1 then
+      if x_keep(tb, sid) then
+        for _, p in ipairs(redis.call('HKEYS', base .. ':x')) do x_del(tb, base, p, nil) end
+      end
       for _, m in ipairs(redis.call('ZRANGE', base .. ':mi', 0, -1)) do
         redis.call('DEL', base .. ':p:' .. hex(m))
       end
       redis.call('DEL', info, base .. ':m', base .. ':mi', base .. ':om', base .. ':op',
-        base .. ':pi')
+        base .. ':pi', base .. ':x')
       redis.call('ZREM', skey, sid)
     end
   elseif op == 'mu' then
@@ -148,7 +186,9 @@ for i = 0, n - 1 do
       redis.call('SREM', base .. ':om', mid)
     end
   elseif op == 'mr' then
-    if redis.call('HEXISTS', base .. ':m', mid) == 1 then del_message(base, mid) end
+    if redis.call('HEXISTS', base .. ':m', mid) == 1 then
+      del_message(base, mid, tb, x_keep(tb, sid))
+    end
   elseif op == 'pu' then
     ensure_index(base)
     local at = redis.call('HGET', base .. ':pi', pid)
@@ -159,13 +199,29 @@ for i = 0, n - 1 do
     end
     redis.call('HSET', base .. ':pi', pid, mid)
     redis.call('HSET', base .. ':p:' .. hex(mid), pid, val)
+    if x_keep(tb, sid) then
+      local len = ARGV[o + 11]
+      if len == '-' then
+        -- Written without its words (search=off): the index can no longer be kept;
+        -- it is dropped and built again by the next store that keeps one.
+        redis.call('HSET', tb .. ':x:s', 'state', 'off')
+        xstate[tb] = 'off'
+      elseif len == '' then
+        x_del(tb, base, pid, nil)
+      else
+        x_put(tb, base, sid, mid, pid, len, ARGV[o + 12], ARGV[o + 13])
+      end
+    end
     if open == '1' then
       redis.call('SADD', base .. ':op', hex(mid) .. ':' .. pid)
     else
       redis.call('SREM', base .. ':op', hex(mid) .. ':' .. pid)
     end
   elseif op == 'pr' then
-    if redis.call('HDEL', base .. ':p:' .. hex(mid), pid) == 1 then unindex(base, pid, mid) end
+    if redis.call('HDEL', base .. ':p:' .. hex(mid), pid) == 1 then
+      unindex(base, pid, mid)
+      if x_keep(tb, sid) then x_del(tb, base, pid, mid) end
+    end
     redis.call('SREM', base .. ':op', hex(mid) .. ':' .. pid)
   end
   if redis.call('EXISTS', info) == 1 then

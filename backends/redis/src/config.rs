@@ -50,6 +50,13 @@ pub struct RedisOptions {
     /// published, for subscribers to read it (`deleted_stream_ttl_ms=N`, default one
     /// hour); then it expires with the session's other keys gone.
     pub deleted_stream_ttl: Duration,
+    /// Whether the store keeps a full-text index (`search=on|off`, default `on`): with
+    /// `on`, every part upsert is indexed in the script that writes it, and connecting
+    /// builds the index of every tenant that lacks one; with `off`, nothing is indexed,
+    /// connecting drops every tenant's index, and a search fails with
+    /// [`Error::Unsupported`]. The state is recorded per tenant in Redis, so an index
+    /// is never read stale (see the crate docs, "Full-text index").
+    pub search: bool,
     /// Response timeout of ordinary (non-blocking) commands.
     pub response_timeout: Duration,
     /// How long one blocking `XREAD` of a subscription waits before asking again.
@@ -70,6 +77,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("shards", &self.shards)
             .field("fsync", &self.fsync)
             .field("deleted_stream_ttl", &self.deleted_stream_ttl)
+            .field("search", &self.search)
             .field("response_timeout", &self.response_timeout)
             .field("block", &self.block)
             .field("retry", &self.retry)
@@ -83,15 +91,15 @@ fn shown(url: &str) -> String {
 }
 
 impl RedisOptions {
-    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…&shards=…&work_maxlen=…&fsync=…]`.
+    /// Parses `redis://host:port[/db][?prefix=…&maxlen=…&shards=…&work_maxlen=…&fsync=…&search=…]`.
     ///
     /// Other query parameters (e.g. `protocol`) are passed on to the redis client.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a URL that is not `redis://` / `rediss://` /
     /// `redis+unix://`, a bad prefix, a `maxlen`, `work_maxlen` or `shards` that is not
-    /// a positive number (`shards` at most 1024), or an `fsync` that is not
-    /// `always`, `everysec` or `off`.
+    /// a positive number (`shards` at most 1024), an `fsync` that is not
+    /// `always`, `everysec` or `off`, or a `search` that is not `on` or `off`.
     pub fn from_url(url: &str) -> Result<Self> {
         if !["redis://", "rediss://", "redis+unix://", "unix://"]
             .iter()
@@ -111,6 +119,7 @@ impl RedisOptions {
             fsync: Fsync::default(),
             shards: 1,
             deleted_stream_ttl: Duration::from_hours(1),
+            search: true,
             response_timeout: Duration::from_secs(10),
             block: Duration::from_secs(2),
             retry: RetryPolicy::default(),
@@ -144,6 +153,18 @@ impl RedisOptions {
                             shown(url)
                         ))
                     })?;
+                }
+                "search" => {
+                    opts.search = match v {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "search={v:?} in {} is not one of on, off",
+                                shown(url)
+                            )))
+                        }
+                    };
                 }
                 "shards" => {
                     opts.shards = v
@@ -238,6 +259,13 @@ impl RedisOptions {
     /// prefix in the [`KeyLayout::Flat`] layout on a cluster; [`Error::Backend`] when
     /// the server fails.
     pub(crate) async fn connect(&self) -> Result<(Conn, Keys)> {
+        let (conn, keys, _) = self.open().await?;
+        Ok((conn, keys))
+    }
+
+    /// [`RedisOptions::connect`], also telling whether the prefix is new (see
+    /// [`KeyLayout::detect`]).
+    pub(crate) async fn open(&self) -> Result<(Conn, Keys, bool)> {
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -270,7 +298,7 @@ impl RedisOptions {
             Conn::Single(single)
         };
         durability::check(&mut conn, self.fsync, &self.server_label()).await?;
-        let layout = KeyLayout::detect(&mut conn, &self.prefix).await?;
+        let (layout, fresh) = KeyLayout::detect(&mut conn, &self.prefix).await?;
         if conn.is_cluster() && layout == KeyLayout::Flat {
             return Err(Error::invalid(format!(
                 "the keys under prefix {:?} use the flat layout of single servers, which a \
@@ -279,7 +307,7 @@ impl RedisOptions {
                 self.prefix
             )));
         }
-        Ok((conn, Keys::with_layout(&self.prefix, layout)?))
+        Ok((conn, Keys::with_layout(&self.prefix, layout)?, fresh))
     }
 
     async fn cluster(
@@ -359,6 +387,22 @@ mod tests {
             assert!(err.to_string().contains("shards="), "{err}");
         }
         assert!(RedisOptions::from_url("redis://h?prefix=a*b").is_err());
+        assert!(d.search);
+        assert!(
+            !RedisOptions::from_url("redis://h?search=off")
+                .unwrap()
+                .search
+        );
+        assert!(
+            RedisOptions::from_url("redis://h?search=on")
+                .unwrap()
+                .search
+        );
+        let err = RedisOptions::from_url("redis://h?search=yes").unwrap_err();
+        assert!(
+            err.to_string().contains("search=") && err.to_string().contains("on, off"),
+            "{err}"
+        );
     }
 
     #[test]

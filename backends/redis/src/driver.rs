@@ -27,7 +27,7 @@ impl Driver for RedisDriver {
         DriverInfo {
             name: "redis",
             schemes: &["redis", "rediss"],
-            shape: "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N&fsync=always|everysec|off] (store + durable Streams bus)",
+            shape: "redis://HOST[:PORT][/DB][?prefix=NAME&maxlen=N&fsync=always|everysec|off&search=on|off] (store + durable Streams bus)",
             kind: Kind::Server,
         }
     }

@@ -38,8 +38,10 @@ impl KeyLayout {
         }
     }
 
-    /// Reads (or, on first use, decides and records) the layout of `prefix`.
-    pub(crate) async fn detect(conn: &mut Conn, prefix: &str) -> Result<Self> {
+    /// Reads (or, on first use, decides and records) the layout of `prefix`, and
+    /// whether the prefix is new: no marker was recorded and no flat key found, so it
+    /// holds no row (every release that writes tagged keys records the marker first).
+    pub(crate) async fn detect(conn: &mut Conn, prefix: &str) -> Result<(Self, bool)> {
         let key = format!("{prefix}:layout");
         let parse = |v: &str| match v {
             "1" => Ok(Self::Flat),
@@ -55,7 +57,7 @@ impl KeyLayout {
             .await
             .map_err(map)?;
         if let Some(v) = found {
-            return parse(&v);
+            return Ok((parse(&v)?, false));
         }
         let guess = if !conn.is_cluster() && has_flat_keys(conn, prefix).await? {
             Self::Flat
@@ -75,7 +77,8 @@ impl KeyLayout {
             .query_async(conn)
             .await
             .map_err(map)?;
-        recorded.map_or(Ok(guess), |v| parse(&v))
+        let layout = recorded.map_or(Ok(guess), |v| parse(&v))?;
+        Ok((layout, guess == Self::Tagged))
     }
 }
 
@@ -252,6 +255,39 @@ impl Keys {
         format!("{}:blob:{id}", self.tenant(tenant))
     }
 
+    /// The string recording what the last store opened on the prefix did with the
+    /// full-text index: `on` (every tenant indexed) or `off` (every index dropped).
+    pub fn search_marker(&self) -> String {
+        format!("{}:search", self.prefix)
+    }
+
+    /// The start of every key of a tenant's full-text index (`…:x`): `…:x:s` its state,
+    /// `…:x:w:WORD` a word's postings, and so on (see the key layout in the crate docs).
+    /// The scripts derive the same names from the tenant's session index key.
+    pub fn index(&self, tenant: &TenantId) -> String {
+        format!("{}:x", self.tenant(tenant))
+    }
+
+    /// The hash of the index's documents of a session's parts: part id → `DOC:LEN`, its
+    /// document number and length in words.
+    pub fn session_docs(&self, base: &str) -> String {
+        format!("{base}:x")
+    }
+
+    /// The tenant whose key `key` is, when it is `PREFIX:t:TENANT…` + `suffix` in this
+    /// layout (keys of nested prefixes and malformed names give `None`).
+    pub(crate) fn tenant_of(&self, key: &str, suffix: &str) -> Option<TenantId> {
+        let rest = key
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(":t:")?
+            .strip_suffix(suffix)?;
+        let name = match self.layout {
+            KeyLayout::Flat => rest,
+            KeyLayout::Tagged => rest.strip_prefix('{')?.strip_suffix('}')?,
+        };
+        TenantId::new(name).ok()
+    }
+
     /// The dead-letter stream of a tenant's projector workers: what a target store
     /// refused and what was trimmed from a work stream before it was applied. In the
     /// tenant's slot, like every key of the tenant.
@@ -289,5 +325,18 @@ mod tests {
         assert_eq!(flat.dead_letters(&t), "p:t:t:dead");
         assert_eq!(flat.fence(&t, &"a".into()), "p:t:t:s:61:fence");
         assert!(Keys::new("").is_err());
+        // The index keys: the scripts build `x:…` names from the session index key.
+        assert_eq!(k.index(&t), "p:t:{t}:x");
+        assert_eq!(k.sessions(&t).replace(":sessions", ":x"), k.index(&t));
+        assert_eq!(k.session_docs(&b), format!("{b}:x"));
+        assert_eq!(k.tenant_of("p:t:{t}:x:s", ":x:s"), Some(t.clone()));
+        assert_eq!(
+            k.tenant_of("p:t:{t}:sessions", ":sessions"),
+            Some(t.clone())
+        );
+        assert_eq!(k.tenant_of("p:t:x:t:{t}:x:s", ":x:s"), None);
+        assert_eq!(k.tenant_of("p:t:t:x:s", ":x:s"), None);
+        assert_eq!(flat.tenant_of("p:t:t:x:s", ":x:s"), Some(t.clone()));
+        assert_eq!(flat.index(&t), "p:t:t:x");
     }
 }

@@ -9,8 +9,10 @@ mod durability;
 mod entry;
 mod error;
 mod fence;
+mod index;
 mod keys;
 pub mod probe;
+mod search;
 mod store;
 mod worker;
 

@@ -8,7 +8,8 @@ use forge_core::blob::{BlobEntry, BlobId, BlobValue};
 use forge_core::{
     codec, store::clamp_limit, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error,
     Footprint, Message, MessageId, MessageWithParts, Occupied, OpenItems, Page, Part, Reclaimed,
-    Result, Session, SessionId, SessionPage, SessionState, Store, SyncEvent, TenantId,
+    Result, SearchHit, SearchKind, SearchQuery, Session, SessionId, SessionPage, SessionState,
+    Store, SyncEvent, TenantId,
 };
 use redis::Script;
 
@@ -30,7 +31,7 @@ fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
     })
 }
 
-fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
     let row: JsonRow = codec::decode(bytes).map_err(|e| match e {
         Error::Codec { message, source } => Error::Codec {
             message: format!("{what}: {message}"),
@@ -67,13 +68,15 @@ async fn delete(conn: &mut Conn, keys: &[String]) -> Result<usize> {
 /// A store on Redis. Every `apply` batch is one Lua script (atomic on the server;
 /// on a Redis Cluster, atomic per tenant, every part validated before any is written).
 /// Fence records are hashes in their session's slot, claimed and released by scripts
-/// and checked by the apply script itself (see [`Keys::fence`]).
+/// and checked by the apply script itself (see [`Keys::fence`]). The full-text index
+/// is written by the same script (see the crate docs, "Full-text index").
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
     keys: Keys,
     apply: Script,
     fences: Fences,
+    search: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -90,15 +93,28 @@ impl RedisStore {
         Self::with_options(&RedisOptions::from_url(url)?).await
     }
 
-    /// Connects with parsed options.
+    /// Connects with parsed options. With `search=on` this builds the full-text index
+    /// of every tenant lacking one; with `off` it drops every index of the prefix (each
+    /// once: `PREFIX:search` records what was done).
     pub async fn with_options(opts: &RedisOptions) -> Result<Self> {
-        let (conn, keys) = opts.connect().await?;
-        Ok(Self {
+        let (conn, keys, fresh) = opts.open().await?;
+        let store = Self {
             conn,
             keys,
-            apply: Script::new(include_str!("apply.lua")),
+            apply: Script::new(concat!(
+                include_str!("search.lua"),
+                include_str!("apply.lua")
+            )),
             fences: Fences::new(),
-        })
+            search: opts.search,
+        };
+        store.setup_search(fresh).await?;
+        Ok(store)
+    }
+
+    /// Whether this store keeps a full-text index (`search=on`).
+    pub fn search_on(&self) -> bool {
+        self.search
     }
 
     /// The keys this store writes.
@@ -160,6 +176,41 @@ impl RedisStore {
     /// A handle on the store's connection (for the blob calls).
     pub(crate) fn connection(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// Every key matching `pattern` (a `SCAN` of the single server or of every master
+    /// of a cluster).
+    pub(crate) async fn scan_keys(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut conn = self.conn();
+        let masters = conn.masters().await?;
+        let nodes: Vec<Option<&(String, u16)>> = if conn.is_cluster() {
+            masters.iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let mut out = Vec::new();
+        for node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<String>) = conn
+                    .on_node(
+                        node,
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(pattern)
+                            .arg("COUNT")
+                            .arg(1000),
+                    )
+                    .await?;
+                out.extend(keys);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(out)
     }
 
     async fn parts_of(&self, base: &str, ids: &[MessageId]) -> Result<Vec<Vec<Part>>> {
@@ -255,14 +306,19 @@ impl RedisStore {
         let Some(first) = batch.first() else {
             return Ok(());
         };
-        let mut args = Vec::with_capacity(1 + batch.len() * 10);
+        let mut args = Vec::with_capacity(2 + batch.len() * 13);
         args.push(if check {
             b"check".to_vec()
         } else {
             b"apply".to_vec()
         });
+        args.push(if self.search {
+            b"1".to_vec()
+        } else {
+            b"0".to_vec()
+        });
         for env in batch {
-            self.push_op(&mut args, env)?;
+            self.push_op(&mut args, env, !check)?;
         }
         let mut inv = self.apply.key(self.keys.sessions(&first.tenant));
         for a in &args {
@@ -293,8 +349,15 @@ impl RedisStore {
         }
     }
 
-    /// Appends the 10 script fields of one event.
-    fn push_op(&self, args: &mut Vec<Vec<u8>>, env: &Envelope<SyncEvent>) -> Result<()> {
+    /// Appends the 13 script fields of one event: a part upsert's last three are its
+    /// document (`index::doc_args`) when `write` (the check pass reads none), or `-`
+    /// with `search=off` (not read).
+    fn push_op(
+        &self,
+        args: &mut Vec<Vec<u8>>,
+        env: &Envelope<SyncEvent>,
+        write: bool,
+    ) -> Result<()> {
         env.check()?;
         let base = self.keys.session_base(&env.tenant, &env.session_id);
         let (op, mid, pid, val, open): (&str, &str, &str, Vec<u8>, bool) = match &env.event {
@@ -325,6 +388,14 @@ impl RedisStore {
                 false,
             ),
         };
+        let doc = match &env.event {
+            SyncEvent::PartUpdated { part } if self.search && write => {
+                crate::index::doc_args(part).unwrap_or_default()
+            }
+            SyncEvent::PartUpdated { .. } => [b"-".to_vec(), Vec::new(), Vec::new()],
+            _ => Default::default(),
+        };
+        let [len, list, tfs] = doc;
         args.extend([
             op.as_bytes().to_vec(),
             env.seq.to_string().into_bytes(),
@@ -337,6 +408,9 @@ impl RedisStore {
             if open { b"1".to_vec() } else { b"0".to_vec() },
             env.epoch
                 .map_or_else(Vec::new, |e| fence::epoch_arg(e).into_bytes()),
+            len,
+            list,
+            tfs,
         ]);
         Ok(())
     }
@@ -347,7 +421,20 @@ impl Store for RedisStore {
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new("redis");
         caps.blobs = true;
+        caps.search = if self.search {
+            SearchKind::Index
+        } else {
+            SearchKind::Off
+        };
         caps
+    }
+
+    /// Reads the tenant's full-text index (see the crate docs, "Full-text index"): the
+    /// postings of the query's words, rarest first; every match scored by BM25 (over
+    /// the tenant, or over the session asked for, as the scan does); the best read back
+    /// with their rows by one script.
+    async fn search(&self, tenant: &TenantId, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        self.search_in(tenant, query).await
     }
 
     async fn put_blobs(

@@ -333,3 +333,78 @@ async fn a_cluster_refuses_a_prefix_in_the_flat_layout_by_name() {
         .expect_err("database 2 on a cluster");
     assert!(db.to_string().contains("only database 0"), "{db}");
 }
+
+/// The full-text index on a cluster: a batch spanning tenants indexes each in its own
+/// slot, searches answer as the scan does, and `search=off` then `on` drop and build
+/// every tenant's index, found by a scan of every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_indexes_each_tenant_in_its_slot_and_rebuilds_across_the_masters() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let p = TestPrefix::on_cluster(&cluster, "");
+    let store = p.store().await;
+    let tenants: Vec<TenantId> = (0..12)
+        .map(|i| TenantId::new(&format!("tenant-{i}")).expect("tenant"))
+        .collect();
+    let mut batch = Vec::new();
+    for (i, t) in tenants.iter().enumerate() {
+        for s in ["ses_0", "ses_1"] {
+            let text = format!("hello {s} tenant {i} common words {}", "word ".repeat(i));
+            let (msg, part) = common::user_message(&s.into(), "msg_1", "prt_1", &text);
+            batch.extend(common::opening(t, s, msg, part));
+        }
+    }
+    store.apply(&batch).await.expect("apply");
+    let check = |store: RedisStore| {
+        let tenants = tenants.clone();
+        async move {
+            for t in &tenants {
+                for text in ["hello", "common words", "ses_1", "word", "absent"] {
+                    let q = forge_core::SearchQuery::new(text);
+                    let got = store.search(t, &q).await.expect("search");
+                    let want = forge_core::search::scan(&store, t, &q).await.expect("scan");
+                    assert_eq!(got, want, "tenant {t}, {text:?}");
+                }
+            }
+            store
+        }
+    };
+    let store = check(store).await;
+    assert_eq!(
+        store
+            .search(&tenants[3], &forge_core::SearchQuery::new("hello"))
+            .await
+            .expect("search")
+            .len(),
+        2
+    );
+    let slots = slots_by_tenant(&cluster, &p.prefix);
+    for (tenant, at) in &slots {
+        assert_eq!(at.len(), 1, "tenant {tenant}'s keys span slots: {at:?}");
+    }
+    let index_keys = || {
+        cluster
+            .node_urls()
+            .iter()
+            .map(|url| {
+                let mut conn = redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("node connection");
+                redis::Commands::scan_match::<_, String>(&mut conn, format!("{}:t:*:x*", p.prefix))
+                    .expect("scan")
+                    .filter_map(Result::ok)
+                    .count()
+            })
+            .sum::<usize>()
+    };
+    assert!(index_keys() > tenants.len() * 4);
+    let off = RedisStore::connect(&format!("{}&search=off", p.url))
+        .await
+        .expect("off");
+    assert_eq!(index_keys(), tenants.len(), "only the states are left");
+    drop(off);
+    let on = check(p.store().await).await;
+    assert!(index_keys() > tenants.len() * 4);
+    drop(on);
+}
