@@ -87,6 +87,13 @@ pub struct RedbOptions {
     /// default). The cache fills as the file grows, so this bounds the memory a
     /// long-running process spends on it.
     pub cache_bytes: usize,
+    /// Keep the full-text search index (`true`, the default): every part upsert and
+    /// removal maintains it in the transaction that writes the rows, and [`forge_core::Store::search`]
+    /// answers from it. `false` keeps no index (a part write costs nothing more) and
+    /// `search` fails with `Error::Unsupported`. The file records which: opening with
+    /// `true` a file without the index builds it from the part rows, opening with
+    /// `false` a file with one drops it.
+    pub search: bool,
 }
 
 /// redb's own default page cache: 1 GiB.
@@ -101,6 +108,7 @@ impl Default for RedbOptions {
             wait: Duration::ZERO,
             check: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            search: true,
         }
     }
 }
@@ -128,8 +136,9 @@ impl RedbOptions {
     /// A leading `?` is allowed and an empty query gives the defaults. Keys are
     /// `durability` (`immediate` | `none`), `journal` (`on` | `off`),
     /// `checkpoint_bytes` (a positive number of bytes), `wait_ms` (see
-    /// [`RedbOptions::wait`]), `check` (`on` | `off`, see [`RedbOptions::check`]) and
-    /// `cache_mib` (see [`RedbOptions::cache_bytes`]).
+    /// [`RedbOptions::wait`]), `check` (`on` | `off`, see [`RedbOptions::check`]),
+    /// `cache_mib` (see [`RedbOptions::cache_bytes`]) and `search` (`on` | `off`, see
+    /// [`RedbOptions::search`]).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the unknown key, the unknown value, a pair without
@@ -164,6 +173,7 @@ impl RedbOptions {
                     }
                 }
                 "check" => out.check = parse_bool(key, value)?,
+                "search" => out.search = parse_bool(key, value)?,
                 "cache_mib" => {
                     out.cache_bytes = value
                         .parse::<usize>()
@@ -190,7 +200,8 @@ impl RedbOptions {
                 _ => {
                     return Err(Error::invalid(format!(
                         "redb option {key:?} is not known; the known options are \
-                         durability, journal, checkpoint_bytes, wait_ms, check and cache_mib"
+                         durability, journal, checkpoint_bytes, wait_ms, check, cache_mib \
+                         and search"
                     )))
                 }
             }
@@ -218,6 +229,9 @@ mod tests {
         );
         assert!(RedbOptions::default().check);
         assert!(!RedbOptions::from_query("check=off").unwrap().check);
+        assert!(RedbOptions::default().search);
+        assert!(!RedbOptions::from_query("search=off").unwrap().search);
+        assert!(RedbOptions::from_query("search=ON").unwrap().search);
         assert_eq!(
             RedbOptions::from_query("cache_mib=64").unwrap().cache_bytes,
             64 << 20
@@ -243,6 +257,7 @@ mod tests {
             ("durability", "\"durability\""),
             ("durability=none&durability=none", "twice"),
             ("journal=maybe", "\"maybe\""),
+            ("search=fast", "use search=on or search=off"),
             ("checkpoint_bytes=0", "positive"),
             ("checkpoint_bytes=-1", "positive"),
             ("wait_ms=soon", "milliseconds"),

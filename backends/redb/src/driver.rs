@@ -43,7 +43,7 @@ impl Driver for RedbDriver {
         DriverInfo {
             name: "redb",
             schemes: &["redb"],
-            shape: "redb://PATH[?durability=immediate|none&journal=on|off&check=on|off&wait_ms=N&cache_mib=N]",
+            shape: "redb://PATH[?durability=immediate|none&journal=on|off&check=on|off&wait_ms=N&cache_mib=N&search=on|off]",
             kind: Kind::File,
         }
     }

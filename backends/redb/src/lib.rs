@@ -7,6 +7,7 @@ mod error;
 mod journal;
 mod read;
 mod schema;
+mod search;
 mod store;
 mod write;
 

@@ -17,6 +17,12 @@
 //! | `fences` | (tenant, session) | [`FenceRow`] |
 //! | `blobs` | (tenant, SHA-256 hex) | codec-encoded [`BlobRow`]: a large value stored once |
 //! | `blob_touched` | (tenant, SHA-256 hex) | `i64`: when the blob was last written or refreshed |
+//! | `search_docs` | (tenant, session, part) | codec-encoded [`DocRow`]: the part's document number and terms |
+//! | `search_refs` | (tenant, document number) | (session, part) |
+//! | `search_postings` | (tenant, word, first document number) | a block of postings: (document number, term frequency, document length) each |
+//! | `search_df` | (tenant, word) | `u64`: documents holding the word |
+//! | `search_stats` | tenant | (`u64` documents, `u64` total length, `u32` sessions numbered) |
+//! | `search_sessions` | (tenant, session) | (`u32` session number, `u32` documents numbered) |
 //!
 //! The two `open_*` tables index exactly the rows for which `Message::is_open` /
 //! `Part::is_open` hold; `part_messages` indexes every part row by its id within the
@@ -38,6 +44,13 @@
 //! blobs would return as the value, so it must refuse the file. Opening a version 4 file
 //! creates the two empty tables.
 //!
+//! Version 6 added the search index (the `search_*` tables, see [`crate::search`]),
+//! written in the same transaction as the part rows it indexes: a release that does not
+//! know it would leave it stale, so it must refuse the file. `meta` records under
+//! `search_index` whether the index is kept (1) or absent (0, `search=off`); opening a
+//! version 5 file creates the empty tables with `search_index` 0, and opening with
+//! `search=on` then builds the index from the part rows.
+//!
 //! A fence record is apart from the session's rows: it may exist before its session,
 //! and removing the session leaves it, so epochs never go back.
 
@@ -45,7 +58,7 @@ use forge_core::{codec, Error, Result};
 use redb::TableDefinition;
 
 /// The schema version this release writes and reads.
-pub(crate) const SCHEMA_VERSION: u64 = 5;
+pub(crate) const SCHEMA_VERSION: u64 = 6;
 
 /// Key of the schema version in [`META`].
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
@@ -60,6 +73,10 @@ pub(crate) const JOURNAL_APPLIED_KEY: &str = "journal_applied";
 /// Key in [`META`] of the journal file's length at the last checkpoint: the file never
 /// shrinks, so a shorter journal was cut (see the `journal` module).
 pub(crate) const JOURNAL_SIZE_KEY: &str = "journal_size";
+
+/// Key in [`META`] of the search index's state: 1 when the `search_*` tables index every
+/// part row, 0 (or absent) when they are empty and unmaintained.
+pub(crate) const SEARCH_INDEX_KEY: &str = "search_index";
 
 /// Key of a session.
 pub(crate) type SessionKey = (&'static str, &'static str);
@@ -93,6 +110,35 @@ pub(crate) const BLOBS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::
 /// refresh rewrites 8 bytes, not the value).
 pub(crate) const BLOB_TOUCHED: TableDefinition<(&str, &str), i64> =
     TableDefinition::new("blob_touched");
+
+/// The search index's documents by part: codec-encoded [`DocRow`].
+pub(crate) const SEARCH_DOCS: TableDefinition<(&str, &str, &str), &[u8]> =
+    TableDefinition::new("search_docs");
+/// Where each document number points: (session, part).
+pub(crate) const SEARCH_REFS: TableDefinition<(&str, u64), (&str, &str)> =
+    TableDefinition::new("search_refs");
+/// Postings by (tenant, word, first document number): a block of up to 128 postings of
+/// the word, each (document number, term frequency, document length).
+pub(crate) const SEARCH_POSTINGS: TableDefinition<(&str, &str, u64), &[u8]> =
+    TableDefinition::new("search_postings");
+/// Document frequency by (tenant, word): how many documents hold the word.
+pub(crate) const SEARCH_DF: TableDefinition<(&str, &str), u64> = TableDefinition::new("search_df");
+/// Per tenant: (documents, their total length in words, sessions numbered so far).
+pub(crate) const SEARCH_STATS: TableDefinition<&str, (u64, u64, u32)> =
+    TableDefinition::new("search_stats");
+/// Per session: (its number, documents numbered in it so far).
+pub(crate) const SEARCH_SESSIONS: TableDefinition<SessionKey, (u32, u32)> =
+    TableDefinition::new("search_sessions");
+
+/// A searched part's entry in the index: its document number and its terms (what its
+/// postings are, so that an overwrite or a removal finds them).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(crate) struct DocRow {
+    /// `session number << 32 | number within the session`.
+    pub(crate) docno: u64,
+    /// The document's terms.
+    pub(crate) terms: crate::search::Terms,
+}
 
 /// A blob's value.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use forge_core::blob::{BlobEntry, BlobId, BlobValue};
 use forge_core::{
     fence, Capabilities, Claim, ClaimRequest, Cursor, Envelope, Error, Footprint, MessageId,
-    MessageWithParts, OpenItems, Page, Reclaimed, Result, SessionId, SessionPage, SessionState,
-    Store, SyncEvent, TenantId,
+    MessageWithParts, OpenItems, Page, Reclaimed, Result, SearchHit, SearchKind, SearchQuery,
+    SessionId, SessionPage, SessionState, Store, SyncEvent, TenantId,
 };
 use parking_lot::{Mutex, RwLock};
 use redb::backends::FileBackend;
@@ -24,6 +24,7 @@ use crate::schema::{FENCES, JOURNAL_APPLIED_KEY, JOURNAL_GENERATION_KEY, JOURNAL
 use crate::{read, write};
 
 mod blobs;
+mod search;
 mod version;
 
 use version::init_schema;
@@ -39,6 +40,10 @@ use version::init_schema;
 /// appended to the journal with one `fdatasync`, and checkpointed into the file every
 /// [`RedbOptions::checkpoint_bytes`]. Opening the file replays what the journal holds
 /// beyond the last checkpoint.
+///
+/// With [`RedbOptions::search`] on (the default), every batch also maintains the
+/// full-text search index in its transaction, and [`Store::search`] answers from the
+/// index without reading the history.
 ///
 /// Fence records (`claim`, `release`) are written by write transactions too, journaled
 /// like a batch: a batch checks its epochs against the records in its own transaction,
@@ -141,16 +146,26 @@ impl RedbStore {
         options: RedbOptions,
         counters: Option<IoCounters>,
     ) -> Result<Self> {
-        init_schema(&db, &path)?;
+        init_schema(&db, &path, options.search)?;
+        // The journal's batches are replayed as they were written: with the index when
+        // the file keeps it. Only then is the index built or dropped for `search`.
+        let indexed = search::is_kept(&db)?;
         let journal_path = journal::path_for(&path);
         let journal = if options.journaled() || journal_path.exists() {
-            let j = recover_journal(&db, journal_path, options.checkpoint_bytes, counters)?;
+            let j = recover_journal(
+                &db,
+                journal_path,
+                options.checkpoint_bytes,
+                counters,
+                indexed,
+            )?;
             // Without the journal, a file it once held is replayed and left behind: its
             // records are of an older generation from now on.
             options.journaled().then(|| Arc::new(Mutex::new(j)))
         } else {
             None
         };
+        search::sync(&db, &path, options.search, indexed)?;
         Ok(Self {
             db: Arc::new(RwLock::new(db)),
             journal,
@@ -341,7 +356,7 @@ fn create_whole(path: &Path, options: &RedbOptions) -> Result<Option<Database>> 
     })
     .create(&tmp)
     .map_err(|e| open_error(path, e))
-    .and_then(|db| init_schema(&db, path).map(|()| db));
+    .and_then(|db| init_schema(&db, path, options.search).map(|()| db));
     let linked = made.map(|db| std::fs::hard_link(&tmp, path).ok().map(|()| db));
     let _ = std::fs::remove_file(&tmp);
     let db = linked?;
@@ -477,11 +492,16 @@ fn commit_direct<T>(
     }
 }
 
-/// A batch inside its transaction: the fence check, then its events.
-fn write_batch(txn: &redb::WriteTransaction, ops: Vec<write::Prepared>) -> Written<()> {
+/// A batch inside its transaction: the fence check, then its events (maintaining the
+/// search index when `search`).
+fn write_batch(
+    txn: &redb::WriteTransaction,
+    ops: Vec<write::Prepared>,
+    search: bool,
+) -> Written<()> {
     write::check_fences(txn, &ops)?;
     let record = write::journal_record(&ops)?;
-    write::apply(txn, ops)?;
+    write::apply(txn, ops, search)?;
     match record {
         Some(record) => Ok(((), Some(record))),
         None => Err(Error::invalid(
@@ -524,13 +544,14 @@ fn checkpoint(db: &Database, journal: &mut Journal) -> Result<()> {
     Ok(())
 }
 
-/// Opens the journal of `db` and applies the records the database does not hold yet,
-/// then checkpoints.
+/// Opens the journal of `db` and applies the records the database does not hold yet
+/// (maintaining the search index when `indexed`: the file keeps it), then checkpoints.
 fn recover_journal(
     db: &Database,
     path: PathBuf,
     checkpoint_every: u64,
     counters: Option<IoCounters>,
+    indexed: bool,
 ) -> Result<Journal> {
     let (generation, applied, size) = {
         let txn = db.begin_read().map_err(map)?;
@@ -569,7 +590,7 @@ fn recover_journal(
     for (end, payload) in &pending {
         let ops = write::from_journal_record(payload)
             .map_err(|e| Error::corrupted_with(at(*end), "its batch does not decode", e))?;
-        write::apply(&txn, ops).map_err(|e| {
+        write::apply(&txn, ops, indexed).map_err(|e| {
             Error::corrupted_with(at(*end), "its batch does not apply to the database", e)
         })?;
     }
@@ -589,6 +610,11 @@ impl Store for RedbStore {
         let mut caps = Capabilities::new(BACKEND);
         caps.durable = self.options.durability == Durability::Immediate;
         caps.blobs = true;
+        caps.search = if self.options.search {
+            SearchKind::Index
+        } else {
+            SearchKind::Off
+        };
         caps
     }
 
@@ -649,13 +675,16 @@ impl Store for RedbStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let ops = write::prepare(batch);
+        let search = self.options.search;
+        let ops = write::prepare(batch, search);
         let db = Arc::clone(&self.db);
         if let Some(journal) = self.journal.clone() {
             let every = self.options.checkpoint_bytes;
             return tokio::task::spawn_blocking(move || {
                 let mut journal = journal.lock();
-                commit_journaled(&db.read(), &mut journal, every, |txn| write_batch(txn, ops))
+                commit_journaled(&db.read(), &mut journal, every, |txn| {
+                    write_batch(txn, ops, search)
+                })
             })
             .await
             .map_err(join)?
@@ -663,7 +692,7 @@ impl Store for RedbStore {
         }
         let durability = self.options.durability.to_redb();
         tokio::task::spawn_blocking(move || {
-            commit_direct(&db.read(), durability, |txn| write_batch(txn, ops))
+            commit_direct(&db.read(), durability, |txn| write_batch(txn, ops, search))
         })
         .await
         .map_err(join)?
@@ -723,10 +752,12 @@ impl Store for RedbStore {
         self.delete_blobs_in(tenant, ids, touched_before_ms).await
     }
 
-    /// Checkpoints the journal into the database file, then compacts the file (redb's
-    /// `Database::compact`: live pages move to its start and the end is cut off). Every
-    /// read and write of this store waits until it ends: the compaction needs the
-    /// database alone.
+    /// Checkpoints the journal into the database file (when it holds batches since the
+    /// last checkpoint: a checkpoint with nothing to make durable would only move pages,
+    /// which the compaction of a second `reclaim` in a row would then give back), then
+    /// compacts the file (redb's `Database::compact`: live pages move to its start and
+    /// the end is cut off). Every read and write of this store waits until it ends: the
+    /// compaction needs the database alone.
     async fn reclaim(&self) -> Result<Reclaimed> {
         let before = Footprint::of_files(&self.files())?.total("file");
         let db = Arc::clone(&self.db);
@@ -735,7 +766,7 @@ impl Store for RedbStore {
             // Writers first (they take the journal before the database), then the
             // journal's batches into the file, then the database alone.
             let mut held = journal.as_ref().map(|j| j.lock());
-            if let Some(journal) = held.as_deref_mut() {
+            if let Some(journal) = held.as_deref_mut().filter(|j| j.len() > 0) {
                 checkpoint(&db.read(), journal)?;
             }
             let mut db = db.write();
@@ -786,6 +817,14 @@ impl Store for RedbStore {
         let (tenant, session) = (tenant.clone(), session.cloned());
         self.read(move |txn| read::open_items(txn, &tenant, session.as_ref()))
             .await
+    }
+
+    /// Answers from the search index in one read snapshot: the rarest word's postings
+    /// are the candidates, every match is scored by BM25 over the tenant's statistics,
+    /// and the best are read from their part rows. With `search=off`, fails with
+    /// [`Error::Unsupported`].
+    async fn search(&self, tenant: &TenantId, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        self.search_in(tenant, query).await
     }
 
     /// Checkpoints when the journal holds batches the database file lacks, so the file

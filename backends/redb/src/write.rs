@@ -9,6 +9,11 @@
 //! session's fence record, read in the same transaction (reads only: fencing adds no
 //! write to a batch). A claim is written through the same path as one [`Op::PutFence`]
 //! ([`fence_record`]), so the journal replays claims and batches in commit order.
+//!
+//! With the search index kept, a part upsert indexes the part in the same transaction
+//! ([`crate::search::Index`]): its terms are computed in [`prepare`] from the part the
+//! event carries (the journal does not record them; a replayed upsert computes them from
+//! its row), and every removal takes the removed parts out of the index.
 
 use std::collections::HashMap;
 
@@ -20,6 +25,7 @@ use crate::schema::{
     decode, successor, FenceRow, JsonRow, MessageKey, PartKey, SessionKey, SessionRow, FENCES,
     MESSAGES, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES, SESSIONS,
 };
+use crate::search::{Index, Terms};
 
 /// One event, ready to be written.
 pub(crate) struct Prepared {
@@ -30,6 +36,17 @@ pub(crate) struct Prepared {
     /// passed its check when it committed).
     epoch: Option<u64>,
     op: Result<Op>,
+    /// A part upsert's terms for the search index.
+    terms: Computed,
+}
+
+/// A part upsert's terms for the search index, as [`prepare`] left them.
+enum Computed {
+    /// Not computed (search off, another event, or an operation read back from the
+    /// journal): the upsert computes them from its row when it indexes.
+    Later,
+    /// Computed from the event's part: its terms, `None` when it has no document.
+    Now(Option<Terms>),
 }
 
 /// What one event writes. Also the journal's record format (bincode), so a variant's
@@ -103,6 +120,7 @@ pub(crate) fn from_journal_record(bytes: &[u8]) -> Result<Vec<Prepared>> {
             seq,
             epoch: None,
             op: Ok(op),
+            terms: Computed::Later,
         })
         .collect())
 }
@@ -113,8 +131,9 @@ fn json_row<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
     })
 }
 
-/// Turns a batch into owned operations that can move to a blocking thread.
-pub(crate) fn prepare(batch: &[Envelope<SyncEvent>]) -> Vec<Prepared> {
+/// Turns a batch into owned operations that can move to a blocking thread; with
+/// `search`, a part upsert carries its terms too.
+pub(crate) fn prepare(batch: &[Envelope<SyncEvent>], search: bool) -> Vec<Prepared> {
     batch
         .iter()
         .map(|env| Prepared {
@@ -123,6 +142,10 @@ pub(crate) fn prepare(batch: &[Envelope<SyncEvent>]) -> Vec<Prepared> {
             seq: env.seq,
             epoch: env.epoch,
             op: prepare_op(env),
+            terms: match &env.event {
+                SyncEvent::PartUpdated { part } if search => Computed::Now(Terms::of_part(part)),
+                _ => Computed::Later,
+            },
         })
         .collect()
 }
@@ -230,6 +253,7 @@ fn fence_record(tn: &str, sn: &str, row: Vec<u8>) -> Result<Vec<u8>> {
         seq: 0,
         epoch: None,
         op: Ok(Op::PutFence { row }),
+        terms: Computed::Later,
     };
     journal_record(std::slice::from_ref(&op))?
         .ok_or_else(|| Error::invalid("a fence record without its operation"))
@@ -244,11 +268,14 @@ struct Tables<'txn> {
     open_parts: Table<'txn, PartKey, ()>,
     part_messages: Table<'txn, PartKey, ()>,
     fences: Table<'txn, SessionKey, &'static [u8]>,
+    /// The search index, when the file keeps it.
+    search: Option<Index<'txn>>,
 }
 
-/// Applies `ops` in order inside `txn`. On error the caller aborts the transaction, so
-/// nothing of the batch becomes visible.
-pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>) -> Result<()> {
+/// Applies `ops` in order inside `txn`, maintaining the search index when `search` (the
+/// file keeps it). On error the caller aborts the transaction, so nothing of the batch
+/// becomes visible.
+pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>, search: bool) -> Result<()> {
     let mut t = Tables {
         sessions: txn.open_table(SESSIONS).map_err(map)?,
         messages: txn.open_table(MESSAGES).map_err(map)?,
@@ -257,6 +284,11 @@ pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>) -> Result<()> {
         open_parts: txn.open_table(OPEN_PARTS).map_err(map)?,
         part_messages: txn.open_table(PART_MESSAGES).map_err(map)?,
         fences: txn.open_table(FENCES).map_err(map)?,
+        search: if search {
+            Some(Index::open(txn)?)
+        } else {
+            None
+        },
     };
     for p in ops {
         apply_one(&mut t, p)?;
@@ -266,6 +298,7 @@ pub(crate) fn apply(txn: &WriteTransaction, ops: Vec<Prepared>) -> Result<()> {
 
 fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
     let op = p.op?;
+    let terms = p.terms;
     let (tn, sn) = (p.tenant.as_str(), p.session.as_str());
     let what = || format!("session row {tn}/{sn}");
     match op {
@@ -300,6 +333,9 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
                 (tn, sn, "", ""),
                 (tn, hi.as_str(), "", ""),
             )?;
+            if let Some(index) = &mut t.search {
+                index.remove_session(tn, sn)?;
+            }
             // A deleted session records no seq.
             return Ok(());
         }
@@ -323,6 +359,9 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
                 t.part_messages
                     .remove((tn, sn, p.as_str(), m))
                     .map_err(map)?;
+                if let Some(index) = &mut t.search {
+                    index.remove(tn, sn, &p)?;
+                }
             }
             let hi = successor(m);
             remove_range(&mut t.parts, (tn, sn, m, ""), (tn, sn, hi.as_str(), ""))?;
@@ -357,6 +396,15 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
             let key = (tn, sn, m, p);
             t.parts.insert(key, row.as_slice()).map_err(map)?;
             t.part_messages.insert((tn, sn, p, m), ()).map_err(map)?;
+            if let Some(index) = &mut t.search {
+                let terms = match terms {
+                    Computed::Now(terms) => terms,
+                    Computed::Later => {
+                        Terms::of_row(&row, || format!("part row {tn}/{sn}/{m}/{p}"))?
+                    }
+                };
+                index.put(tn, sn, p, terms)?;
+            }
             if open {
                 t.open_parts.insert(key, ()).map_err(map)?;
             } else {
@@ -369,6 +417,9 @@ fn apply_one(t: &mut Tables<'_>, p: Prepared) -> Result<()> {
                 t.part_messages
                     .remove((tn, sn, id.as_str(), message.as_str()))
                     .map_err(map)?;
+                if let Some(index) = &mut t.search {
+                    index.remove(tn, sn, &id)?;
+                }
             }
             t.open_parts.remove(key).map_err(map)?;
         }
@@ -478,7 +529,7 @@ mod tests {
 
     #[test]
     fn a_record_is_the_bare_operations_and_reads_back() {
-        let ops = prepare(&batch());
+        let ops = prepare(&batch(), true);
         let record = journal_record(&ops).unwrap().unwrap();
         assert_eq!(record[0], BARE_RECORD);
         assert_eq!(
@@ -490,7 +541,7 @@ mod tests {
     #[test]
     fn a_record_of_an_earlier_release_still_reads() {
         // Earlier releases passed the operations through the codec (version byte 2).
-        let ops = prepare(&batch());
+        let ops = prepare(&batch(), true);
         let items: Vec<_> = ops
             .iter()
             .map(|p| {
@@ -531,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_damaged_bare_record_is_an_error_not_operations() {
-        let mut record = journal_record(&prepare(&batch())).unwrap().unwrap();
+        let mut record = journal_record(&prepare(&batch(), true)).unwrap().unwrap();
         record.truncate(record.len() - 3);
         assert!(from_journal_record(&record).is_err());
     }

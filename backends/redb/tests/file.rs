@@ -202,13 +202,13 @@ fn a_file_of_a_newer_schema_version_is_refused_clearly() {
     drop(RedbStore::open(&path).unwrap());
     with_raw_db(&path, |txn| {
         let mut meta = txn.open_table(raw::META).unwrap();
-        meta.insert("schema_version", 6).unwrap();
+        meta.insert("schema_version", 7).unwrap();
     });
     let err = RedbStore::open(&path).unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("schema version 6") && text.contains("newer"),
+        text.contains("schema version 7") && text.contains("newer"),
         "{text}"
     );
 }

@@ -174,6 +174,55 @@ fn a_process_that_dies_between_checkpoints_loses_no_committed_batch() {
     }
 }
 
+/// Checks the search of every fixture word in the journal batches' sessions.
+async fn check_searches(store: &RedbStore, what: &str) {
+    for w in FIXTURE_WORDS {
+        for session in [None, Some("ses_j"), Some("ses_gone")] {
+            let query = forge_core::SearchQuery {
+                text: (*w).to_owned(),
+                limit: 0,
+                session: session.map(Into::into),
+            };
+            check_search(store, &tenant("a"), &query)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn a_replayed_journal_leaves_the_search_index_exact_whichever_way_search_is_set() {
+    const N: u64 = 60;
+    let rt = runtime();
+    // Batches journaled with the index and replayed with it, or reopened with
+    // `search=off` (replayed with the index, then dropped); journaled without it and
+    // reopened with it (replayed without, then built).
+    for (written, reopened) in [("", true), ("", false), ("&search=off", true)] {
+        let what = format!("written with {written:?}, reopened with search={reopened}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("forge.redb");
+        run_child(
+            dir.path(),
+            N,
+            &format!("checkpoint_bytes=1000000000{written}"),
+        );
+        rt.block_on(async {
+            let options = RedbOptions {
+                search: reopened,
+                ..RedbOptions::default()
+            };
+            let store = RedbStore::open_with(&path, options).unwrap();
+            assert_same_reads(&expected(N).await, &store).await.unwrap();
+            if reopened {
+                check_searches(&store, &what).await;
+            }
+            store.close().await.unwrap();
+            let store = RedbStore::open(&path).unwrap();
+            check_searches(&store, &what).await;
+        });
+    }
+}
+
 #[test]
 fn a_torn_last_record_ends_the_replay_before_it() {
     const N: u64 = 25;

@@ -12,11 +12,13 @@ use crate::schema::{
     BLOBS, BLOB_TOUCHED, FENCES, MESSAGES, META, OPEN_MESSAGES, OPEN_PARTS, PARTS, PART_MESSAGES,
     SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS,
 };
+use crate::search;
 
-/// Checks the schema version, or stamps it and creates the tables in a new file.
+/// Checks the schema version, or stamps it and creates the tables in a new file, whose
+/// (empty) search index is kept when `search`.
 ///
 /// A file of the current version is only read, so opening writes nothing.
-pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
+pub(super) fn init_schema(db: &Database, path: &Path, search: bool) -> Result<()> {
     let txn = db.begin_read().map_err(map)?;
     let version = match txn.open_table(META) {
         Ok(meta) => meta
@@ -28,7 +30,7 @@ pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
     };
     match version {
         Some(SCHEMA_VERSION) => return Ok(()),
-        Some(v @ (1..=4)) => {
+        Some(v @ (1..=5)) => {
             drop(txn);
             let kept = keep_copy(path, v)?;
             upgrade(db, v)?;
@@ -79,6 +81,8 @@ pub(super) fn init_schema(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(FENCES).map_err(map)?;
         txn.open_table(BLOBS).map_err(map)?;
         txn.open_table(BLOB_TOUCHED).map_err(map)?;
+        drop(search::Index::open(&txn)?);
+        search::set_kept(&txn, search)?;
     }
     txn.commit().map_err(map)
 }
@@ -138,12 +142,14 @@ fn copy_whole(from_file: &Path, to: &Path, path: &Path, from: u64) -> Result<()>
     })
 }
 
-/// Upgrades a file of schema version `from` (1 to 4) in one durable write
+/// Upgrades a file of schema version `from` (1 to 5) in one durable write
 /// transaction: 1 → 2 builds `part_messages` from the part rows; 2 → 3 only stamps the
 /// version (the journal's `meta` keys start absent: generation 0, nothing applied);
 /// 3 → 4 creates the empty `fences` (no session was ever claimed); 4 → 5 the empty
-/// `blobs` and `blob_touched`. The journal is
-/// replayed after the upgrade: its records of version 3 are read as they were written.
+/// `blobs` and `blob_touched`; 5 → 6 the empty search tables, recorded as no index
+/// (`search_index` 0). The journal is replayed after the upgrade (its records of
+/// version 3 on are read as they were written, and replayed without the index); with
+/// `search=on` the index is then built from the part rows.
 fn upgrade(db: &Database, from: u64) -> Result<()> {
     use redb::ReadableTable;
     let txn = begin_durable(db)?;
@@ -160,6 +166,8 @@ fn upgrade(db: &Database, from: u64) -> Result<()> {
         txn.open_table(FENCES).map_err(map)?;
         txn.open_table(BLOBS).map_err(map)?;
         txn.open_table(BLOB_TOUCHED).map_err(map)?;
+        drop(search::Index::open(&txn)?);
+        search::set_kept(&txn, false)?;
         txn.open_table(META)
             .map_err(map)?
             .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
