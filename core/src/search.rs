@@ -1,7 +1,7 @@
 //! Full-text search over what was said: the text of text and reasoning parts, and a
 //! tool call's name, input values and output or error.
 //!
-//! Every backend answers [`Store::search`](crate::Store::search) with the same
+//! Every backend answers [`Store::search`] with the same
 //! semantics, whatever its index:
 //!
 //! - A part's **document** is [`document`]: the text a search looks at. Other kinds of
@@ -47,7 +47,7 @@ pub const MAX_SEARCH_LIMIT: usize = 200;
 /// Characters of a snippet, at most (plus the `…` marks).
 pub const SNIPPET_CHARS: usize = 160;
 
-/// How a store answers [`Store::search`](crate::Store::search).
+/// How a store answers [`Store::search`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
