@@ -72,18 +72,23 @@ impl Dialect for Sqlite {
             );
         }
         if let sqlx::Error::Database(db) = &err {
-            let primary = db
-                .code()
-                .and_then(|c| c.parse::<i32>().ok())
-                .map(|c| c & 0xff);
+            let code = db.code().and_then(|c| c.parse::<i32>().ok());
+            let primary = code.map(|c| c & 0xff);
             if primary == Some(13) {
                 return Error::backend(Self::BACKEND, false, DiskFull { source: err });
             }
-            let what = match primary {
-                Some(11) => {
+            let what = match (primary, code) {
+                (Some(11), _) => {
                     "the database file is damaged (SQLite: database disk image is malformed)"
                 }
-                Some(26) => "not a forge-store SQLite database (SQLite: file is not a database)",
+                (Some(26), _) => {
+                    "not a forge-store SQLite database (SQLite: file is not a database)"
+                }
+                // SQLITE_IOERR_SHORT_READ: a page number in the file points past its end
+                // (a damaged FTS5 segment of the search index reads so).
+                (_, Some(522)) => {
+                    "the database file is damaged (SQLite: a read past the end of the file)"
+                }
                 _ => return crate::error::map::<Self>(err),
             };
             return Error::corrupted_with("SQLite database", what, err);
