@@ -35,7 +35,7 @@ pub struct Listing {
 }
 
 /// The `q` quantile of `ms` (sorted in place).
-fn quantile(ms: &mut [f64], q: f64) -> f64 {
+pub(crate) fn quantile(ms: &mut [f64], q: f64) -> f64 {
     ms.sort_by(f64::total_cmp);
     if ms.is_empty() {
         return 0.0;

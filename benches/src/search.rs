@@ -31,6 +31,7 @@ use serde_json::json;
 
 use crate::device::Filesystem;
 use crate::large::{compare, table_of, LargeRow, Mode};
+use crate::listing::quantile;
 use crate::workload::corpus::{Cursor, Kind};
 use crate::workload::{w2, write_jsonl};
 
@@ -64,16 +65,6 @@ pub struct SearchTimes {
     pub mean_hits: f64,
     /// How long filling the tenant took, s.
     pub fill_s: f64,
-}
-
-/// The `q` quantile of `ms` (sorted in place).
-fn quantile(ms: &mut [f64], q: f64) -> f64 {
-    ms.sort_by(f64::total_cmp);
-    if ms.is_empty() {
-        return 0.0;
-    }
-    let i = ((ms.len() - 1) as f64 * q).round() as usize;
-    ms[i.min(ms.len() - 1)]
 }
 
 /// Message `i` of the latency tenant, with its parts.
